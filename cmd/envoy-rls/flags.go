@@ -1,0 +1,50 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// envPrefix names the environment twin of every flag.
+const envPrefix = "ENVOY_RLS_"
+
+// envName returns the environment variable for a flag: redis-url → ENVOY_RLS_REDIS_URL.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its environment twin, so the command line always wins.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("invalid value %q for %s (flag --%s): %w", v, name, f.Name, e)
+			}
+		}
+	})
+	return err
+}
+
+// newFlagSet returns a flag set whose usage mentions the environment twins.
+func newFlagSet(name string, stderr interface{ Write([]byte) (int, error) }) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: envoy-rls %s [flags]\n\nflags (each also read from %s<NAME>):\n", name, envPrefix)
+		fs.PrintDefaults()
+	}
+	return fs
+}

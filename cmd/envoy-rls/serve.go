@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/envoy-rls/envoy-rls/pkg/admin"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// serveConfig holds the serve command's flags.
+type serveConfig struct {
+	configDir        string
+	grpcAddr         string
+	httpAddr         string
+	redisURL         string
+	defaultAlgorithm string
+	logLevel         string
+	logFormat        string
+	shadowMode       bool
+	headers          string
+	slidingLogCap    int
+	pprof            bool
+	shutdownDelay    time.Duration
+	shutdownTimeout  time.Duration
+	limits           rls.RequestLimits
+	redis            redisFlags
+	tls              tlsFlags
+}
+
+func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
+	c := &serveConfig{}
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /metrics, /json, /debug/config)")
+	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
+	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: fixed_window|sliding_window|sliding_log|token_bucket|gcra")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug|info|warn|error")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json|console")
+	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
+	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
+	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule may have (its memory is O(limit))")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest wait for in-flight requests to finish at shutdown")
+	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", rls.DefaultRequestLimits.MaxDescriptors, "most descriptors one request may carry")
+	fs.IntVar(&c.limits.MaxEntries, "max-entries", rls.DefaultRequestLimits.MaxEntries, "most entries one descriptor may carry")
+	fs.IntVar(&c.limits.MaxKeyBytes, "max-key-bytes", rls.DefaultRequestLimits.MaxKeyBytes, "longest descriptor entry key in bytes")
+	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
+	c.redis.register(fs)
+	c.tls.register(fs)
+	return c, func(args []string) error { return parseFlags(fs, args) }
+}
+
+func serve(args []string, stderr io.Writer) int {
+	cfg, parse := serveFlags(stderr)
+	if err := parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "envoy-rls serve: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "envoy-rls serve: %v\n", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := runServer(ctx, cfg, log); err != nil {
+		log.Error("envoy-rls stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level, format string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+	case "console":
+		zc = zap.NewDevelopmentConfig()
+	default:
+		return nil, fmt.Errorf("--log-format: unknown format %q (want json|console)", format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	return zc.Build()
+}
+
+// pinger is what readiness needs from a backend that can be unreachable.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
+	defAlgo, err := algo.ParseAlgorithm(cfg.defaultAlgorithm)
+	if err != nil {
+		return fmt.Errorf("--default-algorithm: %w", err)
+	}
+	headers, err := rls.ParseHeaderOptions(cfg.headers)
+	if err != nil {
+		return fmt.Errorf("--response-headers: %w", err)
+	}
+	if cfg.slidingLogCap < 1 {
+		return fmt.Errorf("--sliding-log-cap: %d must be at least 1", cfg.slidingLogCap)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildInfo())
+
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_rls_config_reloads_total",
+		Help: "Rule reloads by result (success or error).",
+	}, []string{"result"})
+	reg.MustRegister(reloads)
+	loader := rules.NewLoader(cfg.configDir, rules.Options{
+		DefaultAlgorithm: defAlgo,
+		SlidingLogCap:    int64(cfg.slidingLogCap),
+		Logger:           log,
+		OnReload: func(err error) {
+			if err != nil {
+				reloads.WithLabelValues("error").Inc()
+				return
+			}
+			reloads.WithLabelValues("success").Inc()
+		},
+	})
+	if err := loader.Reload(); err != nil {
+		return fmt.Errorf("load rules from %s: %w", cfg.configDir, err)
+	}
+	go func() {
+		if err := loader.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("rule watcher stopped; rules will no longer reload", zap.Error(err))
+		}
+	}()
+
+	backend, closeBackend, err := newBackend(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+
+	svc, err := rls.New(rls.Config{
+		Rules:            loader.Current,
+		Backend:          backend,
+		DefaultAlgorithm: defAlgo,
+		ShadowMode:       cfg.shadowMode,
+		Headers:          headers,
+		Limits:           cfg.limits,
+		Metrics:          rls.NewMetrics(reg),
+		Logger:           log,
+	})
+	if err != nil {
+		return err
+	}
+
+	creds, err := cfg.tls.serverOption(log)
+	if err != nil {
+		return err
+	}
+	var gopts []grpc.ServerOption
+	if creds != nil {
+		gopts = append(gopts, creds)
+	}
+	gsrv := grpc.NewServer(gopts...)
+	svc.Register(gsrv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gsrv, hs)
+	reflection.Register(gsrv)
+
+	adm := admin.New(admin.Options{
+		Ready: func(ctx context.Context) error {
+			if loader.Current() == nil {
+				return errors.New("no rules loaded")
+			}
+			if p, ok := backend.(pinger); ok {
+				if err := p.Ping(ctx); err != nil {
+					return fmt.Errorf("backend: %w", err)
+				}
+			}
+			return nil
+		},
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		JSON:    svc.JSONHandler(),
+		Config:  func() any { return loader.Current() },
+		Pprof:   cfg.pprof,
+	})
+	hsrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+
+	gl, err := net.Listen("tcp", cfg.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	hl, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- gsrv.Serve(gl) }()
+	go func() { errs <- hsrv.Serve(hl) }()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	log.Info("envoy-rls serving",
+		zap.String("version", version),
+		zap.String("grpc_addr", gl.Addr().String()),
+		zap.String("http_addr", hl.Addr().String()),
+		zap.String("backend", backendName(cfg)),
+		zap.String("default_algorithm", defAlgo.String()))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining")
+	case serveErr = <-errs:
+		log.Error("server failed", zap.Error(serveErr))
+	}
+	adm.Drain()
+	hs.Shutdown()
+	if cfg.shutdownDelay > 0 && serveErr == nil {
+		time.Sleep(cfg.shutdownDelay)
+	}
+	stopped := make(chan struct{})
+	go func() { gsrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.shutdownTimeout):
+		log.Warn("in-flight requests did not finish in time; closing them", zap.Duration("timeout", cfg.shutdownTimeout))
+		gsrv.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	_ = hsrv.Shutdown(sctx)
+	log.Info("envoy-rls stopped")
+	return serveErr
+}
+
+func backendName(cfg *serveConfig) string {
+	if cfg.redisURL == "" {
+		return "memory"
+	}
+	return "redis"
+}
+
+// newBackend returns the in-process store when no Redis is configured.
+func newBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (rls.Backend, func(), error) {
+	if cfg.redisURL == "" {
+		store := memstore.New(memstore.Options{})
+		sctx, cancel := context.WithCancel(ctx)
+		go store.Run(sctx, 10*time.Second)
+		return store, cancel, nil
+	}
+	return newRedisBackend(ctx, cfg, log, reg)
+}
+
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "envoy_rls_build_info",
+		Help:        "Build information; the value is always 1.",
+		ConstLabels: prometheus.Labels{"version": version},
+	})
+	g.Set(1)
+	return g
+}

@@ -1,0 +1,97 @@
+// Package algo holds the pure rate-limit algorithm cores shared by every
+// backend: the Policy that describes one limit, the State a backend stores
+// for it, and the Decision a Step returns.
+//
+// Every function here is pure: it takes the current time as an argument and
+// performs no I/O, logging or locking. The Redis Lua scripts in
+// pkg/redisalgo mirror these functions operation by operation, so the two
+// executors decide identically (a differential test proves it). This package
+// must import nothing outside the standard library.
+package algo
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Algorithm names one of the supported rate-limit algorithms. The zero value
+// is not a valid algorithm; rules resolve it to the server default.
+type Algorithm uint8
+
+// The numeric values are part of the Lua script protocol: do not renumber.
+const (
+	FixedWindow   Algorithm = 1
+	SlidingWindow Algorithm = 2
+	SlidingLog    Algorithm = 3
+	TokenBucket   Algorithm = 4
+	GCRA          Algorithm = 5
+)
+
+var algorithmNames = [...]string{
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+	TokenBucket:   "token_bucket",
+	GCRA:          "gcra",
+}
+
+// Algorithms lists every algorithm in protocol order.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
+
+// String returns the configuration name of a, e.g. "token_bucket".
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
+var ErrUnknownAlgorithm = errors.New("unknown algorithm")
+
+// ParseAlgorithm returns the Algorithm named s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms {
+		if algorithmNames[a] == s {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("algo: %w %q (want fixed_window|sliding_window|sliding_log|token_bucket|gcra)", ErrUnknownAlgorithm, s)
+}
+
+// Microseconds per unit, as Envoy defines its units (month = 30 days,
+// year = 365 days).
+const (
+	Second int64 = 1_000_000
+	Minute       = 60 * Second
+	Hour         = 60 * Minute
+	Day          = 24 * Hour
+	Week         = 7 * Day
+	Month        = 30 * Day
+	Year         = 365 * Day
+)
+
+// Policy describes one limit: at most Limit hits per Period.
+type Policy struct {
+	Algorithm Algorithm
+	// Limit is the number of hits allowed per Period. Zero blocks every hit.
+	Limit int64
+	// Period is the window length in microseconds; it must be positive.
+	Period int64
+	// Burst is the bucket capacity for token_bucket and gcra; zero means Limit.
+	// Other algorithms ignore it.
+	Burst int64
+}
+
+// Decision is the outcome of one Step for one limit.
+type Decision struct {
+	// Allowed reports whether the hits fit the limit.
+	Allowed bool
+	// Remaining is how many more hits the limit would admit right now, after
+	// this step's hits were consumed (or not, when denied).
+	Remaining int64
+	// ResetAfter is in microseconds. When Allowed, it is the time until the
+	// full limit is available again; when denied, it is the time until this
+	// same request would be admitted (the Retry-After value).
+	ResetAfter int64
+}

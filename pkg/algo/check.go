@@ -1,0 +1,27 @@
+package algo
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Check asks a backend to apply Hits to one limit. It is the unit of work
+// that pkg/rules produces from a request and that every backend consumes.
+type Check struct {
+	// Domain is the rate-limit domain of the request.
+	Domain string
+	// Entries are the request descriptor's entries that identify the
+	// counter (all entries up to the matched depth, with their values).
+	Entries []Entry
+	// HashTag is the index into Entries whose value co-locates this limit's
+	// key with other limits of the same value on Redis Cluster (the rule's
+	// hash_tag); -1 means the tag is the limit's whole identity.
+	HashTag int
+	// Policy is the limit to apply.
+	Policy Policy
+	// Hits is the cost of the request; zero checks without consuming.
+	Hits int64
+	// Refund gives Hits back instead of consuming them (is_negative_hits).
+	Refund bool
+}

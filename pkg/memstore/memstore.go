@@ -1,0 +1,177 @@
+// Package memstore is the in-process backend: it keeps each limit's
+// algo.State in memory and applies a request's checks atomically with the
+// pure cores in pkg/algo. It is the embedded default for a single replica and
+// the fallback store for the "local" Redis failure mode.
+//
+// State lives in sharded maps, each behind its own mutex; a request locks
+// the shards it touches in ascending order, so requests on different keys
+// run in parallel and no two requests deadlock. Expired state is dropped
+// lazily on access and by Sweep. memstore must not import other backends or
+// anything that knows about gRPC.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Shards is the number of independently locked maps, rounded up to a
+	// power of two; 0 means 256.
+	Shards int
+	// Now is the clock; nil means time.Now. Tests inject their own.
+	Now func() time.Time
+}
+
+// Store is an in-process Backend. It is safe for concurrent use.
+type Store struct {
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed
+	now    func() time.Time
+	bufs   sync.Pool
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]entry
+	_  [40]byte // keep neighbouring shard locks off one cache line
+}
+
+type entry struct {
+	state   algo.State
+	expires int64 // unix µs; the state equals "no key" from then on
+}
+
+// scratch is the per-Apply working memory, pooled.
+type scratch struct {
+	keys   [][]byte
+	shard  []int
+	locked []int
+	states []algo.State
+	out    []algo.Decision
+}
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	n := 256
+	if opts.Shards > 0 {
+		n = 1
+		for n < opts.Shards {
+			n <<= 1
+		}
+	}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), now: opts.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]entry)
+	}
+	s.bufs.New = func() any { return new(scratch) }
+	return s
+}
+
+// Apply implements the backend contract: one decision per check, and no
+// consumption at all unless every consuming check is admitted.
+func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.now().UnixMicro()
+	sc := s.bufs.Get().(*scratch)
+	defer s.bufs.Put(sc)
+	sc.prepare(len(checks))
+	for i := range checks {
+		sc.keys[i] = checks[i].AppendIdentity(sc.keys[i][:0])
+		sc.shard[i] = int(maphash.Bytes(s.seed, sc.keys[i]) & s.mask)
+	}
+	sc.locked = append(sc.locked[:0], sc.shard...)
+	slices.Sort(sc.locked)
+	sc.locked = slices.Compact(sc.locked)
+	for _, si := range sc.locked {
+		s.shards[si].mu.Lock()
+	}
+	for i := range checks {
+		e, ok := s.shards[sc.shard[i]].m[string(sc.keys[i])]
+		if ok && e.expires > now {
+			sc.states[i] = e.state
+		} else {
+			sc.states[i] = algo.State{}
+		}
+	}
+	algo.ApplyAll(checks, sc.states, now, sc.out)
+	for i := range checks {
+		m := s.shards[sc.shard[i]].m
+		ttl := algo.Expiry(checks[i].Policy, sc.states[i], now)
+		if ttl <= 0 {
+			delete(m, string(sc.keys[i]))
+			continue
+		}
+		m[string(sc.keys[i])] = entry{state: sc.states[i], expires: now + ttl}
+	}
+	for _, si := range sc.locked {
+		s.shards[si].mu.Unlock()
+	}
+	return slices.Clone(sc.out), nil
+}
+
+func (sc *scratch) prepare(n int) {
+	for len(sc.keys) < n {
+		sc.keys = append(sc.keys, nil)
+	}
+	sc.shard = slices.Grow(sc.shard[:0], n)[:n]
+	sc.states = slices.Grow(sc.states[:0], n)[:n]
+	sc.out = slices.Grow(sc.out[:0], n)[:n]
+	clear(sc.states)
+}
+
+// Sweep drops every expired entry and returns how many remain. Run calls it
+// periodically; it holds one shard lock at a time.
+func (s *Store) Sweep() int {
+	now := s.now().UnixMicro()
+	live := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= now {
+				delete(sh.m, k)
+			}
+		}
+		live += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return live
+}
+
+// Len returns the number of stored keys, expired or not.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].m)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// Run sweeps every interval until ctx ends.
+func (s *Store) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}

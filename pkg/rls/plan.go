@@ -1,0 +1,244 @@
+package rls
+
+import (
+	"fmt"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// overrideRuleID labels metrics for limits that came from a request's own
+// limit override rather than from a configured rule.
+const overrideRuleID = "request_override"
+
+// limitView is what a status reports about one applied limit.
+type limitView struct {
+	name       string
+	unit       pb.RateLimitResponse_RateLimit_Unit
+	multiplier uint32
+	rpu        uint32
+}
+
+// checkMeta describes checks[i] for response building and metrics.
+type checkMeta struct {
+	desc   int
+	limit  limitView
+	ruleID string
+	shadow bool
+	quota  bool
+	// soft limits (shadow or quota mode) report but never deny.
+	soft bool
+}
+
+// descInfo locates a descriptor's checks in plan.checks.
+type descInfo struct {
+	first, n  int
+	unlimited bool
+}
+
+// plan is the per-request working set. It is pooled so that the steady state
+// allocates little beyond the response itself.
+type plan struct {
+	reqEntries []algo.Entry
+	keyEntries []algo.Entry
+	checks     []algo.Check
+	meta       []checkMeta
+	decisions  []algo.Decision
+	descs      []descInfo
+	rules      []*rules.Rule
+	replaced   []string
+	retry      []algo.Check
+	retryIdx   []int
+}
+
+func (p *plan) reset() {
+	clear(p.reqEntries)
+	clear(p.keyEntries)
+	clear(p.checks)
+	clear(p.meta)
+	p.reqEntries = p.reqEntries[:0]
+	p.keyEntries = p.keyEntries[:0]
+	p.checks = p.checks[:0]
+	p.meta = p.meta[:0]
+	p.decisions = p.decisions[:0]
+	p.descs = p.descs[:0]
+	clear(p.rules)
+	p.rules = p.rules[:0]
+	p.replaced = p.replaced[:0]
+	clear(p.retry)
+	p.retry = p.retry[:0]
+	p.retryIdx = p.retryIdx[:0]
+}
+
+// hitsFor resolves the cost of descriptor d: its own hits_addend when set
+// (where 0 means check only), else the request's (where 0 means 1).
+func hitsFor(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return int64(h.GetValue())
+	}
+	if h := req.GetHitsAddend(); h > 0 {
+		return int64(h)
+	}
+	return 1
+}
+
+// build matches every descriptor and fills checks, meta and descs. The
+// request must already be validated.
+func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, defaultAlgo algo.Algorithm) error {
+	domain := req.GetDomain()
+	known := snap.HasDomain(domain)
+	rulesByDesc := p.rules[:0]
+	for _, d := range req.GetDescriptors() {
+		start := len(p.reqEntries)
+		for _, e := range d.GetEntries() {
+			p.reqEntries = append(p.reqEntries, algo.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		var r *rules.Rule
+		if known {
+			r = snap.Match(domain, p.reqEntries[start:])
+		}
+		rulesByDesc = append(rulesByDesc, r)
+		if r != nil && d.GetLimit() == nil {
+			p.replaced = append(p.replaced, r.Replaces...)
+		}
+	}
+
+	p.rules = rulesByDesc
+	off := 0
+	for i, d := range req.GetDescriptors() {
+		n := len(d.GetEntries())
+		entries := p.reqEntries[off : off+n : off+n]
+		off += n
+		info := descInfo{first: len(p.checks)}
+		hits := hitsFor(req, d)
+		refund := d.GetIsNegativeHits()
+		r := rulesByDesc[i]
+		switch {
+		case !known:
+			// Unknown domain: no limit applies, as envoyproxy/ratelimit does.
+		case d.GetLimit() != nil:
+			c, m, err := overrideCheck(domain, entries, d.GetLimit(), r, defaultAlgo)
+			if err != nil {
+				return fmt.Errorf("descriptors[%d].limit: %w", i, err)
+			}
+			c.Hits, c.Refund, m.desc = hits, refund, i
+			p.checks = append(p.checks, c)
+			p.meta = append(p.meta, m)
+		case r == nil:
+		case r.Unlimited:
+			info.unlimited = true
+		default:
+			ks := len(p.keyEntries)
+			p.keyEntries = r.KeyEntries(entries, p.keyEntries)
+			keyEntries := p.keyEntries[ks:len(p.keyEntries):len(p.keyEntries)]
+			for li := range r.Limits {
+				l := &r.Limits[li]
+				if l.Name != "" && p.isReplaced(l.Name) {
+					continue
+				}
+				p.checks = append(p.checks, algo.Check{
+					Domain:  domain,
+					Entries: keyEntries,
+					HashTag: r.HashTag,
+					Policy:  l.Policy,
+					Hits:    hits,
+					Refund:  refund,
+				})
+				p.meta = append(p.meta, checkMeta{
+					desc:   i,
+					limit:  limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
+					ruleID: r.ID,
+					shadow: r.ShadowMode,
+					quota:  r.QuotaMode,
+					soft:   r.ShadowMode || r.QuotaMode,
+				})
+			}
+		}
+		info.n = len(p.checks) - info.first
+		p.descs = append(p.descs, info)
+	}
+	if cap(p.decisions) < len(p.checks) {
+		p.decisions = make([]algo.Decision, len(p.checks))
+	}
+	p.decisions = p.decisions[:len(p.checks)]
+	return nil
+}
+
+func (p *plan) isReplaced(name string) bool {
+	for _, r := range p.replaced {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// onlySoftDenied reports whether some limit denied and every denying limit
+// is soft.
+func (p *plan) onlySoftDenied() bool {
+	denied := false
+	for i := range p.checks {
+		if p.decisions[i].Allowed {
+			continue
+		}
+		if !p.meta[i].soft {
+			return false
+		}
+		denied = true
+	}
+	return denied
+}
+
+// overrideCheck turns a descriptor's own limit into a check. It keeps the
+// matched rule's algorithm, when there is one, so that an override only
+// changes the numbers.
+func overrideCheck(domain string, entries []algo.Entry, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, defaultAlgo algo.Algorithm) (algo.Check, checkMeta, error) {
+	unitUS, respUnit, ok := overrideUnit(o.GetUnit())
+	if !ok {
+		return algo.Check{}, checkMeta{}, fmt.Errorf("unknown unit %s (want SECOND|MINUTE|HOUR|DAY|MONTH|YEAR)", o.GetUnit())
+	}
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
+		mult = m.GetValue()
+	}
+	alg := defaultAlgo
+	ruleID := overrideRuleID
+	if r != nil && len(r.Limits) > 0 {
+		alg = r.Limits[0].Policy.Algorithm
+		ruleID = r.ID
+	}
+	pol := algo.Policy{Algorithm: alg, Limit: int64(o.GetRequestsPerUnit()), Period: unitUS * int64(mult)}
+	if err := pol.Validate(); err != nil {
+		return algo.Check{}, checkMeta{}, err
+	}
+	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol},
+		checkMeta{limit: limitView{unit: respUnit, multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID},
+		nil
+}
+
+func overrideUnit(u typev3.RateLimitUnit) (int64, pb.RateLimitResponse_RateLimit_Unit, bool) {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return algo.Second, pb.RateLimitResponse_RateLimit_SECOND, true
+	case typev3.RateLimitUnit_MINUTE:
+		return algo.Minute, pb.RateLimitResponse_RateLimit_MINUTE, true
+	case typev3.RateLimitUnit_HOUR:
+		return algo.Hour, pb.RateLimitResponse_RateLimit_HOUR, true
+	case typev3.RateLimitUnit_DAY:
+		return algo.Day, pb.RateLimitResponse_RateLimit_DAY, true
+	case typev3.RateLimitUnit_MONTH:
+		return algo.Month, pb.RateLimitResponse_RateLimit_MONTH, true
+	case typev3.RateLimitUnit_YEAR:
+		return algo.Year, pb.RateLimitResponse_RateLimit_YEAR, true
+	}
+	return 0, 0, false
+}
+
+// responseUnit maps the rules' Envoy unit name ("MINUTE") to the enum.
+func responseUnit(name string) pb.RateLimitResponse_RateLimit_Unit {
+	return pb.RateLimitResponse_RateLimit_Unit(pb.RateLimitResponse_RateLimit_Unit_value[name])
+}

@@ -1,0 +1,207 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// Config wires a Service. Rules and Backend are required.
+type Config struct {
+	// Rules returns the current rules snapshot; it is called once per request
+	// so that a reload swaps the rules between requests, never within one.
+	Rules func() *rules.Snapshot
+	// Backend stores the counters.
+	Backend Backend
+	// DefaultAlgorithm applies to per-request limit overrides; rules carry
+	// their own resolved algorithm.
+	DefaultAlgorithm algo.Algorithm
+	// ShadowMode answers OK to every request while still counting and
+	// reporting what would have been denied.
+	ShadowMode bool
+	// Headers selects which rate-limit headers are added to responses.
+	Headers HeaderOptions
+	// Limits bounds the size of accepted requests.
+	Limits RequestLimits
+	// Metrics receives per-request observations; nil disables them.
+	Metrics *Metrics
+	// Logger is named "rls" by New; nil means no logging.
+	Logger *zap.Logger
+}
+
+// RequestLimits bounds what one RateLimitRequest may contain. Zero fields
+// take the defaults of DefaultRequestLimits.
+type RequestLimits struct {
+	MaxDescriptors int
+	MaxEntries     int
+	MaxKeyBytes    int
+	MaxValueBytes  int
+	MaxHits        uint64
+}
+
+// DefaultRequestLimits are generous enough for any Envoy route config while
+// still bounding the work and memory one request can cause.
+var DefaultRequestLimits = RequestLimits{
+	MaxDescriptors: 64,
+	MaxEntries:     32,
+	MaxKeyBytes:    256,
+	MaxValueBytes:  4096,
+	MaxHits:        math.MaxUint32,
+}
+
+func (l RequestLimits) withDefaults() RequestLimits {
+	d := DefaultRequestLimits
+	if l.MaxDescriptors > 0 {
+		d.MaxDescriptors = l.MaxDescriptors
+	}
+	if l.MaxEntries > 0 {
+		d.MaxEntries = l.MaxEntries
+	}
+	if l.MaxKeyBytes > 0 {
+		d.MaxKeyBytes = l.MaxKeyBytes
+	}
+	if l.MaxValueBytes > 0 {
+		d.MaxValueBytes = l.MaxValueBytes
+	}
+	if l.MaxHits > 0 {
+		d.MaxHits = l.MaxHits
+	}
+	return d
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService. It is safe
+// for concurrent use.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	cfg    Config
+	limits RequestLimits
+	log    *zap.Logger
+	plans  sync.Pool
+}
+
+// New returns a Service for cfg.
+func New(cfg Config) (*Service, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("rls: config.Rules is required")
+	}
+	if cfg.Backend == nil {
+		return nil, errors.New("rls: config.Backend is required")
+	}
+	if cfg.DefaultAlgorithm == 0 {
+		cfg.DefaultAlgorithm = algo.SlidingWindow
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Service{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log.Named("rls")}
+	s.plans.New = func() any { return new(plan) }
+	return s, nil
+}
+
+// Register adds the service to a gRPC server.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	pb.RegisterRateLimitServiceServer(g, s)
+}
+
+// ShouldRateLimit answers one Envoy rate-limit request.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	start := time.Now()
+	snap := s.cfg.Rules()
+	domainLabel := unknownDomainLabel
+	if snap != nil && snap.HasDomain(req.GetDomain()) {
+		domainLabel = req.GetDomain()
+	}
+	resp, err := s.decide(ctx, req, snap, domainLabel)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.observeRequest(domainLabel, resp, err, time.Since(start))
+	}
+	return resp, err
+}
+
+func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *rules.Snapshot, domainLabel string) (*pb.RateLimitResponse, error) {
+	if err := s.limits.validate(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
+	}
+	if snap == nil {
+		return nil, status.Error(codes.Unavailable, "rls: no rules loaded")
+	}
+	p := s.plans.Get().(*plan)
+	defer func() { p.reset(); s.plans.Put(p) }()
+
+	if err := p.build(req, snap, s.cfg.DefaultAlgorithm); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
+	}
+	if len(p.checks) > 0 {
+		if err := s.apply(ctx, p); err != nil {
+			s.log.Warn("backend failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, status.Error(codes.Unavailable, fmt.Sprintf("rls: rate-limit backend unavailable: %v", err))
+		}
+	}
+	resp := p.response(req, s.cfg.ShadowMode, s.cfg.Headers)
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.observeChecks(domainLabel, p, s.cfg.ShadowMode)
+	}
+	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
+		ce.Write(zap.String("domain", req.GetDomain()), zap.String("code", resp.GetOverallCode().String()),
+			zap.Int("descriptors", len(req.GetDescriptors())))
+	}
+	return resp, nil
+}
+
+// apply runs the checks. A soft limit (shadow or quota mode) must not stop
+// enforcing limits from consuming: the request really passes, so it must be
+// counted. When only soft limits denied, the request is applied again without
+// the denied soft limits, whose first decisions are kept.
+func (s *Service) apply(ctx context.Context, p *plan) error {
+	decisions, err := s.cfg.Backend.Apply(ctx, p.checks)
+	if err != nil {
+		return err
+	}
+	if len(decisions) != len(p.checks) {
+		return fmt.Errorf("rls: backend returned %d decisions for %d checks", len(decisions), len(p.checks))
+	}
+	copy(p.decisions, decisions)
+	if !p.onlySoftDenied() {
+		return nil
+	}
+	p.retry = p.retry[:0]
+	p.retryIdx = p.retryIdx[:0]
+	for i, c := range p.checks {
+		if p.meta[i].soft && !p.decisions[i].Allowed {
+			continue
+		}
+		p.retry = append(p.retry, c)
+		p.retryIdx = append(p.retryIdx, i)
+	}
+	if len(p.retry) == 0 {
+		return nil
+	}
+	again, err := s.cfg.Backend.Apply(ctx, p.retry)
+	if err != nil {
+		return err
+	}
+	if len(again) != len(p.retry) {
+		return fmt.Errorf("rls: backend returned %d decisions for %d checks", len(again), len(p.retry))
+	}
+	for j, i := range p.retryIdx {
+		p.decisions[i] = again[j]
+	}
+	return nil
+}
