@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"slices"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -51,8 +52,11 @@ type plan struct {
 	descs      []descInfo
 	rules      []*rules.Rule
 	replaced   []string
-	retry      []algo.Check
-	retryIdx   []int
+	// batch is what goes to the backend: the selected checks, with checks
+	// on the same counter merged; owner maps each check to its batch entry
+	// (-1 when not selected).
+	batch []algo.Check
+	owner []int
 }
 
 func (p *plan) reset() {
@@ -69,9 +73,9 @@ func (p *plan) reset() {
 	clear(p.rules)
 	p.rules = p.rules[:0]
 	p.replaced = p.replaced[:0]
-	clear(p.retry)
-	p.retry = p.retry[:0]
-	p.retryIdx = p.retryIdx[:0]
+	clear(p.batch)
+	p.batch = p.batch[:0]
+	p.owner = p.owner[:0]
 }
 
 // hitsFor resolves the cost of descriptor d: its own hits_addend when set
@@ -166,6 +170,36 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, defaultAlgo
 	}
 	p.decisions = p.decisions[:len(p.checks)]
 	return nil
+}
+
+// selectChecks fills batch with the checks keep selects. Two checks on one
+// counter (Envoy can send the same descriptor twice, from route and virtual
+// host actions) become one check with their hits added: evaluated apart,
+// both would read the same stored state and the second write would lose
+// the first's hits.
+func (p *plan) selectChecks(keep func(int) bool) {
+	p.batch = p.batch[:0]
+	p.owner = p.owner[:0]
+	for i := range p.checks {
+		if !keep(i) {
+			p.owner = append(p.owner, -1)
+			continue
+		}
+		c := &p.checks[i]
+		j := slices.IndexFunc(p.batch, func(b algo.Check) bool { return sameCounter(&b, c) })
+		if j >= 0 {
+			p.batch[j].Hits += c.Hits
+			p.owner = append(p.owner, j)
+			continue
+		}
+		p.batch = append(p.batch, *c)
+		p.owner = append(p.owner, len(p.batch)-1)
+	}
+}
+
+func sameCounter(a, b *algo.Check) bool {
+	return a.Policy == b.Policy && a.Refund == b.Refund && a.HashTag == b.HashTag &&
+		a.Domain == b.Domain && slices.Equal(a.Entries, b.Entries)
 }
 
 func (p *plan) isReplaced(name string) bool {

@@ -165,43 +165,39 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	return resp, nil
 }
 
-// apply runs the checks. A soft limit (shadow or quota mode) must not stop
-// enforcing limits from consuming: the request really passes, so it must be
-// counted. When only soft limits denied, the request is applied again without
-// the denied soft limits, whose first decisions are kept.
+// apply runs the plan's checks on the backend. A soft limit (shadow or
+// quota mode) must not stop enforcing limits from consuming: the request
+// really passes, so it must be counted. When only soft limits denied, the
+// request is applied again without the denied soft limits, whose first
+// decisions are kept.
 func (s *Service) apply(ctx context.Context, p *plan) error {
-	decisions, err := s.cfg.Backend.Apply(ctx, p.checks)
-	if err != nil {
+	p.selectChecks(func(int) bool { return true })
+	if err := s.run(ctx, p); err != nil {
 		return err
 	}
-	if len(decisions) != len(p.checks) {
-		return fmt.Errorf("rls: backend returned %d decisions for %d checks", len(decisions), len(p.checks))
-	}
-	copy(p.decisions, decisions)
 	if !p.onlySoftDenied() {
 		return nil
 	}
-	p.retry = p.retry[:0]
-	p.retryIdx = p.retryIdx[:0]
-	for i, c := range p.checks {
-		if p.meta[i].soft && !p.decisions[i].Allowed {
-			continue
-		}
-		p.retry = append(p.retry, c)
-		p.retryIdx = append(p.retryIdx, i)
-	}
-	if len(p.retry) == 0 {
+	p.selectChecks(func(i int) bool { return !p.meta[i].soft || p.decisions[i].Allowed })
+	if len(p.batch) == 0 {
 		return nil
 	}
-	again, err := s.cfg.Backend.Apply(ctx, p.retry)
+	return s.run(ctx, p)
+}
+
+// run applies p.batch and spreads the decisions back to the checks.
+func (s *Service) run(ctx context.Context, p *plan) error {
+	decisions, err := s.cfg.Backend.Apply(ctx, p.batch)
 	if err != nil {
 		return err
 	}
-	if len(again) != len(p.retry) {
-		return fmt.Errorf("rls: backend returned %d decisions for %d checks", len(again), len(p.retry))
+	if len(decisions) != len(p.batch) {
+		return fmt.Errorf("rls: backend returned %d decisions for %d checks", len(decisions), len(p.batch))
 	}
-	for j, i := range p.retryIdx {
-		p.decisions[i] = again[j]
+	for i, j := range p.owner {
+		if j >= 0 {
+			p.decisions[i] = decisions[j]
+		}
 	}
 	return nil
 }

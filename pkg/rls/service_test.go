@@ -397,3 +397,13 @@ func TestBackendFailureIsUnavailable(t *testing.T) {
 		t.Fatalf("unmatched request touched the backend: %v", err)
 	}
 }
+
+// TestSameDescriptorTwice: Envoy may send one descriptor twice (route and
+// virtual-host actions); both hits count, as in envoyproxy/ratelimit.
+func TestSameDescriptorTwice(t *testing.T) {
+	s, _ := newTestService(t, twoRules, nil)
+	resp := call(t, s, request("d", desc("a=1"), desc("a=1")))
+	expectStatus(t, resp.Statuses[0], want{pb.RateLimitResponse_OK, 3})
+	expectStatus(t, resp.Statuses[1], want{pb.RateLimitResponse_OK, 3})
+	expectStatus(t, call(t, s, request("d", desc("a=1"))).Statuses[0], want{pb.RateLimitResponse_OK, 2})
+}

@@ -1,0 +1,201 @@
+// Package backendtest holds the behaviour every rate-limit backend must
+// show, as one suite run against each of them (the in-process store and
+// Redis in its deployments). It drives a backend only through Apply with an
+// injected clock; it must not reach into any backend's storage.
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// Backend is the method set the suite drives.
+type Backend interface {
+	Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error)
+}
+
+// Factory returns a backend whose clock reads now (Unix µs) on every Apply.
+// Each call must return a backend whose keys are isolated from earlier
+// calls' (a fresh store, or a fresh key prefix).
+type Factory func(t *testing.T, now *atomic.Int64) Backend
+
+// Start is an epoch aligned to every window the suite uses.
+const Start int64 = 1_700_006_400 * algo.Second
+
+// Run runs every scenario against backends made by f.
+func Run(t *testing.T, f Factory) {
+	t.Run("BurstDenyRecover", func(t *testing.T) { burstDenyRecover(t, f) })
+	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, f) })
+	t.Run("CheckOnlyAndRefund", func(t *testing.T) { checkOnlyAndRefund(t, f) })
+	t.Run("DistinctCounters", func(t *testing.T) { distinctCounters(t, f) })
+	t.Run("ConcurrentExact", func(t *testing.T) { concurrentExact(t, f) })
+}
+
+func check(domain string, pol algo.Policy, hits int64, kv ...string) algo.Check {
+	c := algo.Check{Domain: domain, HashTag: -1, Policy: pol, Hits: hits}
+	for i := 0; i+1 < len(kv); i += 2 {
+		c.Entries = append(c.Entries, algo.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return c
+}
+
+func apply(t *testing.T, b Backend, checks ...algo.Check) []algo.Decision {
+	t.Helper()
+	d, err := b.Apply(context.Background(), checks)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if len(d) != len(checks) {
+		t.Fatalf("Apply returned %d decisions for %d checks", len(d), len(checks))
+	}
+	return d
+}
+
+func expect(t *testing.T, got algo.Decision, allowed bool, remaining int64) {
+	t.Helper()
+	if got.Allowed != allowed || got.Remaining != remaining {
+		t.Fatalf("decision %+v, want allowed=%v remaining=%d", got, allowed, remaining)
+	}
+}
+
+// burstDenyRecover: limit hits pass, the next is denied, and ResetAfter is
+// exact: 1µs earlier still denied, at ResetAfter admitted. A limit of 3 per
+// second makes the emission interval a fraction of a microsecond.
+func burstDenyRecover(t *testing.T, f Factory) {
+	for _, a := range algo.Algorithms {
+		for _, limit := range []int64{3, 4} {
+			t.Run(fmt.Sprintf("%s/%d", a, limit), func(t *testing.T) { burstDenyRecoverOne(t, f, a, limit) })
+		}
+	}
+}
+
+func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64) {
+	var now atomic.Int64
+	now.Store(Start)
+	b := f(t, &now)
+	c := check("d", algo.Policy{Algorithm: a, Limit: limit, Period: algo.Second}, 1, "k", "v")
+	for i := range limit {
+		expect(t, apply(t, b, c)[0], true, limit-1-i)
+	}
+	d := apply(t, b, c)[0]
+	expect(t, d, false, 0)
+	if d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Second {
+		t.Fatalf("ResetAfter %d µs out of (0, 2s]", d.ResetAfter)
+	}
+	now.Add(d.ResetAfter - 1)
+	if apply(t, b, c)[0].Allowed {
+		t.Fatalf("admitted 1µs before ResetAfter (%d µs)", d.ResetAfter)
+	}
+	now.Add(1)
+	if !apply(t, b, c)[0].Allowed {
+		t.Fatalf("denied at ResetAfter (%d µs)", d.ResetAfter)
+	}
+}
+
+// allOrNothing: when the second limit denies, the first consumes nothing.
+func allOrNothing(t *testing.T, f Factory) {
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(Start)
+			b := f(t, &now)
+			wide := check("d", algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
+			narrow := check("d", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
+			ds := apply(t, b, wide, narrow)
+			expect(t, ds[0], true, 9)
+			expect(t, ds[1], true, 0)
+			ds = apply(t, b, wide, narrow)
+			expect(t, ds[1], false, 0)
+			expect(t, ds[0], true, 9) // reported as a check: nothing consumed
+			expect(t, apply(t, b, wide)[0], true, 8)
+		})
+	}
+}
+
+func checkOnlyAndRefund(t *testing.T, f Factory) {
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(Start)
+			b := f(t, &now)
+			pol := algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}
+			expect(t, apply(t, b, check("d", pol, 3, "k", "v"))[0], true, 2)
+			expect(t, apply(t, b, check("d", pol, 0, "k", "v"))[0], true, 2)
+			refund := check("d", pol, 2, "k", "v")
+			refund.Refund = true
+			expect(t, apply(t, b, refund)[0], true, 4)
+			expect(t, apply(t, b, check("d", pol, 4, "k", "v"))[0], true, 0)
+			expect(t, apply(t, b, check("d", pol, 1, "k", "v"))[0], false, 0)
+		})
+	}
+}
+
+// distinctCounters: descriptors that envoyproxy/ratelimit's "_"-joined keys
+// would merge keep separate counters here.
+func distinctCounters(t *testing.T, f Factory) {
+	var now atomic.Int64
+	now.Store(Start)
+	b := f(t, &now)
+	pol := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}
+	variants := []algo.Check{
+		check("d", pol, 1, "a", "b_c_d"),
+		check("d", pol, 1, "a", "b", "c", "d"),
+		check("d_a", pol, 1, "b", "c_d"),
+		check("d", pol, 1, "a", "b}{c"),
+		check("d", pol, 1, "a", "b:c"),
+		check("d", pol, 1, "a:b", "c"),
+		check("d", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1, "a", "b_c_d"),
+		check("d", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
+	}
+	for i, c := range variants {
+		if !apply(t, b, c)[0].Allowed {
+			t.Fatalf("variant %d (%+v) shares a counter with an earlier one", i, c)
+		}
+	}
+}
+
+// concurrentExact: many concurrent single-hit requests on one limit admit
+// exactly the limit (the clock does not move).
+func concurrentExact(t *testing.T, f Factory) {
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(Start)
+			b := f(t, &now)
+			const limit, workers, each = 50, 8, 20
+			c := check("d", algo.Policy{Algorithm: a, Limit: limit, Period: algo.Hour}, 1, "k", "v")
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						d, err := b.Apply(context.Background(), []algo.Check{c})
+						if err != nil {
+							errs <- err
+							return
+						}
+						if d[0].Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(fmt.Errorf("Apply: %w", err))
+			}
+			if got := admitted.Load(); got != limit {
+				t.Fatalf("admitted %d of %d concurrent requests, want exactly %d", got, workers*each, limit)
+			}
+		})
+	}
+}

@@ -1,0 +1,62 @@
+package memstore
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+func clockFrom(now *atomic.Int64) func() time.Time {
+	return func() time.Time { return time.UnixMicro(now.Load()) }
+}
+
+func TestBackendSuite(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
+		return New(Options{Now: clockFrom(now)})
+	})
+}
+
+// TestExpiry: state disappears once its TTL passes, lazily and by Sweep.
+func TestExpiry(t *testing.T) {
+	var now atomic.Int64
+	now.Store(backendtest.Start)
+	s := New(Options{Shards: 4, Now: clockFrom(&now)})
+	for _, a := range algo.Algorithms {
+		c := algo.Check{Domain: "d", HashTag: -1, Entries: []algo.Entry{{Key: "k", Value: a.String()}},
+			Policy: algo.Policy{Algorithm: a, Limit: 2, Period: algo.Second}, Hits: 1}
+		if _, err := s.Apply(context.Background(), []algo.Check{c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != len(algo.Algorithms) {
+		t.Fatalf("Len = %d after one hit per algorithm, want %d", n, len(algo.Algorithms))
+	}
+	now.Add(3 * algo.Second)
+	if n := s.Sweep(); n != 0 {
+		t.Fatalf("Sweep left %d live keys after every TTL passed", n)
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := New(Options{}).Apply(ctx, nil); err == nil {
+		t.Fatal("Apply on a canceled context succeeded")
+	}
+}
+
+func BenchmarkApply(b *testing.B) {
+	s := New(Options{})
+	c := []algo.Check{{Domain: "d", HashTag: -1, Entries: []algo.Entry{{Key: "user", Value: "alice"}, {Key: "path", Value: "/x"}},
+		Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, Hits: 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Apply(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

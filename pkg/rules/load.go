@@ -1,0 +1,161 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// maxFileSize bounds one rule file; a ConfigMap holds at most 1 MiB, so a
+// larger file is a mistake (or a device) rather than a configuration.
+const maxFileSize = 16 << 20
+
+type ruleFile struct {
+	path string
+	data []byte
+}
+
+// isRuleFile reports whether a directory entry name is a rule file. Hidden
+// names are skipped: Kubernetes keeps the real files of a ConfigMap under
+// "..data" and "..<timestamp>" and links them into the directory.
+func isRuleFile(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// readDir reads every rule file in dir, following symlinks. It returns the
+// files it could read, in name order, and an error for each it could not.
+func readDir(dir string) ([]ruleFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rules: read directory: %w", err)
+	}
+	var files []ruleFile
+	var errs []error
+	for _, e := range entries {
+		if !isRuleFile(e.Name()) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		// Stat, not the entry's type: a ConfigMap's files are symlinks.
+		fi, err := os.Stat(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rules: %w", err))
+			continue
+		}
+		if fi.IsDir() {
+			continue
+		}
+		data, err := readFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rules: %w", err))
+			continue
+		}
+		files = append(files, ruleFile{path: path, data: data})
+	}
+	return files, errors.Join(errs...)
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxFileSize)
+	}
+	return data, nil
+}
+
+// digest identifies the input of a load, so that a watcher can skip
+// reloading files that did not change.
+func digest(files []ruleFile) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range files {
+		for _, b := range [][]byte{[]byte(f.path), f.data} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// build parses files into a snapshot, collecting every problem.
+func build(files []ruleFile, readErr error, opts Options) (*Snapshot, error) {
+	errs := []error{readErr}
+	domains := make([]*Domain, 0, len(files))
+	for _, f := range files {
+		d, err := Parse(f.path, f.data, opts)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		domains = append(domains, d)
+	}
+	snap, err := NewSnapshot(domains...)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// LoadDir parses every rule file (*.yaml, *.yml; hidden entries skipped,
+// symlinks followed) directly in dir into a snapshot. On failure it returns
+// every problem in every file.
+func LoadDir(dir string, opts Options) (*Snapshot, error) {
+	files, err := readDir(dir)
+	if files == nil && err != nil {
+		return nil, err
+	}
+	return build(files, err, opts)
+}
+
+// Validate checks the rule files in dir as LoadDir would load them, for
+// `envoy-rls validate`. It returns a one-line summary such as
+// "3 domains, 17 rules OK", or every problem found. A directory without rule
+// files is an error.
+func Validate(dir string, opts Options) (summary string, err error) {
+	files, err := readDir(dir)
+	if files == nil && err != nil {
+		return "", err
+	}
+	if len(files) == 0 && err == nil {
+		return "", fmt.Errorf("rules: no rule files (*.yaml, *.yml) in %s", dir)
+	}
+	snap, err := build(files, err, opts)
+	if err != nil {
+		return "", err
+	}
+	limits := 0
+	for _, d := range snap.Domains() {
+		for _, r := range d.rules {
+			limits += len(r.Limits)
+		}
+	}
+	return fmt.Sprintf("%s, %s, %s OK", count(len(snap.names), "domain"), count(snap.rules, "rule"), count(limits, "limit")), nil
+}
+
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

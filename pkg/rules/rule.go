@@ -1,0 +1,185 @@
+package rules
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// DefaultSlidingLogCap is the largest requests_per_unit a sliding_log limit
+// may have when Options.SlidingLogCap is zero: the log keeps one entry per
+// admitted hit, so its memory grows with the limit.
+const DefaultSlidingLogCap = 10_000
+
+// Options configures parsing, loading and watching. The zero value is usable.
+type Options struct {
+	// DefaultAlgorithm applies to limits that name no algorithm; zero means
+	// algo.SlidingWindow.
+	DefaultAlgorithm algo.Algorithm
+	// SlidingLogCap bounds requests_per_unit of sliding_log limits; zero
+	// means DefaultSlidingLogCap. It must not exceed algo.MaxSlidingLogCap
+	// (every limit is rejected otherwise); check the flag that sets it.
+	SlidingLogCap int64
+
+	// Logger receives reload results; it is named "rules". Nil discards.
+	Logger *zap.Logger
+	// OnReload, when set, is called after every reload attempt of a Loader
+	// with its result (nil on success). It runs on the reloading goroutine
+	// while the reload lock is held: it must not block for long or call
+	// Reload.
+	OnReload func(err error)
+	// Debounce is how long a Loader waits for file events to stop before it
+	// reloads; zero means 100ms.
+	Debounce time.Duration
+	// PollInterval makes a running Loader also re-read the directory
+	// periodically, for file systems whose change events go missing; zero
+	// means one minute, a negative value disables polling.
+	PollInterval time.Duration
+}
+
+func (o Options) defaultAlgorithm() algo.Algorithm {
+	if o.DefaultAlgorithm == 0 {
+		return algo.SlidingWindow
+	}
+	return o.DefaultAlgorithm
+}
+
+func (o Options) slidingLogCap() int64 {
+	if o.SlidingLogCap <= 0 {
+		return DefaultSlidingLogCap
+	}
+	return o.SlidingLogCap
+}
+
+func (o Options) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger.Named("rules")
+}
+
+func (o Options) debounce() time.Duration {
+	if o.Debounce <= 0 {
+		return 100 * time.Millisecond
+	}
+	return o.Debounce
+}
+
+func (o Options) pollInterval() time.Duration {
+	switch {
+	case o.PollInterval < 0:
+		return 0
+	case o.PollInterval == 0:
+		return time.Minute
+	}
+	return o.PollInterval
+}
+
+// Rule is what one configured descriptor with a rate_limit (or rate_limits)
+// says. Rules are immutable and shared by every request that matches them.
+type Rule struct {
+	// ID names the rule in metrics and logs: the rate_limit's name when it
+	// has one, else its path in the tree ("domain.key_value.key2"). It comes
+	// from configuration only, so its cardinality is bounded.
+	ID string
+	// Path is the rule's position in the tree, "domain.key_value.key2", as
+	// envoyproxy/ratelimit names its stats.
+	Path string
+	// Domain is the rule's domain.
+	Domain string
+	// File and Line locate the descriptor in its configuration file.
+	File string
+	Line int
+
+	// Limits are the limits to apply, all of which must admit a request.
+	// It is empty when Unlimited.
+	Limits []Limit
+	// Unlimited rules admit everything without touching a backend.
+	Unlimited bool
+	// ShadowMode rules are evaluated and counted but never deny.
+	ShadowMode bool
+	// QuotaMode rules report exhaustion instead of denying, as
+	// envoyproxy/ratelimit's quota_mode defines it.
+	QuotaMode bool
+	// ShareThreshold reports whether some wildcard on the rule's path has
+	// share_threshold set, so that all values it matches share one counter
+	// (KeyEntries applies it).
+	ShareThreshold bool
+	// DetailedMetric and ValueToMetric carry envoyproxy/ratelimit's metric
+	// options: detailed_metric of this descriptor, and whether any descriptor
+	// on its path sets value_to_metric.
+	DetailedMetric bool
+	ValueToMetric  bool
+	// HashTag is the index of the request entry whose value co-locates this
+	// rule's counters on Redis Cluster (hash_tag), or -1 for none.
+	HashTag int
+	// Replaces lists the limit names that this rule's limits replace when
+	// both match one request.
+	Replaces []string
+	// Metadata is the descriptor's free-form metadata (string keys; values
+	// are string, int64, float64, bool, nil, []any or map[string]any).
+	Metadata map[string]any
+
+	// shared lists the path levels whose wildcard has share_threshold, with
+	// the pattern that stands in for the request's value.
+	shared []sharedLevel
+	// depth is the number of entries of the descriptors that match the rule.
+	depth int
+}
+
+type sharedLevel struct {
+	level   int
+	pattern string
+}
+
+// KeyEntries appends to dst the entries that identify this rule's counters
+// for the request entries req (the entries Match was given) and returns the
+// extended slice. They are req itself, except that a value matched by a
+// wildcard with share_threshold is replaced by the wildcard pattern, so that
+// every value it matches counts against one shared counter.
+func (r *Rule) KeyEntries(req []algo.Entry, dst []algo.Entry) []algo.Entry {
+	start := len(dst)
+	dst = append(dst, req...)
+	for _, s := range r.shared {
+		if s.level < len(req) {
+			dst[start+s.level].Value = s.pattern
+		}
+	}
+	return dst
+}
+
+// Limit is one limit of a rule.
+type Limit struct {
+	// Name is the rate_limit's name ("" when unnamed); replaces refers to it
+	// and responses report it in current_limit.
+	Name string
+	// Unit is Envoy's upper-case unit name: SECOND, MINUTE, HOUR, DAY, WEEK,
+	// MONTH or YEAR.
+	Unit string
+	// UnitMultiplier is the number of units in one period, at least 1.
+	UnitMultiplier uint32
+	// RequestsPerUnit is the configured limit per period.
+	RequestsPerUnit uint32
+	// Policy is the limit resolved for the algorithms: the algorithm (the
+	// server default when the rule names none), limit, period in µs and
+	// burst.
+	Policy algo.Policy
+}
+
+// units maps the lower-case unit name to Envoy's enum name and its length.
+var units = map[string]struct {
+	name string
+	us   int64
+}{
+	"second": {"SECOND", algo.Second},
+	"minute": {"MINUTE", algo.Minute},
+	"hour":   {"HOUR", algo.Hour},
+	"day":    {"DAY", algo.Day},
+	"week":   {"WEEK", algo.Week},
+	"month":  {"MONTH", algo.Month},
+	"year":   {"YEAR", algo.Year},
+}
+
+const wantUnits = "second|minute|hour|day|week|month|year"

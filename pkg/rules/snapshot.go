@@ -1,0 +1,194 @@
+package rules
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// node is one descriptor level of the compiled match tree: the descriptors
+// nested under one parent, indexed three ways so that a lookup is a map
+// probe or a short scan and never allocates.
+type node struct {
+	exact map[algo.Entry]*node // key=value, wildcards included by literal value
+	wild  []wildcard           // values ending in "*", in file order
+	keys  map[string]*node     // key alone
+	rule  *Rule
+	line  int
+}
+
+type wildcard struct {
+	key    string
+	prefix string
+	next   *node
+}
+
+// child picks the descriptor that entry e selects at this level: exact
+// key=value first, then the first wildcard in file order, then the key alone.
+func (n *node) child(e algo.Entry) *node {
+	if c := n.exact[e]; c != nil {
+		return c
+	}
+	for i := range n.wild {
+		w := &n.wild[i]
+		if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+			return w.next
+		}
+	}
+	return n.keys[e.Key]
+}
+
+func (n *node) hasChildren() bool { return len(n.exact) > 0 || len(n.keys) > 0 }
+
+// Snapshot is an immutable set of domains. It is safe for concurrent use;
+// a nil *Snapshot holds no domains.
+type Snapshot struct {
+	domains map[string]*Domain
+	names   []string // sorted
+	rules   int
+}
+
+// NewSnapshot combines parsed domains into a snapshot. Each domain may
+// appear in only one file; every duplicate is reported.
+func NewSnapshot(domains ...*Domain) (*Snapshot, error) {
+	s := &Snapshot{domains: make(map[string]*Domain, len(domains))}
+	var errs []error
+	for _, d := range domains {
+		if d == nil {
+			continue
+		}
+		if first, dup := s.domains[d.Name]; dup {
+			errs = append(errs, &Error{File: d.File, Line: d.Line, Path: "domain",
+				Msg: fmt.Sprintf("duplicate domain %q (first in %s:%d; want each domain in one file)", d.Name, first.File, first.Line)})
+			continue
+		}
+		s.domains[d.Name] = d
+		s.names = append(s.names, d.Name)
+		s.rules += len(d.rules)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	sort.Strings(s.names)
+	return s, nil
+}
+
+// Match returns the rule for a request descriptor's entries in domain, or
+// nil when none applies. It walks the entries level by level as
+// envoyproxy/ratelimit does: the rule is the one at the last entry, and a
+// descriptor deeper than the configured tree has none. Match does not
+// allocate.
+func (s *Snapshot) Match(domain string, entries []algo.Entry) *Rule {
+	if s == nil || len(entries) == 0 {
+		return nil
+	}
+	d := s.domains[domain]
+	if d == nil {
+		return nil
+	}
+	n := &d.root
+	last := len(entries) - 1
+	for i := range entries {
+		next := n.child(entries[i])
+		if next == nil {
+			return nil
+		}
+		if i == last {
+			return next.rule
+		}
+		if !next.hasChildren() {
+			return nil
+		}
+		n = next
+	}
+	return nil
+}
+
+// HasDomain reports whether domain is configured.
+func (s *Snapshot) HasDomain(domain string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.domains[domain]
+	return ok
+}
+
+// Domains returns the configured domains sorted by name.
+func (s *Snapshot) Domains() []*Domain {
+	if s == nil {
+		return nil
+	}
+	out := make([]*Domain, len(s.names))
+	for i, n := range s.names {
+		out[i] = s.domains[n]
+	}
+	return out
+}
+
+// NumRules returns the number of rules in all domains.
+func (s *Snapshot) NumRules() int {
+	if s == nil {
+		return 0
+	}
+	return s.rules
+}
+
+// MarshalJSON dumps the loaded rules, for /debug/config.
+func (s *Snapshot) MarshalJSON() ([]byte, error) {
+	type limitJSON struct {
+		Name            string `json:"name,omitempty"`
+		Unit            string `json:"unit"`
+		UnitMultiplier  uint32 `json:"unit_multiplier"`
+		RequestsPerUnit uint32 `json:"requests_per_unit"`
+		Algorithm       string `json:"algorithm"`
+		PeriodUS        int64  `json:"period_us"`
+		Burst           int64  `json:"burst,omitempty"`
+	}
+	type ruleJSON struct {
+		ID             string         `json:"id"`
+		Path           string         `json:"path"`
+		Line           int            `json:"line"`
+		Limits         []limitJSON    `json:"limits,omitempty"`
+		Unlimited      bool           `json:"unlimited,omitempty"`
+		ShadowMode     bool           `json:"shadow_mode,omitempty"`
+		QuotaMode      bool           `json:"quota_mode,omitempty"`
+		ShareThreshold bool           `json:"share_threshold,omitempty"`
+		DetailedMetric bool           `json:"detailed_metric,omitempty"`
+		ValueToMetric  bool           `json:"value_to_metric,omitempty"`
+		HashTag        int            `json:"hash_tag"`
+		Replaces       []string       `json:"replaces,omitempty"`
+		Metadata       map[string]any `json:"metadata,omitempty"`
+	}
+	type domainJSON struct {
+		Domain string     `json:"domain"`
+		File   string     `json:"file"`
+		Rules  []ruleJSON `json:"rules"`
+	}
+	out := struct {
+		Domains []domainJSON `json:"domains"`
+	}{Domains: []domainJSON{}}
+	for _, d := range s.Domains() {
+		dj := domainJSON{Domain: d.Name, File: d.File, Rules: []ruleJSON{}}
+		for _, r := range d.rules {
+			rj := ruleJSON{
+				ID: r.ID, Path: r.Path, Line: r.Line, Unlimited: r.Unlimited,
+				ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, ShareThreshold: r.ShareThreshold,
+				DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
+				HashTag: r.HashTag, Replaces: r.Replaces, Metadata: r.Metadata,
+			}
+			for _, l := range r.Limits {
+				rj.Limits = append(rj.Limits, limitJSON{
+					Name: l.Name, Unit: l.Unit, UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
+					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst,
+				})
+			}
+			dj.Rules = append(dj.Rules, rj)
+		}
+		out.Domains = append(out.Domains, dj)
+	}
+	return json.Marshal(out)
+}

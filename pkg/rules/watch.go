@@ -1,0 +1,223 @@
+package rules
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// Loader keeps the current snapshot of a rule directory and reloads it when
+// the directory changes. A failed reload keeps the last good snapshot.
+// Its methods are safe for concurrent use.
+type Loader struct {
+	dir  string
+	opts Options
+	log  *zap.Logger
+	cur  atomic.Pointer[Snapshot]
+
+	mu sync.Mutex // serializes reloads; guards the fields below
+	// last is the digest of the input of the last reload attempt that read
+	// every file, so that events which change nothing cause no reload.
+	last    [sha256.Size]byte
+	hasLast bool
+}
+
+// NewLoader returns a loader for dir. It loads nothing yet: call Reload
+// once at start-up to fail fast on a bad directory, then Run to follow
+// changes.
+func NewLoader(dir string, opts Options) *Loader {
+	return &Loader{dir: dir, opts: opts, log: opts.logger()}
+}
+
+// Current returns the last successfully loaded snapshot, or nil before the
+// first successful load.
+func (l *Loader) Current() *Snapshot { return l.cur.Load() }
+
+// Reload reads the directory now. On success the new snapshot replaces the
+// current one; on failure the current one stays. Either way the result is
+// logged and passed to Options.OnReload.
+func (l *Loader) Reload() error { return l.reload(true) }
+
+// reload reloads the directory; unless force is set, input identical to the
+// previous attempt's is skipped silently.
+func (l *Loader) reload(force bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	files, readErr := readDir(l.dir)
+	sum := digest(files)
+	if readErr == nil {
+		if !force && l.hasLast && sum == l.last {
+			l.log.Debug("rules unchanged", zap.String("dir", l.dir))
+			return nil
+		}
+		l.last, l.hasLast = sum, true
+	} else {
+		l.hasLast = false
+	}
+	var snap *Snapshot
+	err := readErr
+	if files != nil || readErr == nil {
+		snap, err = build(files, readErr, l.opts)
+	}
+	if err != nil {
+		l.log.Error("rules reload failed, keeping the last good rules", zap.String("dir", l.dir), zap.Error(err))
+	} else {
+		l.cur.Store(snap)
+		l.log.Info("rules loaded", zap.String("dir", l.dir), zap.Int("domains", len(snap.names)), zap.Int("rules", snap.rules))
+	}
+	if l.opts.OnReload != nil {
+		l.opts.OnReload(err)
+	}
+	return err
+}
+
+// Run watches the directory until ctx is done, reloading after each burst
+// of changes: files created, written, removed or renamed, and the
+// Kubernetes ConfigMap "..data" symlink swap. It also follows symlinked
+// rule files to their real directories, a config directory that is itself
+// a symlink, and polls every Options.PollInterval for file systems that
+// lose events. It returns nil when ctx is done, or an error if the watch
+// cannot be set up.
+func (l *Loader) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("rules: watch %s: %w", l.dir, err)
+	}
+	defer w.Close()
+	ws := &watchSet{w: w, dir: l.dir, have: map[string]bool{}}
+	if err := ws.update(); err != nil {
+		return fmt.Errorf("rules: watch %s: %w", l.dir, err)
+	}
+	// Changes made between the caller's first Reload and the watch are
+	// caught here; unchanged input is skipped.
+	_ = l.reload(false)
+
+	var poll <-chan time.Time
+	if d := l.opts.pollInterval(); d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		poll = t.C
+	}
+	debounce := l.opts.debounce()
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	pending := false
+	var deadline time.Time // a steady stream of events still reloads by then
+
+	schedule := func() {
+		now := time.Now()
+		if !pending {
+			pending = true
+			deadline = now.Add(10 * debounce)
+		}
+		wait := min(debounce, deadline.Sub(now))
+		timer.Reset(max(wait, 0))
+	}
+	apply := func() {
+		// Watch the new layout first: a change after the rewatch raises an
+		// event, a change before it is read by the reload.
+		if err := ws.update(); err != nil {
+			l.log.Warn("rules watch update failed", zap.String("dir", l.dir), zap.Error(err))
+		}
+		_ = l.reload(false)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("rules: watcher closed")
+			}
+			l.log.Debug("rules directory changed", zap.String("file", ev.Name), zap.Stringer("op", ev.Op))
+			schedule()
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("rules: watcher closed")
+			}
+			// An overflow loses events: reload to be sure.
+			l.log.Warn("rules watch error", zap.String("dir", l.dir), zap.Error(err))
+			schedule()
+		case <-timer.C:
+			pending = false
+			apply()
+		case <-poll:
+			apply()
+		}
+	}
+}
+
+// watchSet keeps the watched directories in line with the directory's
+// layout: the directory itself, its parent when the directory is a symlink
+// (so that swapping the link is seen), and the real directories of
+// symlinked rule files that live elsewhere.
+type watchSet struct {
+	w      *fsnotify.Watcher
+	dir    string
+	target string // where dir resolved to when it was added
+	have   map[string]bool
+}
+
+func (s *watchSet) update() error {
+	want := map[string]bool{}
+	target, err := filepath.EvalSymlinks(s.dir)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(s.dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		want[filepath.Dir(s.dir)] = true
+	}
+	if s.have[s.dir] && target != s.target {
+		// The link now points elsewhere: the old watch follows the old
+		// directory, so watch the path afresh.
+		_ = s.w.Remove(s.dir)
+		delete(s.have, s.dir)
+	}
+	want[s.dir] = true
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !isRuleFile(e.Name()) || e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			continue // dangling; the load reports it
+		}
+		if d := filepath.Dir(real); d != target {
+			want[d] = true
+		}
+	}
+	var errs []error
+	for d := range s.have {
+		if !want[d] {
+			_ = s.w.Remove(d) // may already be gone with its directory
+			delete(s.have, d)
+		}
+	}
+	for d := range want {
+		if s.have[d] {
+			continue
+		}
+		if err := s.w.Add(d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.have[d] = true
+	}
+	s.target = target
+	return errors.Join(errs...)
+}
