@@ -50,10 +50,15 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := redisalgo.New(ctx, client, redisalgo.Options{Logger: log, Registerer: reg})
+	// LazyLoad lets the service start while Redis is down; the failure mode
+	// answers until it is back, and NOSCRIPT handling loads the script then.
+	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
+	}
+	if err := b.LoadScript(ctx); err != nil {
+		log.Warn("redis not reachable at start; will retry on each request", zap.Error(err))
 	}
 	return b, func() { client.Close() }, nil
 }

@@ -131,8 +131,8 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--response-headers: %w", err)
 	}
-	if cfg.slidingLogCap < 1 {
-		return fmt.Errorf("--sliding-log-cap: %d must be at least 1", cfg.slidingLogCap)
+	if cfg.slidingLogCap < 1 || int64(cfg.slidingLogCap) > algo.MaxSlidingLogCap {
+		return fmt.Errorf("--sliding-log-cap: %d must be between 1 and %d", cfg.slidingLogCap, algo.MaxSlidingLogCap)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

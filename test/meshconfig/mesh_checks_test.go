@@ -1,0 +1,207 @@
+package meshconfig
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// overrides replaces repository files (by slash-separated relative path)
+// with other contents; the mutation test checks broken copies through it
+// without writing to the tree.
+type overrides map[string][]byte
+
+func (o overrides) read(t testing.TB, rel string) []byte {
+	t.Helper()
+	if data, ok := o[rel]; ok {
+		return data
+	}
+	return readRepoFile(t, rel)
+}
+
+// ruleFiles returns examples/config, with overrides applied.
+func (o overrides) ruleFiles(t testing.TB) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, n := range repoGlob(t, "examples/config/*.y*ml") {
+		files[n] = o.read(t, n)
+	}
+	return files
+}
+
+// manifestOverrides returns the overrides under manifests/istio.
+func (o overrides) manifestOverrides() map[string][]byte {
+	out := map[string][]byte{}
+	for k, v := range o {
+		if strings.HasPrefix(k, manifestsDir+"/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// A fileCheck validates one kind of shipped file, reading the repository
+// through overrides, and returns every problem it finds.
+type fileCheck func(t *testing.T, o overrides) error
+
+// checkEnvoyConfigs validates every Envoy bootstrap and simulates its
+// descriptors against examples/config.
+func checkEnvoyConfigs(t *testing.T, o overrides) error {
+	snap, err := loadRules(o.ruleFiles(t))
+	if err != nil {
+		return fmt.Errorf("examples/config: %w", err)
+	}
+	var errs []error
+	for _, name := range envoyConfigFiles(t) {
+		_, proxies, err := loadBootstrap(name, o.read(t, name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, p := range proxies {
+			if p.filter == nil {
+				continue
+			}
+			errs = append(errs, checkSamples(name+": "+p.where, p.filter, p.vhosts, snap, edgeSamples()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkManifests validates the kustomizations, builds the manifests with the
+// sidecar component, decodes every object strictly, runs the cross-object
+// checks, validates each EnvoyFilter and simulates its descriptors.
+func checkManifests(t *testing.T, o overrides) error {
+	fsys := variantFS(t, []string{"components/sidecar"}, o.manifestOverrides())
+	var errs []error
+	errs = append(errs, checkKustomizations(fsys)...)
+	ruleFiles := o.ruleFiles(t)
+	objs, err := renderManifests(fsys, ruleFiles)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	errs = append(errs, checkEnvNames("manifests", objs.envNames(), envTwins(t)))
+	snap, err := loadRules(ruleFiles)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, ef := range objs.envoyFilters {
+		p, err := checkEnvoyFilter(ef, objs.services)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		samples, err := samplesFor(p.filter.GetDomain())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.where, err))
+			continue
+		}
+		errs = append(errs, checkSamples(p.where, p.filter, p.vhosts, snap, samples))
+	}
+	return errors.Join(errs...)
+}
+
+// checkKustomizations runs checkKustomization on every kustomization.yaml
+// of an in-memory manifests tree.
+func checkKustomizations(fsys filesys.FileSystem) []error {
+	var errs []error
+	exists := func(rel string) (bool, bool) {
+		p := "/" + rel
+		return fsys.IsDir(p), fsys.Exists(p)
+	}
+	read := func(rel string) ([]byte, error) { return fsys.ReadFile("/" + rel) }
+	var files []string
+	err := fsys.Walk("/"+manifestsDir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && path.Base(p) == "kustomization.yaml" {
+			files = append(files, strings.TrimPrefix(filepath.ToSlash(p), "/"))
+		}
+		return err
+	})
+	if err != nil {
+		return []error{err}
+	}
+	sort.Strings(files)
+	for _, rel := range files {
+		data, err := fsys.ReadFile("/" + rel)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, checkKustomization(rel, data, exists, read))
+	}
+	return errs
+}
+
+// checkComposeSetup validates the compose file against the repository and
+// the Envoy bootstrap it mounts.
+func checkComposeSetup(t *testing.T, o overrides) error {
+	c, err := parseCompose(o.read(t, composeRel))
+	if err != nil {
+		return err
+	}
+	return errors.Join(checkCompose(c, repoRoot(t), o.read(t, "envoy-config/envoy.yaml")),
+		checkEnvNames(composeRel, c.envNames(), envTwins(t)))
+}
+
+// checkImageBuild validates the Dockerfile and .dockerignore.
+func checkImageBuild(t *testing.T, o overrides) error {
+	ignore, err := parseDockerIgnore(o.read(t, ".dockerignore"))
+	if err != nil {
+		return err
+	}
+	return checkDockerfile(o.read(t, "Dockerfile"), repoRoot(t), ignore)
+}
+
+// checkScripts runs shellcheck on the e2e scripts (copies, when
+// overridden, in a temporary directory).
+func checkScripts(t *testing.T, o overrides) error {
+	bin, err := exec.LookPath("shellcheck")
+	if err != nil {
+		return fmt.Errorf("shellcheck is not installed (apt-get install shellcheck; make test does it): %w", err)
+	}
+	var errs []error
+	for _, rel := range repoGlob(t, "test/e2e/*.sh") {
+		dir := filepath.Join(repoRoot(t), filepath.Dir(filepath.FromSlash(rel)))
+		if data, ok := o[rel]; ok {
+			dir = t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, path.Base(rel)), data, 0o600); err != nil {
+				return err
+			}
+		}
+		cmd := exec.Command(bin, "--severity=style", "--external-sources", path.Base(rel))
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("shellcheck %s: %w\n%s", rel, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fileChecks names every check, for the baseline and the mutation test.
+var fileChecks = map[string]fileCheck{
+	"envoy":     checkEnvoyConfigs,
+	"manifests": checkManifests,
+	"compose":   checkComposeSetup,
+	"image":     checkImageBuild,
+	"scripts":   checkScripts,
+}
+
+// TestShippedFilesPassEveryCheck is the baseline of the mutation test: the
+// files as shipped pass every check.
+func TestShippedFilesPassEveryCheck(t *testing.T) {
+	for name, check := range fileChecks {
+		t.Run(name, func(t *testing.T) {
+			if err := check(t, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

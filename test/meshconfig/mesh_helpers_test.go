@@ -1,0 +1,120 @@
+package meshconfig
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// repoRoot returns the repository root: this package lives in test/meshconfig.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("meshconfig: cannot locate the test source")
+	}
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("meshconfig: repository root %s has no go.mod: %v", root, err)
+	}
+	return root
+}
+
+// readRepoFile reads a file given relative to the repository root.
+func readRepoFile(t testing.TB, rel string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatalf("meshconfig: %v", err)
+	}
+	return data
+}
+
+// repoGlob lists the files matching pattern (relative to the repository
+// root, slash-separated, sorted) and fails the test when there are none, so
+// that a moved directory cannot silently leave a test with nothing to check.
+func repoGlob(t testing.TB, pattern string) []string {
+	t.Helper()
+	root := repoRoot(t)
+	matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+	if err != nil {
+		t.Fatalf("meshconfig: glob %s: %v", pattern, err)
+	}
+	if len(matches) == 0 {
+		t.Fatalf("meshconfig: no file matches %s", pattern)
+	}
+	out := make([]string, len(matches))
+	for i, m := range matches {
+		rel, err := filepath.Rel(root, m)
+		if err != nil {
+			t.Fatalf("meshconfig: %v", err)
+		}
+		out[i] = filepath.ToSlash(rel)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// splitYAML splits a multi-document YAML stream and drops documents that
+// hold nothing but comments.
+func splitYAML(data []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("split yaml documents: %w", err)
+		}
+		if isBlankYAML(doc) {
+			continue
+		}
+		docs = append(docs, doc)
+	}
+}
+
+func isBlankYAML(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && line != "---" && !strings.HasPrefix(line, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// mutate returns a copy of data with the first occurrence of old replaced by
+// repl. It fails the test when old does not occur, so a mutation that no
+// longer applies to the shipped file cannot pass unnoticed.
+func mutate(t testing.TB, data []byte, old, repl string) []byte {
+	t.Helper()
+	if !bytes.Contains(data, []byte(old)) {
+		t.Fatalf("meshconfig: mutation target %q not found; update the mutation test", old)
+	}
+	return bytes.Replace(data, []byte(old), []byte(repl), 1)
+}
+
+// wantErr fails the test unless err is non-nil and mentions every fragment.
+func wantErr(t testing.TB, err error, fragments ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("validation passed; want an error mentioning %q", fragments)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Error(), f) {
+			t.Fatalf("error does not mention %q:\n%v", f, err)
+		}
+	}
+}
