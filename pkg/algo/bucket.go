@@ -1,0 +1,171 @@
+package algo
+
+// Token bucket and GCRA share one model: a bucket of capacity burst that
+// refills limit tokens per period, one token every T = period/limit µs. The
+// state is the time TAT at which the bucket is full again; at time now it
+// holds burst − (TAT − now)/T tokens (burst when TAT ≤ now), so hits fit if
+// max(TAT, now) + hits·T − now ≤ burst·T, and admitting them moves TAT to
+// max(TAT, now) + hits·T.
+//
+// T is rarely a whole number of µs. token_bucket is exact: it keeps TAT as
+// the rational Time + Frac/limit µs and multiplies by T with mulDiv, whose
+// products stay below burst·limit < 2^53 (Validate), so Lua doubles compute
+// them exactly. gcra keeps TAT in whole µs (one integer, one plain key in
+// Redis): it rounds each new TAT up, so it is conservative by less than 1 µs
+// per admitted request while the bucket is not full, and admits exactly what
+// token_bucket admits when period is a multiple of limit (e.g. 100 per
+// second, T = 10 000 µs). A steady stream spaced ⌈T⌉ µs apart always passes
+// gcra; a stream at exactly 1/T may occasionally be denied by it.
+
+// mulDiv returns a·period/limit as q + r/limit with 0 ≤ r < limit, for
+// 0 ≤ a ≤ burst. With period = w·limit + m, a·period = a·w·limit + a·m and
+// a·m < a·limit ≤ burst·limit < 2^53: no intermediate loses precision in Lua.
+func mulDiv(a, period, limit int64) (q, r int64) {
+	w, m := divmod(period, limit)
+	q, r = divmod(a*m, limit)
+	return a*w + q, r
+}
+
+// fracLE reports whether the duration aq + af/limit ≤ bq + bf/limit (fractions
+// in [0, limit)).
+func fracLE(aq, af, bq, bf int64) bool {
+	return aq < bq || (aq == bq && af <= bf)
+}
+
+// fracSub returns (aq + af/limit) − (bq + bf/limit) with the fraction in
+// [0, limit).
+func fracSub(aq, af, bq, bf, limit int64) (q, f int64) {
+	q, f = aq-bq, af-bf
+	if f < 0 {
+		q, f = q-1, f+limit
+	}
+	return q, f
+}
+
+// fracAdd returns (aq + af/limit) + (bq + bf/limit) with the fraction in
+// [0, limit).
+func fracAdd(aq, af, bq, bf, limit int64) (q, f int64) {
+	q, f = aq+bq, af+bf
+	if f >= limit {
+		q, f = q+1, f-limit
+	}
+	return q, f
+}
+
+// fracCeil returns ⌈q + f/limit⌉ for 0 ≤ f < limit.
+func fracCeil(q, f int64) int64 {
+	if f > 0 {
+		return q + 1
+	}
+	return q
+}
+
+// tokens returns the whole tokens that fit a slack of sq + sf/limit µs,
+// ⌊slack/T⌋, capped at burst: the largest k ≤ burst with k·T ≤ slack. The
+// exact slack·limit/period can exceed 2^53, so a float estimate is corrected
+// with exact comparisons; the result is exact whatever the estimate, so the
+// two executors agree although their estimates need not.
+func tokens(sq, sf, period, limit, burst int64) int64 {
+	if sq < 0 {
+		return 0
+	}
+	est := (float64(sq)*float64(limit) + float64(sf)) / float64(period)
+	k := burst
+	if est < float64(burst) {
+		k = int64(est)
+	}
+	for k > 0 {
+		q, r := mulDiv(k, period, limit)
+		if fracLE(q, r, sq, sf) {
+			break
+		}
+		k--
+	}
+	for k < burst {
+		q, r := mulDiv(k+1, period, limit)
+		if !fracLE(q, r, sq, sf) {
+			break
+		}
+		k++
+	}
+	return k
+}
+
+// stepTokenBucket is the exact bucket; TAT = tat + frac/limit.
+func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
+	limit, period, burst := p.Limit, p.Period, p.Capacity()
+	tat, frac := s.Time, s.Frac
+	if frac < 0 || frac >= limit {
+		// Written under another limit: round TAT up, never down.
+		tat, frac = tat+1, 0
+	}
+	if tat < now {
+		tat, frac = now, 0
+	}
+	if refund {
+		q, r := mulDiv(min(hits, burst), period, limit)
+		tat, frac = fracSub(tat, frac, q, r, limit)
+		if tat < now {
+			tat, frac = now, 0
+		}
+		hits = 0
+	} else if hits > burst {
+		return State{Time: tat, Frac: frac}, never(p)
+	}
+	bq, br := mulDiv(burst, period, limit)
+	// The hits fit if the debt TAT − now ≤ (burst − hits)·T.
+	q, r := mulDiv(burst-hits, period, limit)
+	if !fracLE(tat-now, frac, q, r) {
+		sq, sf := fracSub(bq, br, tat-now, frac, limit)
+		wq, wf := fracSub(tat-now, frac, q, r, limit)
+		return State{Time: tat, Frac: frac}, Decision{Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: fracCeil(wq, wf)}
+	}
+	if hits > 0 {
+		q, r = mulDiv(hits, period, limit)
+		tat, frac = fracAdd(tat, frac, q, r, limit)
+	}
+	sq, sf := fracSub(bq, br, tat-now, frac, limit)
+	return State{Time: tat, Frac: frac}, Decision{Allowed: true, Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: fracCeil(tat-now, frac)}
+}
+
+// expiryTokenBucket is the time until TAT, rounded up; a Frac outside
+// [0, limit) counts as a whole µs, as in stepTokenBucket.
+func expiryTokenBucket(s State, now int64) int64 {
+	e := s.Time - now
+	if s.Frac != 0 {
+		e++
+	}
+	return e
+}
+
+// stepGCRA is the bucket with TAT in whole µs, rounded up when it grows and
+// moved back by ⌊hits·T⌋ on a refund, so rounding never admits more.
+func stepGCRA(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
+	limit, period, burst := p.Limit, p.Period, p.Capacity()
+	tat := max(s.Time, now)
+	if refund {
+		q, _ := mulDiv(min(hits, burst), period, limit)
+		tat = max(tat-q, now)
+		hits = 0
+	} else if hits > burst {
+		return State{Time: tat}, never(p)
+	}
+	bq, br := mulDiv(burst, period, limit)
+	// TAT − now is whole, so TAT − now ≤ (burst − hits)·T compares with
+	// the floor of the right side.
+	q, _ := mulDiv(burst-hits, period, limit)
+	if tat-now > q {
+		sq, sf := fracSub(bq, br, tat-now, 0, limit)
+		return State{Time: tat}, Decision{Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: tat - now - q}
+	}
+	if hits > 0 {
+		q, r := mulDiv(hits, period, limit)
+		tat = fracCeil(tat+q, r)
+	}
+	sq, sf := fracSub(bq, br, tat-now, 0, limit)
+	return State{Time: tat}, Decision{Allowed: true, Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: tat - now}
+}
+
+func expiryGCRA(s State, now int64) int64 {
+	return s.Time - now
+}

@@ -1,0 +1,167 @@
+package algo
+
+// State is the stored state of one limit for any algorithm. The zero value
+// means "no state yet" (a missing Redis key), and so does any state once
+// Expiry has passed. Each algorithm uses these fields (the names in
+// brackets are the Redis hash fields that hold them):
+//
+//   - fixed_window: Time [t] = start of the window Count [c] belongs to.
+//   - sliding_window: Time [t] = start of the current window, Count [c] its
+//     hits, Prev [p] the hits of the window before it.
+//   - sliding_log: Log = the times of the admitted hits, ascending, one
+//     entry per hit (a sorted set in Redis).
+//   - token_bucket: the time at which the bucket is full again (the
+//     theoretical arrival time, TAT), exactly: Time [t] + Frac [f]/Limit µs,
+//     with 0 ≤ Frac < Limit.
+//   - gcra: Time = the TAT in whole µs (a plain integer key in Redis).
+//
+// All times are Unix microseconds.
+type State struct {
+	Time  int64
+	Frac  int64
+	Count int64
+	Prev  int64
+	Log   []int64
+}
+
+// Step applies hits to one limit at time now (Unix µs) and returns the new
+// state and the decision. It does not modify s (a sliding log may append in
+// place past len(s.Log), which s does not see). Step is pure and safe for
+// concurrent use.
+//
+//   - hits > 0 consumes them if they fit; a denied step consumes nothing.
+//   - hits == 0 only checks: nothing is consumed, and Allowed reports
+//     whether the state is within the limit (as envoyproxy/ratelimit does
+//     for a zero hits_addend).
+//   - refund gives hits back: a window count drops (not below 0), a log
+//     loses its newest hits entries, a bucket's TAT moves back by
+//     hits·period/limit (not before now; at most burst tokens). The decision
+//     is then the check-only decision of the refunded state.
+//
+// Hits larger than the capacity are denied with Remaining 0 and ResetAfter
+// one period: they would never fit. A Limit of 0 (or a non-positive Period
+// or an unknown algorithm) denies every hit and leaves s unchanged.
+// Negative hits count as 0.
+func Step(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
+	return step(p, s, now, hits, refund, true)
+}
+
+// step is Step; with build false a sliding log skips building its new log
+// (ApplyAll's first pass only needs the decision).
+func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decision) {
+	if hits < 0 {
+		hits = 0
+	}
+	if p.Limit <= 0 || p.Period <= 0 {
+		return s, blocked(p, hits, refund)
+	}
+	switch p.Algorithm {
+	case FixedWindow:
+		return stepFixedWindow(p, s, now, hits, refund)
+	case SlidingWindow:
+		return stepSlidingWindow(p, s, now, hits, refund)
+	case SlidingLog:
+		return stepSlidingLog(p, s, now, hits, refund, build)
+	case TokenBucket:
+		return stepTokenBucket(p, s, now, hits, refund)
+	case GCRA:
+		return stepGCRA(p, s, now, hits, refund)
+	}
+	return s, blocked(p, hits, refund)
+}
+
+// blocked is the decision of a policy that admits nothing.
+func blocked(p Policy, hits int64, refund bool) Decision {
+	if hits == 0 || refund {
+		return Decision{Allowed: true}
+	}
+	return never(p)
+}
+
+// never is the decision for hits that can never fit: no Retry-After would
+// be true, so it reports one period.
+func never(p Policy) Decision {
+	return Decision{ResetAfter: max(p.Period, 0)}
+}
+
+// Expiry returns how many µs after now s becomes equivalent to no state at
+// all: the TTL of its key. Zero means it already is, and the key can be
+// deleted. Keeping a key longer than Expiry is harmless. Expiry does not
+// depend on Limit or Burst.
+func Expiry(p Policy, s State, now int64) int64 {
+	var e int64
+	switch p.Algorithm {
+	case FixedWindow:
+		e = expiryFixedWindow(p, s, now)
+	case SlidingWindow:
+		e = expirySlidingWindow(p, s, now)
+	case SlidingLog:
+		e = expirySlidingLog(p, s, now)
+	case TokenBucket:
+		e = expiryTokenBucket(s, now)
+	case GCRA:
+		e = expiryGCRA(s, now)
+	}
+	return max(e, 0)
+}
+
+// ApplyAll applies every check of one request at time now, all or nothing.
+// states[i] is the state of checks[i] (the zero State for a missing key) and
+// out[i] receives its decision; both must have len(checks). Keys must be
+// distinct.
+//
+// allowed is false when any check that is not a refund is denied (a
+// check-only check included: the request is then answered OVER_LIMIT, so it
+// must consume nothing). Then no state changes except the refunds', the
+// denied checks report their denial, and the other checks report the
+// check-only decision of their unchanged state. Otherwise every consuming
+// check's state is replaced by its new state. Refunds always apply; a
+// check-only check's state is never replaced.
+//
+// This is the function the Lua script apply.lua mirrors. ApplyAll does not
+// allocate except when a sliding log grows.
+func ApplyAll(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
+	allowed = true
+	for i := range checks {
+		c := &checks[i]
+		if c.Refund {
+			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, true)
+			continue
+		}
+		_, out[i] = step(c.Policy, states[i], now, c.Hits, false, false)
+		if !out[i].Allowed {
+			allowed = false
+		}
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.Refund || c.Hits <= 0 || !out[i].Allowed {
+			continue
+		}
+		if allowed {
+			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, false)
+		} else {
+			_, out[i] = step(c.Policy, states[i], now, 0, false, false)
+		}
+	}
+	return allowed
+}
+
+// divmod returns q = ⌊a/b⌋ and r = a − q·b with 0 ≤ r < b, for b > 0.
+// The Lua twin computes the same from a double division and corrects it.
+func divmod(a, b int64) (q, r int64) {
+	q, r = a/b, a%b
+	if r < 0 {
+		q, r = q-1, r+b
+	}
+	return q, r
+}
+
+// ceilDiv returns ⌈a/b⌉ for b > 0.
+func ceilDiv(a, b int64) int64 {
+	q, r := divmod(a, b)
+	if r > 0 {
+		q++
+	}
+	return q
+}

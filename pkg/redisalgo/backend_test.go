@@ -1,0 +1,566 @@
+package redisalgo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// t0 is the injected clock's start: a fixed instant, so decisions are exact.
+var t0 = time.UnixMicro(1_700_000_000_000_000)
+
+// clock is an injected time source tests move by hand.
+type clock struct{ us atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.us.Store(t0.UnixMicro())
+	return c
+}
+
+func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
+func (c *clock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
+func (c *clock) opts() Options       { return Options{Now: c.now} }
+
+func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backend {
+	t.Helper()
+	b, err := New(client, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+// limit builds a check of hits on the limit "<domain> user=<user>".
+func limit(domain, user string, p algo.Policy, hits int64) algo.Check {
+	return algo.Check{Domain: domain, Entries: entries("user", user), HashTag: -1, Policy: p, Hits: hits}
+}
+
+func perMinute(a algo.Algorithm, n int64) algo.Policy {
+	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Minute}
+}
+
+func apply(t testing.TB, b *Backend, checks ...algo.Check) []algo.Decision {
+	t.Helper()
+	d, err := b.Apply(context.Background(), checks)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if len(d) != len(checks) {
+		t.Fatalf("Apply returned %d decisions for %d checks", len(d), len(checks))
+	}
+	return d
+}
+
+// remaining probes a limit without consuming (hits 0).
+func remaining(t testing.TB, b *Backend, c algo.Check) int64 {
+	t.Helper()
+	c.Hits, c.Refund = 0, false
+	return apply(t, b, c)[0].Remaining
+}
+
+// standaloneAndCluster runs f against the shared standalone server and the
+// shared cluster.
+func standaloneAndCluster(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) { f(t, redistest.SharedStandalone(t).Client(t)) })
+	t.Run("cluster", func(t *testing.T) { f(t, redistest.SharedCluster(t).ClusterClient(t)) })
+}
+
+func TestApplyBurstThenDeny(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		for _, a := range algo.Algorithms {
+			t.Run(a.String(), func(t *testing.T) {
+				clk := newClock()
+				b := newBackend(t, client, clk.opts())
+				c := limit(redistest.KeyPrefix(t), "alice", perMinute(a, 3), 1)
+				for i := range 3 {
+					d := apply(t, b, c)[0]
+					if !d.Allowed || d.Remaining != int64(2-i) {
+						t.Fatalf("hit %d: %+v, want allowed with remaining %d", i+1, d, 2-i)
+					}
+				}
+				d := apply(t, b, c)[0]
+				// A sliding window may wait into the next window while the
+				// previous one still weighs, so up to two periods.
+				if d.Allowed || d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Minute {
+					t.Fatalf("hit 4: %+v, want denied, remaining 0, 0 < reset ≤ 2m", d)
+				}
+				// Two windows later every algorithm admits again.
+				clk.add(2 * time.Minute)
+				if d := apply(t, b, c)[0]; !d.Allowed {
+					t.Fatalf("after 2m: %+v, want allowed", d)
+				}
+			})
+		}
+	})
+}
+
+func TestApplyOrderAndAllOrNothing(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		b := newBackend(t, client, newClock().opts())
+		dom := redistest.KeyPrefix(t)
+		wide := limit(dom, "wide", perMinute(algo.TokenBucket, 5), 1)
+		narrow := limit(dom, "narrow", perMinute(algo.FixedWindow, 1), 1)
+
+		d := apply(t, b, wide, narrow)
+		if !d[0].Allowed || d[0].Remaining != 4 || !d[1].Allowed || d[1].Remaining != 0 {
+			t.Fatalf("first request: %+v, want wide 4 left, narrow 0 left", d)
+		}
+		d = apply(t, b, wide, narrow)
+		if d[1].Allowed {
+			t.Fatalf("second request: narrow %+v, want denied", d[1])
+		}
+		// The denied request consumed nothing from wide.
+		if got := remaining(t, b, wide); got != 4 {
+			t.Errorf("wide remaining after a denied request = %d, want 4", got)
+		}
+		if got := d[0].Remaining; got != 4 {
+			t.Errorf("denied request reports wide remaining %d, want 4", got)
+		}
+	})
+}
+
+func TestApplyEmpty(t *testing.T) {
+	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
+	if d, err := b.Apply(context.Background(), nil); err != nil || len(d) != 0 {
+		t.Errorf("Apply(nil) = %v, %v; want no decisions, no error", d, err)
+	}
+}
+
+// TestApplyServerTime runs without an injected clock: the script uses the
+// Redis server's TIME.
+func TestApplyServerTime(t *testing.T) {
+	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
+	c := limit(redistest.KeyPrefix(t), "u", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 2, Period: algo.Hour}, 1)
+	got := []bool{apply(t, b, c)[0].Allowed, apply(t, b, c)[0].Allowed, apply(t, b, c)[0].Allowed}
+	if want := []bool{true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("allowed = %v, want %v", got, want)
+	}
+}
+
+// TestApplySpreadsOverSlots sends one request whose limits land in many
+// slots on every master: no CROSSSLOT, every decision right.
+func TestApplySpreadsOverSlots(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	var checks []algo.Check
+	slots := map[int]bool{}
+	masters := map[string]bool{}
+	for i := range 40 {
+		c := limit(dom, fmt.Sprint("user", i), perMinute(algo.Algorithms[i%len(algo.Algorithms)], 2), 1)
+		checks = append(checks, c)
+		slot := keySlot(AppendKey(nil, c))
+		slots[slot] = true
+		masters[cl.MasterForSlot(t, slot).Addr] = true
+	}
+	if len(slots) < 30 || len(masters) != 3 {
+		t.Fatalf("test limits span %d slots on %d masters; want ≥30 slots on 3", len(slots), len(masters))
+	}
+	for round, want := range []int64{1, 0} {
+		for i, d := range apply(t, b, checks...) {
+			if !d.Allowed || d.Remaining != want {
+				t.Fatalf("round %d check %d: %+v, want allowed with %d left", round, i, d, want)
+			}
+		}
+	}
+	for i, d := range apply(t, b, checks...) {
+		if d.Allowed {
+			t.Fatalf("round 3 check %d: %+v, want denied", i, d)
+		}
+	}
+}
+
+// TestHashTagGroupsOneUser: with a hash tag on the user entry, one user's
+// limits form one slot group, so even on a cluster they are evaluated by
+// one atomic script call.
+func TestHashTagGroupsOneUser(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	var checks []algo.Check
+	for i, a := range algo.Algorithms {
+		checks = append(checks, algo.Check{
+			Domain:  dom,
+			Entries: entries("user", "alice", "path", fmt.Sprint("/p", i)),
+			HashTag: 0,
+			Policy:  perMinute(a, int64(i+1)),
+			Hits:    1,
+		})
+	}
+	s := new(scratch)
+	s.reset(len(checks))
+	b.group(s, checks, 0)
+	if len(s.calls) != 1 {
+		t.Fatalf("%d slot groups for one user's %d limits, want 1", len(s.calls), len(checks))
+	}
+	// The first policy admits one hit; the second request is denied by it
+	// alone and must leave every other limit untouched.
+	apply(t, b, checks...)
+	d := apply(t, b, checks...)
+	if d[0].Allowed {
+		t.Fatalf("second request: %+v, want the 1/min limit to deny", d[0])
+	}
+	for i, c := range checks[1:] {
+		if got, want := remaining(t, b, c), c.Policy.Limit-1; got != want {
+			t.Errorf("limit %d (%s) remaining = %d, want %d", i+1, c.Policy.Algorithm, got, want)
+		}
+	}
+}
+
+// TestClusterRefund: when a later slot group denies, the group that already
+// consumed is refunded in the same request.
+func TestClusterRefund(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			wide := limit(dom, "wide-"+a.String(), perMinute(a, 10), 2)
+			narrow := limit(dom, "narrow-"+a.String(), perMinute(a, 1), 1)
+			if keySlot(AppendKey(nil, wide)) == keySlot(AppendKey(nil, narrow)) {
+				t.Fatal("test limits share a slot; pick other names")
+			}
+			if d := apply(t, b, wide, narrow); !d[0].Allowed || !d[1].Allowed {
+				t.Fatalf("first request: %+v, want both allowed", d)
+			}
+			before := remaining(t, b, wide)
+			// Both orders: the denying group may come first or last in the
+			// pipeline.
+			for _, req := range [][]algo.Check{{wide, narrow}, {narrow, wide}} {
+				d := apply(t, b, req...)
+				if d[0].Allowed && d[1].Allowed {
+					t.Fatalf("request %v: %+v, want narrow denied", req, d)
+				}
+				if got := remaining(t, b, wide); got != before {
+					t.Errorf("wide remaining after a denied request = %d, want %d (refunded)", got, before)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterRefundKeepsRequestRefunds: a request's own refunds
+// (is_negative_hits) apply even when the request is denied, and are not
+// undone by the all-or-nothing refund.
+func TestClusterRefundKeepsRequestRefunds(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	given := limit(dom, "given", perMinute(algo.FixedWindow, 10), 3)
+	narrow := limit(dom, "narrow", perMinute(algo.FixedWindow, 1), 1)
+	apply(t, b, given, narrow)
+	back := given
+	back.Refund, back.Hits = true, 2
+	apply(t, b, back, narrow) // narrow denies
+	if got := remaining(t, b, given); got != 9 {
+		t.Errorf("remaining = %d, want 9 (10 - 3 + 2)", got)
+	}
+}
+
+func TestApplyScriptError(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		b := newBackend(t, client, newClock().opts())
+		c := limit(redistest.KeyPrefix(t), "u", perMinute(algo.TokenBucket, 3), 1)
+		// A key of the wrong type makes the script fail inside Redis.
+		if err := client.LPush(context.Background(), string(AppendKey(nil, c)), "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.Apply(context.Background(), []algo.Check{c})
+		if err == nil || !strings.HasPrefix(err.Error(), "redisalgo: ") {
+			t.Fatalf("Apply on a wrong-type key: err = %v, want a redisalgo error", err)
+		}
+	})
+}
+
+func TestApplyCanceled(t *testing.T) {
+	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Apply(ctx, []algo.Check{limit("d", "u", perMinute(algo.GCRA, 1), 1)}); err == nil {
+		t.Error("Apply with a canceled context succeeded")
+	}
+}
+
+// TestScriptFlushAndRestart runs a stream of requests through SCRIPT FLUSH
+// and a Redis restart: no request fails, and decisions stay exact.
+func TestScriptFlushAndRestart(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	client := srv.Client(t)
+	clk := newClock()
+	b := newBackend(t, client, clk.opts())
+	dom := redistest.KeyPrefix(t)
+	for i := range 60 {
+		switch i {
+		case 20:
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case 40:
+			// The restart also loses the counters (no persistence).
+			srv.Restart(t)
+		}
+		c := limit(dom, fmt.Sprint("u", i/20), perMinute(algo.TokenBucket, 5), 1)
+		d, err := b.Apply(ctx, []algo.Check{c})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if want := i%20 < 5; d[0].Allowed != want {
+			t.Fatalf("request %d: %+v, want allowed=%v", i, d[0], want)
+		}
+	}
+	if n := b.noscript.Load(); n != 2 {
+		t.Errorf("%d calls resent after NOSCRIPT, want 2 (after the flush and after the restart)", n)
+	}
+}
+
+// TestClusterScriptFlush: SCRIPT FLUSH on every node, then requests over
+// every master still succeed.
+func TestClusterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.SharedCluster(t)
+	client := cl.ClusterClient(t)
+	b := newBackend(t, client, newClock().opts())
+	if err := client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dom := redistest.KeyPrefix(t)
+	var checks []algo.Check
+	for i := range 12 {
+		checks = append(checks, limit(dom, fmt.Sprint("u", i), perMinute(algo.SlidingWindow, 3), 1))
+	}
+	for i, d := range apply(t, b, checks...) {
+		if !d.Allowed || d.Remaining != 2 {
+			t.Errorf("check %d after SCRIPT FLUSH: %+v, want allowed with 2 left", i, d)
+		}
+	}
+	if b.noscript.Load() == 0 {
+		t.Error("no call was resent after NOSCRIPT")
+	}
+}
+
+func TestLazyLoad(t *testing.T) {
+	srv := redistest.Standalone(t)
+	srv.Kill(t)
+	b, err := New(srv.Client(t), Options{LazyLoad: true})
+	if err != nil {
+		t.Fatalf("New with LazyLoad on a dead server: %v", err)
+	}
+	if err := b.Ping(context.Background()); err == nil {
+		t.Error("Ping of a dead server succeeded")
+	}
+	srv.Start(t)
+	if err := b.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	// The script was never loaded; the first request loads it.
+	if d := apply(t, b, limit(redistest.KeyPrefix(t), "u", perMinute(algo.GCRA, 1), 1)); !d[0].Allowed {
+		t.Errorf("first request: %+v, want allowed", d[0])
+	}
+	if n := b.noscript.Load(); n != 1 {
+		t.Errorf("%d calls resent after NOSCRIPT, want 1", n)
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func TestNewFailsWithoutRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	srv.Kill(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "load script") {
+		t.Errorf("New on a dead server: err = %v, want a load script error", err)
+	}
+}
+
+// load runs workers that apply requests on fresh keys until stop is closed
+// or each ran max requests, and counts errors. It returns a wait function.
+func load(t *testing.T, b *Backend, dom string, stop <-chan struct{}, workers, max int) (wait func() (ok, failed int64)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var okN, failedN atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := range max {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				c1 := limit(dom, fmt.Sprintf("w%d-%d", w, i), perMinute(algo.TokenBucket, 100), 1)
+				c2 := limit(dom, fmt.Sprintf("w%d", w), algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Hour}, 1)
+				if _, err := b.Apply(ctx, []algo.Check{c1, c2}); err != nil {
+					failedN.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				} else {
+					okN.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	return func() (int64, int64) {
+		wg.Wait()
+		return okN.Load(), failedN.Load()
+	}
+}
+
+// eventually retries Apply until it succeeds, within a bounded number of
+// attempts, and returns its decisions.
+func eventually(t *testing.T, b *Backend, checks ...algo.Check) []algo.Decision {
+	t.Helper()
+	var err error
+	for range 100 {
+		var d []algo.Decision
+		if d, err = b.Apply(context.Background(), checks); err == nil {
+			return d
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("Apply kept failing: %v", err)
+	return nil
+}
+
+// exactAfter checks that a fresh limit of 3 admits exactly 3.
+func exactAfter(t *testing.T, b *Backend, c algo.Check) {
+	t.Helper()
+	for i := range 4 {
+		d := eventually(t, b, c)[0]
+		if want := i < 3; d.Allowed != want || (want && d.Remaining != int64(2-i)) {
+			t.Fatalf("hit %d after failover: %+v, want allowed=%v", i+1, d, want)
+		}
+	}
+}
+
+// TestClusterFailover: CLUSTER FAILOVER under load, with the replica's
+// script cache flushed first so that the new master answers NOSCRIPT.
+func TestClusterFailover(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	probe := limit(dom, "probe", perMinute(algo.TokenBucket, 3), 1)
+	slot := keySlot(AppendKey(nil, probe))
+	replica := cl.ReplicaOf(t, cl.MasterForSlot(t, slot))
+	if err := replica.Client(t).ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	wait := load(t, b, dom+"load", stop, 4, 2000)
+	apply(t, b, probe)
+	cl.Failover(t, slot)
+	// CLUSTER FAILOVER is lossless: the hit before it counts.
+	if d := eventually(t, b, probe)[0]; !d.Allowed || d.Remaining != 1 {
+		t.Errorf("after failover: %+v, want allowed with 1 left", d)
+	}
+	if b.noscript.Load() == 0 {
+		t.Error("the promoted replica had no script, but no call was resent after NOSCRIPT")
+	}
+	close(stop)
+	ok, failed := wait()
+	t.Logf("load during failover: %d ok, %d failed", ok, failed)
+	if ok == 0 {
+		t.Error("no request succeeded during the failover run")
+	}
+	exactAfter(t, b, limit(dom, "fresh", perMinute(algo.TokenBucket, 3), 1))
+}
+
+// TestClusterKillMaster: a master dies under load; after its replica is
+// promoted, requests succeed again and decide exactly.
+func TestClusterKillMaster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	probe := limit(dom, "probe", perMinute(algo.TokenBucket, 3), 1)
+	slot := keySlot(AppendKey(nil, probe))
+
+	stop := make(chan struct{})
+	wait := load(t, b, dom+"load", stop, 4, 2000)
+	killed, _ := cl.KillMaster(t, slot)
+	exactAfter(t, b, probe)
+	close(stop)
+	ok, failed := wait()
+	t.Logf("load during master kill: %d ok, %d failed", ok, failed)
+	cl.Rejoin(t, killed)
+	exactAfter(t, b, limit(dom, "fresh", perMinute(algo.GCRA, 3), 1))
+}
+
+// TestSentinelFailover: the master dies; the failover client follows the
+// promoted replica and decisions are exact again.
+func TestSentinelFailover(t *testing.T) {
+	se := redistest.SharedSentinel(t)
+	b := newBackend(t, se.FailoverClient(t), newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	if d := apply(t, b, limit(dom, "before", perMinute(algo.TokenBucket, 3), 1)); !d[0].Allowed {
+		t.Fatalf("before failover: %+v", d[0])
+	}
+	stop := make(chan struct{})
+	wait := load(t, b, dom+"load", stop, 2, 2000)
+	killed, promoted := se.KillMaster(t)
+	exactAfter(t, b, limit(dom, "after", perMinute(algo.TokenBucket, 3), 1))
+	close(stop)
+	ok, failed := wait()
+	t.Logf("load during sentinel failover: %d ok, %d failed", ok, failed)
+	// The counter lives on the new master.
+	key := string(AppendKey(nil, limit(dom, "after", perMinute(algo.TokenBucket, 3), 1)))
+	if n, err := promoted.Client(t).Exists(context.Background(), key).Result(); err != nil || n != 1 {
+		t.Errorf("EXISTS on promoted master %s = %d, %v; want the limit's key", promoted.Addr, n, err)
+	}
+	se.Rejoin(t, killed)
+}
+
+// BenchmarkApply measures one 2-limit request against a real standalone
+// server: one round trip per request.
+func BenchmarkApply(b *testing.B) {
+	be := newBackend(b, redistest.SharedStandalone(b).Client(b), Options{})
+	dom := redistest.KeyPrefix(b)
+	checks := []algo.Check{
+		limit(dom, "bench", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 40, Period: algo.Second}, 1),
+		limit(dom, "bench", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Minute}, 1),
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := be.Apply(ctx, checks); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestClusterRefundOnError: when one slot group fails, the request gets an
+// error and the groups that consumed are refunded.
+func TestClusterRefundOnError(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.SharedCluster(t)
+	client := cl.ClusterClient(t)
+	b := newBackend(t, client, newClock().opts())
+	dom := redistest.KeyPrefix(t)
+	good := limit(dom, "good", perMinute(algo.SlidingLog, 5), 2)
+	broken := limit(dom, "broken", perMinute(algo.TokenBucket, 5), 1)
+	if keySlot(AppendKey(nil, good)) == keySlot(AppendKey(nil, broken)) {
+		t.Fatal("test limits share a slot; pick other names")
+	}
+	if err := client.LPush(ctx, string(AppendKey(nil, broken)), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Apply(ctx, []algo.Check{good, broken}); err == nil {
+		t.Fatal("Apply with a failing slot group succeeded")
+	}
+	if got := remaining(t, b, good); got != 5 {
+		t.Errorf("remaining after a failed request = %d, want 5 (refunded)", got)
+	}
+}

@@ -1,0 +1,456 @@
+package redisalgo
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// TestDifferential feeds identical random requests (several limits of mixed
+// algorithms each, random times, hits, check-only checks, refunds and limit
+// changes) to algo.ApplyAll and to apply.lua with the same now, and requires
+// identical decisions, identical stored state, and TTLs equal to
+// algo.Expiry rounded up to ms.
+//
+// It runs apply.lua inside observedScript, which reads every key before and
+// after the unchanged apply.lua code in the same atomic script execution.
+// The Go side steps from the state read before. Then the observer extends
+// every key's TTL to a minute, so that the injected clock, not Redis's own,
+// decides when a state is gone: a state kept past its Expiry must decide
+// like no key, and this checks that too. (Only a TTL of a few ms that the
+// script itself sets may run out before the script ends; the check allows
+// for that.)
+func TestDifferential(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runDifferential(t, client, seed, 2500)
+		})
+	}
+}
+
+// observedScript is apply.lua between a prologue that reads every key and an
+// epilogue that reads them again with their PTTL, extends their TTL to a
+// minute, and returns {apply.lua's reply, before, after, pttls, µs the
+// script ran}. A key reads as HGETALL, ZRANGE … WITHSCORES, or {GET value}
+// by algorithm.
+var observedScript = redis.NewScript(observePrologue + strings.Replace(applyLua, "\nreturn reply\n", "\nreturn observe(reply)\n", 1))
+
+const observePrologue = `
+local function observeKey(key, alg)
+  if alg == 3 then
+    return redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  elseif alg == 5 then
+    local v = redis.call('GET', key)
+    if v then
+      return {v}
+    end
+    return {}
+  end
+  return redis.call('HGETALL', key)
+end
+local function observeAll()
+  local out = {}
+  for i = 1, #KEYS do
+    out[i] = observeKey(KEYS[i], tonumber(ARGV[2 + 6 * (i - 1)]))
+  end
+  return out
+end
+local observedStart = redis.call('TIME')
+local observedBefore = observeAll()
+local function observe(reply)
+  local after, ttls = observeAll(), {}
+  for i = 1, #KEYS do
+    ttls[i] = redis.call('PTTL', KEYS[i])
+  end
+  local e = redis.call('TIME')
+  for i = 1, #KEYS do
+    redis.call('PEXPIRE', KEYS[i], 60000, 'GT')
+  end
+  local elapsed = (tonumber(e[1]) - tonumber(observedStart[1])) * 1000000 + tonumber(e[2]) - tonumber(observedStart[2])
+  return {reply, observedBefore, after, ttls, elapsed}
+end
+`
+
+func TestObservedScriptWrapsApply(t *testing.T) {
+	if strings.Count(applyLua, "\nreturn reply\n") != 1 || !strings.HasSuffix(applyLua, "\nreturn reply\n") {
+		t.Fatal("apply.lua must end with its only `return reply` line; the differential test wraps it")
+	}
+}
+
+var diffPeriods = []int64{7, 1000, 999_983, algo.Second, 7*algo.Second + 3, algo.Minute, algo.Hour, algo.Day, algo.Year, 1<<21 + 1}
+
+// diffPolicy returns a random valid policy of algorithm a, often at the
+// edges of what Validate allows.
+func diffPolicy(r *rand.Rand, a algo.Algorithm) algo.Policy {
+	for {
+		p := algo.Policy{Algorithm: a, Period: diffPeriods[r.IntN(len(diffPeriods))]}
+		limits := []int64{1, 2, 3, 7, 10, 100, 1000, 1 + r.Int64N(5000)}
+		p.Limit = limits[r.IntN(len(limits))]
+		switch {
+		case a == algo.SlidingLog:
+			p.Limit = min(p.Limit, 1+r.Int64N(200))
+		case r.IntN(20) == 0 && (a == algo.FixedWindow || a == algo.SlidingWindow):
+			p.Limit = algo.MaxLimit - r.Int64N(3)
+		case r.IntN(20) == 0:
+			p.Limit = 1<<20 + r.Int64N(1000)
+		case r.IntN(100) == 0:
+			p.Limit = 0
+		}
+		if (a == algo.TokenBucket || a == algo.GCRA) && r.IntN(5) == 0 {
+			// burst·limit just below 2^53 and the longest refill Validate
+			// allows: the products that need exact arithmetic in Lua.
+			p.Limit = 1<<20 + r.Int64N(1<<22)
+			p.Burst = (1<<53 - 1) / p.Limit
+			p.Period = p.Limit + r.Int64N(p.Limit*p.Limit/8)
+		} else if a == algo.TokenBucket || a == algo.GCRA {
+			switch r.IntN(4) {
+			case 0:
+				p.Burst = 1 + r.Int64N(3*max(p.Limit, 1))
+			case 1:
+				if p.Limit > 0 {
+					p.Burst = (1<<53 - 1) / p.Limit / (1 + r.Int64N(4))
+				}
+			}
+		}
+		if p.Validate() == nil {
+			return p
+		}
+	}
+}
+
+// diffLimit is one limit of the differential test: its key and its policy,
+// whose Limit and Burst change now and then as a config reload would.
+type diffLimit struct {
+	key string
+	p   algo.Policy
+}
+
+func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(seed, 0xd1ff))
+	prefix := redistest.KeyPrefix(t)
+	limits := make([]diffLimit, 12)
+	for i := range limits {
+		a := algo.Algorithms[i%len(algo.Algorithms)]
+		limits[i] = diffLimit{key: fmt.Sprintf("%s%d:%v", prefix, i, a), p: diffPolicy(r, a)}
+	}
+	now := luaT0 + r.Int64N(algo.Day)
+	var (
+		checks []algo.Check
+		keys   []string
+		states []algo.State
+		goOut  []algo.Decision
+		luaOut []algo.Decision
+	)
+	for step := range steps {
+		if r.IntN(100) == 0 {
+			l := &limits[r.IntN(len(limits))]
+			q := diffPolicy(r, l.p.Algorithm)
+			l.p.Limit, l.p.Burst = q.Limit, q.Burst
+			if l.p.Validate() != nil {
+				l.p.Burst = 0
+			}
+		}
+		checks, keys = checks[:0], keys[:0]
+		pick := r.Perm(len(limits))[:1+r.IntN(4)]
+		for _, i := range pick {
+			l := limits[i]
+			hits, refund := diffHits(r, l.p.Capacity())
+			checks = append(checks, algo.Check{Policy: l.p, Hits: hits, Refund: refund})
+			keys = append(keys, l.key)
+		}
+		now += diffGap(r, limits[pick[0]].p)
+
+		res, err := observedScript.Run(ctx, client, keys, appendApplyArgs(nil, now, checks)...).Slice()
+		if err != nil || len(res) != 5 {
+			t.Fatalf("step %d: observed apply.lua: %v %v", step, res, err)
+		}
+		before, after, ttls, ran := res[1].([]any), res[2].([]any), res[3].([]any), res[4].(int64)
+		states = slices.Grow(states[:0], len(keys))[:len(keys)]
+		for i, k := range keys {
+			s, _, err := parseState(k, checks[i].Policy.Algorithm, before[i])
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			states[i] = s
+		}
+		goOut = slices.Grow(goOut[:0], len(keys))[:len(keys)]
+		luaOut = slices.Grow(luaOut[:0], len(keys))[:len(keys)]
+		goAllowed := algo.ApplyAll(checks, states, now, goOut)
+		evalNow, luaAllowed, err := parseApplyReply(res[0], luaOut)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if evalNow != now || luaAllowed != goAllowed || !slices.Equal(goOut, luaOut) {
+			t.Fatalf("step %d at %d, checks %+v:\n go  %v %+v\n lua %v %+v (now %d)", step, now, checks, goAllowed, goOut, luaAllowed, luaOut, evalNow)
+		}
+		for i, k := range keys {
+			got, present, err := parseState(k, checks[i].Policy.Algorithm, after[i])
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			p := checks[i].Policy
+			e := algo.Expiry(p, states[i], now)
+			written := checks[i].Refund || (goAllowed && checks[i].Hits > 0)
+			if !present {
+				// Redis may expire a key whose TTL the script set to a
+				// few ms before the script ends: its clock runs on.
+				if e != 0 && !(written && (e+999)/1000 <= ran/1000+1) {
+					t.Fatalf("step %d: %s (%+v) missing on Redis, Go state %+v expires in %dµs", step, k, p, states[i], e)
+				}
+				continue
+			}
+			if !sameState(p.Algorithm, got, states[i]) {
+				t.Fatalf("step %d: %s (%+v, check %+v):\n go    %+v\n redis %+v", step, k, p, checks[i], states[i], got)
+			}
+			// PTTL counts from Redis's clock, which runs on while the
+			// script does: allow what the script measured it ran.
+			ms, want := ttls[i].(int64), (e+999)/1000
+			if written && p.Limit > 0 && (ms > want || ms < want-ran/1000-1) {
+				t.Fatalf("step %d: %s PTTL %dms, want %dms (Expiry %dµs rounded up; script ran %dµs)", step, k, ms, want, e, ran)
+			}
+		}
+	}
+}
+
+// diffGap scales a time step to p: often none or one emission interval,
+// sometimes whole periods.
+func diffGap(r *rand.Rand, p algo.Policy) int64 {
+	interval := max(p.Period/max(p.Limit, 1), 1)
+	switch n := r.IntN(100); {
+	case n < 20:
+		return 0
+	case n < 25:
+		return 1
+	case n < 65:
+		return r.Int64N(2 * interval)
+	case n < 85:
+		return r.Int64N(p.Period/4 + 1)
+	case n < 97:
+		return r.Int64N(2 * p.Period)
+	default:
+		return r.Int64N(10 * p.Period)
+	}
+}
+
+func diffHits(r *rand.Rand, capacity int64) (hits int64, refund bool) {
+	switch n := r.IntN(100); {
+	case n < 55:
+		return 1, false
+	case n < 65:
+		return 0, false
+	case n < 75:
+		return 2 + r.Int64N(4), false
+	case n < 80:
+		return r.Int64N(capacity + 1), false
+	case n < 83:
+		return capacity, false
+	case n < 86:
+		return capacity + 1, false
+	case n < 88:
+		return 1 + r.Int64N(capacity+1), true
+	default:
+		return 1 + r.Int64N(3), true
+	}
+}
+
+// parseState decodes one key's state as observedScript reads it; present is
+// false for a missing key.
+func parseState(key string, a algo.Algorithm, v any) (s algo.State, present bool, err error) {
+	vals, ok := v.([]any)
+	if !ok {
+		return s, false, fmt.Errorf("%s: state read is %T, want an array", key, v)
+	}
+	if len(vals) == 0 {
+		return s, false, nil
+	}
+	strs := make([]string, len(vals))
+	for i, x := range vals {
+		if strs[i], ok = x.(string); !ok {
+			return s, true, fmt.Errorf("%s: state element %d is %T", key, i, x)
+		}
+	}
+	integer := func(what, v string) (int64, error) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s = %q is not an integer", key, what, v)
+		}
+		return n, nil
+	}
+	switch a {
+	case algo.SlidingLog:
+		// Members are "<time>:<n>" with n = 0, 1, … within one time.
+		n := 0
+		for i := 0; i+1 < len(strs); i += 2 {
+			t, err := integer("score", strs[i+1])
+			if err != nil {
+				return s, true, err
+			}
+			if len(s.Log) > 0 && t != s.Log[len(s.Log)-1] {
+				n = 0
+			}
+			if want := fmt.Sprintf("%d:%06d", t, n); strs[i] != want {
+				return s, true, fmt.Errorf("%s: member %q with score %d, want %q", key, strs[i], t, want)
+			}
+			s.Log = append(s.Log, t)
+			n++
+		}
+	case algo.GCRA:
+		s.Time, err = integer("value", strs[0])
+	default:
+		for i := 0; i+1 < len(strs); i += 2 {
+			n, err := integer("field "+strs[i], strs[i+1])
+			if err != nil {
+				return s, true, err
+			}
+			switch strs[i] {
+			case "t":
+				s.Time = n
+			case "c":
+				s.Count = n
+			case "p":
+				s.Prev = n
+			case "f":
+				s.Frac = n
+			default:
+				return s, true, fmt.Errorf("%s: unexpected field %s", key, strs[i])
+			}
+		}
+	}
+	return s, true, err
+}
+
+// sameState compares the fields algorithm a stores.
+func sameState(a algo.Algorithm, redisState, goState algo.State) bool {
+	switch a {
+	case algo.FixedWindow:
+		return redisState.Time == goState.Time && redisState.Count == goState.Count
+	case algo.SlidingWindow:
+		return redisState.Time == goState.Time && redisState.Count == goState.Count && redisState.Prev == goState.Prev
+	case algo.SlidingLog:
+		return slices.Equal(redisState.Log, goState.Log)
+	case algo.TokenBucket:
+		return redisState.Time == goState.Time && redisState.Frac == goState.Frac
+	case algo.GCRA:
+		return redisState.Time == goState.Time
+	}
+	return false
+}
+
+// TestMemoryUsage measures MEMORY USAGE of one key per algorithm, with a
+// realistic key (AppendKey of domain "api", entry user_id=<8 characters>),
+// for the README's table: 100 per hour (the figures do not depend on the
+// period; an hour keeps Redis from expiring the keys while they are
+// measured), a sliding log with 1 and 100 entries and at the default cap.
+func TestMemoryUsage(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	user := fmt.Sprintf("%08x", crc32.ChecksumIEEE([]byte(redistest.KeyPrefix(t))))
+	var keyNo int
+	measure := func(name string, p algo.Policy, hits int64) int64 {
+		t.Helper()
+		keyNo++
+		id := fmt.Sprintf("%s%d", user[:7], keyNo) // 8 characters, distinct per key
+		key := string(AppendKey(nil, algo.Check{Domain: "api", Entries: []algo.Entry{{Key: "user_id", Value: id}}, HashTag: -1, Policy: p}))
+		for left := hits; left > 0; {
+			h := min(left, 1000)
+			_, allowed, _ := luaApply(t, client, []string{key}, luaT0+hits-left, []algo.Check{{Policy: p, Hits: h}})
+			if !allowed {
+				t.Fatalf("%s: %d hits denied", name, h)
+			}
+			left -= h
+		}
+		n, err := client.MemoryUsage(ctx, key, 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, _ := client.Type(ctx, key).Result()
+		t.Logf("MEMORY USAGE %-26s %-6s %7d bytes (key name %d bytes)", name, typ, n, len(key))
+		return n
+	}
+	var one, full int64
+	for _, a := range algo.Algorithms {
+		p := algo.Policy{Algorithm: a, Limit: 100, Period: algo.Hour}
+		n := measure(a.String(), p, 1)
+		if a == algo.SlidingLog {
+			one = n
+			full = measure(a.String()+"/100_entries", p, 100)
+			p.Limit = algo.DefaultSlidingLogCap
+			measure(a.String()+"/10000_entries", p, algo.DefaultSlidingLogCap)
+		}
+		if n <= 0 {
+			t.Fatalf("%v: MEMORY USAGE %d", a, n)
+		}
+	}
+	if full <= one {
+		t.Fatalf("a sliding log of 100 entries uses %d bytes, one of 1 entry %d", full, one)
+	}
+}
+
+// TestBoundaryOnRedis replays the window-boundary burst on Redis: 100 hits
+// 1 µs before a 1 s window ends and 100 at its start. fixed_window admits
+// all 200 within 2 µs; every other algorithm admits 100 here. Go decides the
+// same (pkg/algo TestBoundary covers the worst cases). Each 100 go in one
+// MULTI/EXEC: the fixed window's state expires 1 µs after the first batch,
+// and Redis must not expire it by its own clock while the batch runs.
+func TestBoundaryOnRedis(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	if err := applyScript.Load(ctx, client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var report strings.Builder
+	for _, a := range algo.Algorithms {
+		key := redistest.KeyPrefix(t) + a.String()
+		p := algo.Policy{Algorithm: a, Limit: 100, Period: algo.Second}
+		checks := []algo.Check{{Policy: p, Hits: 1}}
+		var s algo.State
+		admitted := 0
+		for _, now := range []int64{luaT0 - 1, luaT0} {
+			pipe := client.TxPipeline()
+			cmds := make([]*redis.Cmd, 100)
+			for i := range cmds {
+				cmds[i] = applyScript.EvalSha(ctx, pipe, []string{key}, appendApplyArgs(nil, now, checks)...)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i, cmd := range cmds {
+				out := make([]algo.Decision, 1)
+				_, allowed, err := parseApplyReply(cmd.Val(), out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var d algo.Decision
+				s, d = algo.Step(p, s, now, 1, false)
+				if d != out[0] {
+					t.Fatalf("%v at %d, hit %d: lua %+v, go %+v", a, now, i, out[0], d)
+				}
+				if allowed {
+					admitted++
+				}
+			}
+		}
+		want := 100
+		if a == algo.FixedWindow {
+			want = 200
+		}
+		if admitted != want {
+			t.Errorf("%v admitted %d of 200 around the boundary, want %d", a, admitted, want)
+		}
+		fmt.Fprintf(&report, " %v=%d", a, admitted)
+	}
+	t.Logf("admitted within 2 µs around a window boundary at 100/s:%s", report.String())
+}

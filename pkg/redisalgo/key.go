@@ -1,0 +1,171 @@
+package redisalgo
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"unsafe"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// KeyPrefix starts every key envoy-rls writes. The version changes whenever
+// the encoding or a script's state layout does, so old and new replicas
+// never read each other's state.
+const KeyPrefix = "rls:v1:"
+
+// maxPart is the longest client-supplied part (domain, entry key or value)
+// kept verbatim; longer parts become a digest so keys stay bounded.
+const maxPart = 64
+
+// digestBytes is how much of the SHA-256 of a long part is kept: 128 bits
+// make an accidental or crafted collision impractical.
+const digestBytes = 16
+
+// AppendKey appends the Redis key of c's limit to dst and returns the
+// extended slice. It allocates nothing when dst has room (a few hundred bytes
+// cover typical descriptors).
+//
+// Layout, where every client-supplied part is escaped (escapePart):
+//
+//	default:  rls:v1:{<domain>:<k1>=<v1>:<k2>=<v2>:<algorithm>:<period µs>}
+//	hash tag: rls:v1:{<domain>/<kt>=<vt>}:<k1>=<v1>:<k2>=<v2>:<algorithm>:<period µs>
+//
+// The default tag is the limit's whole identity, so limits spread evenly over
+// cluster slots while each limit's key (and anything a script derives from it
+// by appending) stays in one slot. With c.HashTag ≥ 0 the tag is the domain
+// plus the entry Entries[HashTag], so every limit keyed on the same value of
+// that entry shares a slot and is evaluated in one script. The limit's
+// numbers (Limit, Burst) are not part of the key: raising a limit mid-window
+// keeps the counts. The algorithm and period are, because they change what
+// the state means.
+//
+// Escaped parts contain none of ':', '=', '/', '{', '}' and '#', so the
+// layout parses back uniquely: two Checks with a different domain, entries,
+// algorithm, period or hash-tag entry never share a key, and no value can
+// close or open the hash tag. A HashTag index out of range is treated as -1.
+func AppendKey(dst []byte, c algo.Check) []byte {
+	dst = append(dst, KeyPrefix...)
+	dst = append(dst, '{')
+	dst = appendPart(dst, c.Domain)
+	if c.HashTag >= 0 && c.HashTag < len(c.Entries) {
+		e := c.Entries[c.HashTag]
+		dst = append(dst, '/')
+		dst = appendPart(dst, e.Key)
+		dst = append(dst, '=')
+		dst = appendPart(dst, e.Value)
+		dst = append(dst, '}')
+		dst = appendIdentity(dst, c)
+		return dst
+	}
+	dst = appendIdentity(dst, c)
+	return append(dst, '}')
+}
+
+// appendIdentity appends ":k=v" per entry, then ":algorithm:period".
+func appendIdentity(dst []byte, c algo.Check) []byte {
+	for _, e := range c.Entries {
+		dst = append(dst, ':')
+		dst = appendPart(dst, e.Key)
+		dst = append(dst, '=')
+		dst = appendPart(dst, e.Value)
+	}
+	dst = append(dst, ':')
+	if a := c.Policy.Algorithm; a >= algo.FixedWindow && a <= algo.GCRA {
+		dst = append(dst, a.String()...)
+	} else {
+		// Validated policies never get here; a number keeps it allocation
+		// free and still distinct from every name.
+		dst = strconv.AppendUint(dst, uint64(a), 10)
+	}
+	dst = append(dst, ':')
+	return strconv.AppendInt(dst, c.Policy.Period, 10)
+}
+
+// mustEscape marks bytes that escapePart percent-encodes: the layout's
+// separators, the escape and digest markers, hash-tag braces, the
+// backslash, space and control bytes (so keys print safely in redis-cli).
+var mustEscape = func() (m [256]bool) {
+	for b := range 0x21 {
+		m[b] = true
+	}
+	m[0x7f] = true
+	for _, b := range []byte("{}:\\%=/#") {
+		m[b] = true
+	}
+	return m
+}()
+
+const hexDigits = "0123456789ABCDEF"
+
+// appendPart appends one client-supplied part: percent-encoded when at most
+// maxPart bytes long, otherwise '#' and the hex of a truncated SHA-256. '#'
+// is always escaped in verbatim parts, so a digest never equals a value.
+func appendPart(dst []byte, s string) []byte {
+	if len(s) > maxPart {
+		// The hash only reads the bytes; viewing the string in place keeps
+		// key encoding allocation free.
+		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+		dst = append(dst, '#')
+		return hex.AppendEncode(dst, sum[:digestBytes])
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if mustEscape[b] {
+			dst = append(dst, '%', hexDigits[b>>4], hexDigits[b&0x0f])
+			continue
+		}
+		dst = append(dst, b)
+	}
+	return dst
+}
+
+// slotCount is the number of Redis Cluster hash slots.
+const slotCount = 16384
+
+// keySlot returns the Redis Cluster hash slot of key, by Redis's rule: when
+// the key has a '{' followed later by a '}' with at least one byte between
+// them, only the bytes between the first '{' and the first '}' after it are
+// hashed; otherwise the whole key is.
+func keySlot(key []byte) int {
+	for i, b := range key {
+		if b != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					key = key[i+1 : j]
+				}
+				return int(crc16(key) % slotCount)
+			}
+		}
+		break
+	}
+	return int(crc16(key) % slotCount)
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), the checksum
+// Redis Cluster uses for key slots.
+func crc16(data []byte) uint16 {
+	var crc uint16
+	for _, b := range data {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^b]
+	}
+	return crc
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()

@@ -1,0 +1,549 @@
+-- apply.lua evaluates the rate limits of one request all or nothing. It is
+-- algo.ApplyAll (pkg/algo) line by line: each function names the Go function
+-- it mirrors and uses the same variable names, and a differential test holds
+-- both to identical decisions and state.
+--
+-- KEYS[i]   the key of limit i (distinct keys; one key per limit)
+-- ARGV[1]   now in Unix µs; 0 means the server's TIME (production). A
+--           given now serves tests and refunds that must happen at the
+--           time their consumption did.
+-- ARGV[2+6(i-1)] .. ARGV[7+6(i-1)], limit i:
+--           algorithm (1 fixed_window, 2 sliding_window, 3 sliding_log,
+--           4 token_bucket, 5 gcra), limit, period µs, burst (0 = limit),
+--           hits (0 = check only), mode (0 consume, 1 refund)
+-- Reply     {now, allowed_all, then per limit: allowed, remaining, reset_after µs}
+-- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
+--
+-- First every limit is decided without writing; then, if every limit that
+-- is not a refund allowed, the consuming limits are written. Refunds are
+-- always written; check-only limits never are.
+--
+-- Numbers: Lua numbers are doubles, exact for integers below 2^53, and
+-- algo.Policy.Validate keeps every intermediate below that. Numbers are never
+-- turned into strings with tostring or `..`, which keep 14 digits: they go to
+-- redis.call, which writes integers exactly, or back as integer replies. The
+-- one string built from numbers, a sorted-set member, uses string.format
+-- with %d, exact below 2^63. Only integers are stored.
+--
+-- Storage, one key per limit (the fields of algo.State):
+--   fixed_window    hash  t = window start, c = count
+--   sliding_window  hash  t = current window start, c = its count, p = previous count
+--   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
+--                         numbers the hits of one µs (six digits, so members
+--                         of equal score sort by n)
+--   token_bucket    hash  t, f: TAT = t + f/limit µs
+--   gcra            string: TAT µs
+-- Every written key expires after algo.Expiry rounded up to ms; a state
+-- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
+-- past its Expiry decides like no key.
+
+local SLIDING_STEPS = 1048576 -- algo.slidingSteps, 2^20
+
+-- algo.divmod: floor division. Below 2^53 the floor of the rounded a/b is
+-- already exact; the correction keeps it so for any double.
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+    r = r + b
+  elseif r >= b then
+    q = q + 1
+    r = r - b
+  end
+  return q, r
+end
+
+-- algo.ceilDiv
+local function ceilDiv(a, b)
+  local q, r = divmod(a, b)
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
+-- algo.never: returns allowed, remaining, reset.
+local function never(period)
+  return false, 0, math.max(period, 0)
+end
+
+-- algo.blocked
+local function blocked(period, hits, refund)
+  if hits == 0 or refund then
+    return true, 0, 0
+  end
+  return never(period)
+end
+
+-- algo.windowStart
+local function windowStart(now, period)
+  local _, off = divmod(now, period)
+  return now - off
+end
+
+-- algo.stepFixedWindow
+local function stepFixedWindow(limit, period, s, now, hits, refund)
+  local start = windowStart(now, period)
+  local count = 0
+  if s.t >= start and s.c > 0 then
+    start, count = s.t, s.c
+  end
+  if refund then
+    count = math.max(count - hits, 0)
+    hits = 0
+  elseif hits > limit then
+    return {t = start, c = count}, never(period)
+  end
+  local ns = {t = start, c = count}
+  if count + hits > limit then
+    return ns, false, math.max(limit - count, 0), start + period - now
+  end
+  count = count + hits
+  ns.c = count
+  local reset = 0
+  if count > 0 then
+    reset = start + period - now
+  end
+  return ns, true, limit - count, reset
+end
+
+-- algo.expiryFixedWindow
+local function expiryFixedWindow(period, s, now)
+  if s.c <= 0 then
+    return 0
+  end
+  return s.t + period - now
+end
+
+-- algo.slidingQuantum
+local function slidingQuantum(period)
+  local step = ceilDiv(period, SLIDING_STEPS)
+  local steps = divmod(period, step)
+  return step, steps
+end
+
+-- algo.slidingWait
+local function slidingWait(limit, period, start, curr, prev, hits, step, steps)
+  local need = limit - curr - hits
+  if need >= 0 and prev > 0 then
+    local fit = divmod(need * steps, prev)
+    return start + period - fit * step
+  end
+  need = limit - hits
+  if curr <= 0 then
+    return start + period
+  end
+  local fit = divmod(need * steps, curr)
+  if fit >= steps then
+    return start + period
+  end
+  return start + 2 * period - fit * step
+end
+
+-- algo.stepSlidingWindow
+local function stepSlidingWindow(limit, period, s, now, hits, refund)
+  local start = windowStart(now, period)
+  local curr, prev = 0, 0
+  if s.t >= start and (s.c > 0 or s.p > 0) then
+    start, curr, prev = s.t, math.max(s.c, 0), math.max(s.p, 0)
+  elseif s.t == start - period then
+    prev = math.max(s.c, 0)
+  end
+  local rem = math.min(start + period - now, period)
+  local step, steps = slidingQuantum(period)
+  local remSteps = math.min(ceilDiv(rem, step), steps)
+  local weighted = ceilDiv(prev * remSteps, steps)
+  if refund then
+    curr = math.max(curr - hits, 0)
+    hits = 0
+  elseif hits > limit then
+    return {t = start, c = curr, p = prev}, never(period)
+  end
+  local used = curr + weighted
+  if used + hits > limit then
+    local ns = {t = start, c = curr, p = prev}
+    return ns, false, math.max(limit - used, 0), slidingWait(limit, period, start, curr, prev, hits, step, steps) - now
+  end
+  curr = curr + hits
+  used = used + hits
+  local reset = 0
+  if curr > 0 then
+    reset = start + 2 * period - now
+  elseif prev > 0 then
+    reset = start + period - now
+  end
+  return {t = start, c = curr, p = prev}, true, limit - used, reset
+end
+
+-- algo.expirySlidingWindow
+local function expirySlidingWindow(period, s, now)
+  if s.c > 0 then
+    return s.t + 2 * period - now
+  elseif s.p > 0 then
+    return s.t + period - now
+  end
+  return 0
+end
+
+-- logEntry returns the time of the live log entry at 0-based index, oldest
+-- first: the live entries are those with a score ≥ first.
+local function logEntry(key, first, index)
+  local e = redis.call('ZRANGE', key, first, '+inf', 'BYSCORE', 'LIMIT', index, 1, 'WITHSCORES')
+  return tonumber(e[2])
+end
+
+-- algo.stepSlidingLog. It only reads; the returned plan (the refunded and
+-- the added hits) is what commitSlidingLog writes. Entries before first are
+-- pruned when the plan is written, as the Go slice drops them.
+local function stepSlidingLog(key, limit, period, now, hits, refund)
+  local first = now - period + 1
+  local count = redis.call('ZCOUNT', key, first, '+inf')
+  local removed = 0
+  if refund then
+    removed = math.min(hits, count)
+    count = count - removed
+    hits = 0
+  elseif hits > limit then
+    return {remove = 0, add = 0}, never(period)
+  end
+  if count + hits > limit then
+    local k = count + hits - limit
+    return {remove = removed, add = 0}, false, math.max(limit - count, 0), logEntry(key, first, k - 1) + period - now
+  end
+  local newest = 0
+  if count > 0 then
+    newest = logEntry(key, first, count - 1)
+  end
+  if hits > 0 and (count == 0 or now > newest) then
+    newest = now
+  end
+  count = count + hits
+  local reset = 0
+  if count > 0 then
+    reset = newest + period - now
+  end
+  return {remove = removed, add = hits}, true, limit - count, reset
+end
+
+-- algo.mulDiv: a·period/limit = q + r/limit; every product stays below
+-- burst·limit < 2^53.
+local function mulDiv(a, period, limit)
+  local w, m = divmod(period, limit)
+  local q, r = divmod(a * m, limit)
+  return a * w + q, r
+end
+
+-- algo.fracLE
+local function fracLE(aq, af, bq, bf)
+  return aq < bq or (aq == bq and af <= bf)
+end
+
+-- algo.fracSub
+local function fracSub(aq, af, bq, bf, limit)
+  local q, f = aq - bq, af - bf
+  if f < 0 then
+    q, f = q - 1, f + limit
+  end
+  return q, f
+end
+
+-- algo.fracAdd
+local function fracAdd(aq, af, bq, bf, limit)
+  local q, f = aq + bq, af + bf
+  if f >= limit then
+    q, f = q + 1, f - limit
+  end
+  return q, f
+end
+
+-- algo.fracCeil
+local function fracCeil(q, f)
+  if f > 0 then
+    return q + 1
+  end
+  return q
+end
+
+-- algo.tokens: a float estimate corrected by exact comparisons, so the
+-- result is exact whatever the estimate.
+local function tokens(sq, sf, period, limit, burst)
+  if sq < 0 then
+    return 0
+  end
+  local est = (sq * limit + sf) / period
+  local k = burst
+  if est < burst then
+    k = math.floor(est)
+  end
+  while k > 0 do
+    local q, r = mulDiv(k, period, limit)
+    if fracLE(q, r, sq, sf) then
+      break
+    end
+    k = k - 1
+  end
+  while k < burst do
+    local q, r = mulDiv(k + 1, period, limit)
+    if not fracLE(q, r, sq, sf) then
+      break
+    end
+    k = k + 1
+  end
+  return k
+end
+
+-- algo.stepTokenBucket
+local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
+  local tat, frac = s.t, s.f
+  if frac < 0 or frac >= limit then
+    tat, frac = tat + 1, 0
+  end
+  if tat < now then
+    tat, frac = now, 0
+  end
+  if refund then
+    local q, r = mulDiv(math.min(hits, burst), period, limit)
+    tat, frac = fracSub(tat, frac, q, r, limit)
+    if tat < now then
+      tat, frac = now, 0
+    end
+    hits = 0
+  elseif hits > burst then
+    return {t = tat, f = frac}, never(period)
+  end
+  local bq, br = mulDiv(burst, period, limit)
+  local q, r = mulDiv(burst - hits, period, limit)
+  if not fracLE(tat - now, frac, q, r) then
+    local sq, sf = fracSub(bq, br, tat - now, frac, limit)
+    local wq, wf = fracSub(tat - now, frac, q, r, limit)
+    return {t = tat, f = frac}, false, tokens(sq, sf, period, limit, burst), fracCeil(wq, wf)
+  end
+  if hits > 0 then
+    q, r = mulDiv(hits, period, limit)
+    tat, frac = fracAdd(tat, frac, q, r, limit)
+  end
+  local sq, sf = fracSub(bq, br, tat - now, frac, limit)
+  return {t = tat, f = frac}, true, tokens(sq, sf, period, limit, burst), fracCeil(tat - now, frac)
+end
+
+-- algo.expiryTokenBucket
+local function expiryTokenBucket(s, now)
+  local e = s.t - now
+  if s.f ~= 0 then
+    e = e + 1
+  end
+  return e
+end
+
+-- algo.stepGCRA
+local function stepGCRA(limit, period, burst, s, now, hits, refund)
+  local tat = math.max(s.t, now)
+  if refund then
+    local q = mulDiv(math.min(hits, burst), period, limit)
+    tat = math.max(tat - q, now)
+    hits = 0
+  elseif hits > burst then
+    return {t = tat}, never(period)
+  end
+  local bq, br = mulDiv(burst, period, limit)
+  local q = mulDiv(burst - hits, period, limit)
+  if tat - now > q then
+    local sq, sf = fracSub(bq, br, tat - now, 0, limit)
+    return {t = tat}, false, tokens(sq, sf, period, limit, burst), tat - now - q
+  end
+  if hits > 0 then
+    local hq, hr = mulDiv(hits, period, limit)
+    tat = fracCeil(tat + hq, hr)
+  end
+  local sq, sf = fracSub(bq, br, tat - now, 0, limit)
+  return {t = tat}, true, tokens(sq, sf, period, limit, burst), tat - now
+end
+
+-- algo.expiryGCRA
+local function expiryGCRA(s, now)
+  return s.t - now
+end
+
+-- load reads limit l's state (algo.State; a missing key reads as zeros).
+-- A sliding log is read by its step instead.
+local function load(l)
+  local a = l.alg
+  if a == 1 then
+    local v = redis.call('HMGET', l.key, 't', 'c')
+    return {t = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0}
+  elseif a == 2 then
+    local v = redis.call('HMGET', l.key, 't', 'c', 'p')
+    return {t = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0, p = tonumber(v[3]) or 0}
+  elseif a == 4 then
+    local v = redis.call('HMGET', l.key, 't', 'f')
+    return {t = tonumber(v[1]) or 0, f = tonumber(v[2]) or 0}
+  elseif a == 5 then
+    return {t = tonumber(redis.call('GET', l.key)) or 0}
+  end
+  return nil
+end
+
+-- algo.step: returns the new state (nil: leave the key alone), allowed,
+-- remaining, reset.
+local function step(l, now, hits, refund)
+  if hits < 0 then
+    hits = 0
+  end
+  local limit, period, a = l.limit, l.period, l.alg
+  if limit <= 0 or period <= 0 then
+    return nil, blocked(period, hits, refund)
+  end
+  -- algo.Policy.Capacity
+  local burst = limit
+  if (a == 4 or a == 5) and l.burst > 0 then
+    burst = l.burst
+  end
+  if a == 1 then
+    return stepFixedWindow(limit, period, l.state, now, hits, refund)
+  elseif a == 2 then
+    return stepSlidingWindow(limit, period, l.state, now, hits, refund)
+  elseif a == 3 then
+    return stepSlidingLog(l.key, limit, period, now, hits, refund)
+  elseif a == 4 then
+    return stepTokenBucket(limit, period, burst, l.state, now, hits, refund)
+  elseif a == 5 then
+    return stepGCRA(limit, period, burst, l.state, now, hits, refund)
+  end
+  return nil, blocked(period, hits, refund)
+end
+
+-- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.
+local function ttlMs(e)
+  if e <= 0 then
+    return 0
+  end
+  return ceilDiv(e, 1000)
+end
+
+-- commitSlidingLog writes a sliding log's plan and sets its expiry
+-- (algo.expirySlidingLog: the newest entry's time + period).
+local function commitSlidingLog(key, period, now, plan)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
+  if plan.remove > 0 then
+    redis.call('ZREMRANGEBYRANK', key, -plan.remove, -1)
+  end
+  if plan.add > 0 then
+    local n = redis.call('ZCOUNT', key, now, now)
+    local args = {}
+    for i = 0, plan.add - 1 do
+      args[#args + 1] = now
+      args[#args + 1] = string.format('%d:%06d', now, n + i)
+      if #args >= 1000 then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+    end
+    if #args > 0 then
+      redis.call('ZADD', key, unpack(args))
+    end
+  end
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local e = 0
+  if #newest == 2 then
+    e = tonumber(newest[2]) + period - now
+  end
+  local ms = ttlMs(e)
+  if ms == 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- commit writes limit l's new state with its expiry (algo.Expiry).
+local function commit(l, now)
+  local ns, a, key = l.ns, l.alg, l.key
+  if ns == nil then
+    return
+  end
+  if a == 3 then
+    commitSlidingLog(key, l.period, now, ns)
+    return
+  end
+  local e
+  if a == 1 then
+    e = expiryFixedWindow(l.period, ns, now)
+  elseif a == 2 then
+    e = expirySlidingWindow(l.period, ns, now)
+  elseif a == 4 then
+    e = expiryTokenBucket(ns, now)
+  else
+    e = expiryGCRA(ns, now)
+  end
+  local ms = ttlMs(e)
+  if ms == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  if a == 1 then
+    redis.call('HSET', key, 't', ns.t, 'c', ns.c)
+  elseif a == 2 then
+    redis.call('HSET', key, 't', ns.t, 'c', ns.c, 'p', ns.p)
+  elseif a == 4 then
+    redis.call('HSET', key, 't', ns.t, 'f', ns.f)
+  else
+    redis.call('SET', key, ns.t, 'PX', ms)
+    return
+  end
+  redis.call('PEXPIRE', key, ms)
+end
+
+-- algo.ApplyAll
+local n = #KEYS
+if #ARGV ~= 1 + 6 * n then
+  return redis.error_reply('ERR apply.lua: want 1 + 6 arguments per key')
+end
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local limits = {}
+local allowed = true
+for i = 1, n do
+  local b = 1 + 6 * (i - 1)
+  local l = {
+    key = KEYS[i],
+    alg = tonumber(ARGV[b + 1]),
+    limit = tonumber(ARGV[b + 2]),
+    period = tonumber(ARGV[b + 3]),
+    burst = tonumber(ARGV[b + 4]),
+    hits = tonumber(ARGV[b + 5]),
+    refund = tonumber(ARGV[b + 6]) == 1,
+  }
+  if l.hits < 0 then
+    l.hits = 0
+  end
+  l.state = load(l)
+  l.ns, l.allowed, l.remaining, l.reset = step(l, now, l.hits, l.refund)
+  if l.refund then
+    commit(l, now)
+  elseif not l.allowed then
+    allowed = false
+  end
+  limits[i] = l
+end
+
+local reply = {now, allowed and 1 or 0}
+for i = 1, n do
+  local l = limits[i]
+  if not l.refund and l.hits > 0 and l.allowed then
+    if allowed then
+      commit(l, now)
+    else
+      local _
+      _, l.allowed, l.remaining, l.reset = step(l, now, 0, false)
+    end
+  end
+  reply[#reply + 1] = l.allowed and 1 or 0
+  reply[#reply + 1] = l.remaining
+  reply[#reply + 1] = l.reset
+end
+return reply

@@ -1,0 +1,201 @@
+package redisalgo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// luaT0 is an epoch-aligned test time in µs.
+const luaT0 int64 = 1_700_000_000_000_000
+
+// luaApply runs apply.lua once and decodes its reply.
+func luaApply(t testing.TB, client redis.Scripter, keys []string, now int64, checks []algo.Check) (evalNow int64, allowed bool, out []algo.Decision) {
+	t.Helper()
+	out = make([]algo.Decision, len(checks))
+	reply, err := applyScript.Run(context.Background(), client, keys, appendApplyArgs(nil, now, checks)...).Result()
+	if err != nil {
+		t.Fatalf("apply.lua: %v", err)
+	}
+	evalNow, allowed, err = parseApplyReply(reply, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evalNow, allowed, out
+}
+
+// luaKeys returns n distinct keys private to the test.
+func luaKeys(t testing.TB, n int) []string {
+	prefix := redistest.KeyPrefix(t)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%slimit%d", prefix, i)
+	}
+	return keys
+}
+
+func TestAppendApplyArgs(t *testing.T) {
+	checks := []algo.Check{
+		{Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 10, Period: algo.Minute, Burst: 20}, Hits: 3},
+		{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}, Hits: 2, Refund: true},
+	}
+	got := fmt.Sprint(appendApplyArgs([]any{"x"}, 42, checks))
+	want := fmt.Sprint([]any{"x", 42, 5, 10, algo.Minute, 20, 3, 0, 1, 5, algo.Second, 0, 2, 1})
+	if got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+func TestParseApplyReply(t *testing.T) {
+	good := []any{int64(7), int64(0), int64(1), int64(4), int64(0), int64(0), int64(0), int64(99)}
+	out := make([]algo.Decision, 2)
+	now, allowed, err := parseApplyReply(good, out)
+	if err != nil || now != 7 || allowed || out[0] != (algo.Decision{Allowed: true, Remaining: 4}) || out[1] != (algo.Decision{ResetAfter: 99}) {
+		t.Fatalf("good reply: %d %v %+v %v", now, allowed, out, err)
+	}
+	with := func(i int, v any) []any {
+		r := append([]any(nil), good...)
+		r[i] = v
+		return r
+	}
+	tests := []struct {
+		name  string
+		reply any
+		want  string
+	}{
+		{"not_array", "OK", "got string, want an array"},
+		{"short", good[:7], "7 elements, want 8"},
+		{"long", append(append([]any(nil), good...), int64(1)), "9 elements, want 8"},
+		{"now_string", with(0, "7"), "element 0 (now µs) is string 7, want an integer"},
+		{"now_zero", with(0, int64(0)), "element 0 (now µs) is 0"},
+		{"allowed_all_2", with(1, int64(2)), "element 1 (allowed_all) is 2, want 0..1"},
+		{"allowed_nil", with(5, nil), "element 5 (limit 2 allowed) is <nil>"},
+		{"remaining_negative", with(3, int64(-1)), "element 3 (limit 1 remaining) is -1"},
+		{"reset_negative", with(7, int64(-5)), "element 7 (limit 2 reset_after µs) is -5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := parseApplyReply(tt.reply, make([]algo.Decision, 2))
+			if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an ErrBadReply containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestScriptArgumentCount(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	keys := luaKeys(t, 2)
+	args := appendApplyArgs(nil, luaT0, []algo.Check{{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Second}, Hits: 1}})
+	err := applyScript.Run(context.Background(), client, keys, args...).Err()
+	if err == nil || !strings.Contains(err.Error(), "want 1 + 6 arguments per key") {
+		t.Fatalf("got %v, want the script's argument error", err)
+	}
+}
+
+// TestScriptSecondLimitDenies: a request whose second limit denies consumes
+// nothing from the first, on Redis as in Go.
+func TestScriptSecondLimitDenies(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			keys := luaKeys(t, 2)
+			first := algo.Check{Policy: algo.Policy{Algorithm: a, Limit: 10, Period: algo.Second}, Hits: 3}
+			second := algo.Check{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 4, Period: algo.Minute}, Hits: 3}
+			states := make([]algo.State, 2)
+			goOut := make([]algo.Decision, 2)
+			now := luaT0 + 123_456
+
+			// The first request fits both; the second exceeds the second limit.
+			for i, wantAllowed := range []bool{true, false} {
+				_, allowed, out := luaApply(t, client, keys, now, []algo.Check{first, second})
+				goAllowed := algo.ApplyAll([]algo.Check{first, second}, states, now, goOut)
+				if allowed != wantAllowed || goAllowed != wantAllowed || out[0] != goOut[0] || out[1] != goOut[1] {
+					t.Fatalf("request %d: lua %v %+v, go %v %+v, want allowed=%v", i, allowed, out, goAllowed, goOut, wantAllowed)
+				}
+			}
+			if goOut[0].Remaining != 7 || !goOut[0].Allowed {
+				t.Fatalf("first limit in the denied request: %+v, want its check-only decision with 7 left", goOut[0])
+			}
+			check := first
+			check.Hits = 0
+			_, _, out := luaApply(t, client, keys[:1], now, []algo.Check{check})
+			if out[0].Remaining != 7 {
+				t.Fatalf("first limit after the denied request: remaining %d on Redis, want 7", out[0].Remaining)
+			}
+		})
+	}
+}
+
+// TestScriptServerTime: with now 0 the script reads TIME, and each key's TTL
+// is its Expiry at that time.
+func TestScriptServerTime(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	keys := luaKeys(t, len(algo.Algorithms))
+	checks := make([]algo.Check, len(keys))
+	for i, a := range algo.Algorithms {
+		checks[i] = algo.Check{Policy: algo.Policy{Algorithm: a, Limit: 7, Period: algo.Hour}, Hits: 2}
+	}
+	before, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, allowed, _ := luaApply(t, client, keys, 0, checks)
+	after, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !allowed || now < before.UnixMicro() || now > after.UnixMicro() {
+		t.Fatalf("script time %d (allowed %v) not within TIME %d..%d", now, allowed, before.UnixMicro(), after.UnixMicro())
+	}
+	states := make([]algo.State, len(checks))
+	algo.ApplyAll(checks, states, now, make([]algo.Decision, len(checks)))
+	for i, key := range keys {
+		ttl, err := client.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := (algo.Expiry(checks[i].Policy, states[i], now) + 999) / 1000
+		// PTTL only falls after the script; a minute of slack keeps this
+		// free of timing assumptions.
+		if got := ttl.Milliseconds(); got > want || got < want-60_000 {
+			t.Errorf("%v: PTTL %dms, want %dms (Expiry rounded up) or a little less", checks[i].Policy.Algorithm, got, want)
+		}
+	}
+}
+
+// TestScriptSlidingLogMembers: several hits in one µs, refunds and more hits
+// in that µs keep one member per hit, numbered without gaps.
+func TestScriptSlidingLogMembers(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	keys := luaKeys(t, 1)
+	p := algo.Policy{Algorithm: algo.SlidingLog, Limit: 2500, Period: algo.Second}
+	steps := []struct {
+		hits   int64
+		refund bool
+		want   int64
+	}{{3, false, 3}, {1, true, 2}, {2, false, 4}, {2400, false, 2404}, {500, true, 1904}, {11, false, 1915}}
+	for i, st := range steps {
+		luaApply(t, client, keys, luaT0+5, []algo.Check{{Policy: p, Hits: st.hits, Refund: st.refund}})
+		vals, err := client.ZRangeWithScores(context.Background(), keys[0], 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(vals)) != st.want {
+			t.Fatalf("step %d: %d members, want %d", i, len(vals), st.want)
+		}
+		for n, v := range vals {
+			if want := fmt.Sprintf("%d:%06d", luaT0+5, n); v.Member != want || v.Score != float64(luaT0+5) {
+				t.Fatalf("step %d: member %d is %v (score %v), want %s", i, n, v.Member, v.Score, want)
+			}
+		}
+	}
+}
