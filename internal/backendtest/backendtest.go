@@ -20,8 +20,8 @@ type Backend interface {
 }
 
 // Factory returns a backend whose clock reads now (Unix µs) on every Apply.
-// Each call must return a backend whose keys are isolated from earlier
-// calls' (a fresh store, or a fresh key prefix).
+// Scenarios use their test's name as the domain, so backends that share
+// one store across calls (a Redis server) keep scenarios apart.
 type Factory func(t *testing.T, now *atomic.Int64) Backend
 
 // Start is an epoch aligned to every window the suite uses.
@@ -78,7 +78,7 @@ func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64)
 	var now atomic.Int64
 	now.Store(Start)
 	b := f(t, &now)
-	c := check("d", algo.Policy{Algorithm: a, Limit: limit, Period: algo.Second}, 1, "k", "v")
+	c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Second}, 1, "k", "v")
 	for i := range limit {
 		expect(t, apply(t, b, c)[0], true, limit-1-i)
 	}
@@ -104,8 +104,8 @@ func allOrNothing(t *testing.T, f Factory) {
 			var now atomic.Int64
 			now.Store(Start)
 			b := f(t, &now)
-			wide := check("d", algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
-			narrow := check("d", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
+			wide := check(t.Name(), algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
+			narrow := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
 			ds := apply(t, b, wide, narrow)
 			expect(t, ds[0], true, 9)
 			expect(t, ds[1], true, 0)
@@ -124,13 +124,13 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 			now.Store(Start)
 			b := f(t, &now)
 			pol := algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}
-			expect(t, apply(t, b, check("d", pol, 3, "k", "v"))[0], true, 2)
-			expect(t, apply(t, b, check("d", pol, 0, "k", "v"))[0], true, 2)
-			refund := check("d", pol, 2, "k", "v")
+			expect(t, apply(t, b, check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
+			expect(t, apply(t, b, check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
+			refund := check(t.Name(), pol, 2, "k", "v")
 			refund.Refund = true
 			expect(t, apply(t, b, refund)[0], true, 4)
-			expect(t, apply(t, b, check("d", pol, 4, "k", "v"))[0], true, 0)
-			expect(t, apply(t, b, check("d", pol, 1, "k", "v"))[0], false, 0)
+			expect(t, apply(t, b, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
+			expect(t, apply(t, b, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
 		})
 	}
 }
@@ -142,15 +142,16 @@ func distinctCounters(t *testing.T, f Factory) {
 	now.Store(Start)
 	b := f(t, &now)
 	pol := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}
+	d := t.Name() + "/d"
 	variants := []algo.Check{
-		check("d", pol, 1, "a", "b_c_d"),
-		check("d", pol, 1, "a", "b", "c", "d"),
-		check("d_a", pol, 1, "b", "c_d"),
-		check("d", pol, 1, "a", "b}{c"),
-		check("d", pol, 1, "a", "b:c"),
-		check("d", pol, 1, "a:b", "c"),
-		check("d", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1, "a", "b_c_d"),
-		check("d", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
+		check(d, pol, 1, "a", "b_c_d"),
+		check(d, pol, 1, "a", "b", "c", "d"),
+		check(d+"_a", pol, 1, "b", "c_d"),
+		check(d, pol, 1, "a", "b}{c"),
+		check(d, pol, 1, "a", "b:c"),
+		check(d, pol, 1, "a:b", "c"),
+		check(d, algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1, "a", "b_c_d"),
+		check(d, algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
 	}
 	for i, c := range variants {
 		if !apply(t, b, c)[0].Allowed {
@@ -168,7 +169,7 @@ func concurrentExact(t *testing.T, f Factory) {
 			now.Store(Start)
 			b := f(t, &now)
 			const limit, workers, each = 50, 8, 20
-			c := check("d", algo.Policy{Algorithm: a, Limit: limit, Period: algo.Hour}, 1, "k", "v")
+			c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Hour}, 1, "k", "v")
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)

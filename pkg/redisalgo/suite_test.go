@@ -1,0 +1,35 @@
+package redisalgo
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// TestBackendSuite runs the behaviour every backend shares on standalone
+// Redis and on the 3-master cluster.
+func TestBackendSuite(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.SharedStandalone(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).ClusterClient(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := tc.client(t)
+			backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
+				b, err := New(client, Options{Now: func() time.Time { return time.UnixMicro(now.Load()) }})
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return b
+			})
+		})
+	}
+}
