@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
+)
+
+// floorServer answers every ShouldRateLimit with OK and does nothing else:
+// what any Go gRPC rate-limit service must spend at least per call.
+type floorServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (floorServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// floorMain runs the floor: the same default grpc.Server as envoy-rls (with
+// reflection), and /readyz on HTTP so the driver waits for it the same way.
+// It stops on SIGTERM or SIGINT.
+func floorMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench --floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:0", "gRPC listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:0", "HTTP listen address (/readyz)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serveFloor(ctx, *grpcAddr, *httpAddr); err != nil {
+		fmt.Fprintf(stderr, "bench floor: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func serveFloor(ctx context.Context, grpcAddr, httpAddr string) error {
+	gl, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		return fmt.Errorf("bench: floor: %w", err)
+	}
+	hl, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("bench: floor: %w", err)
+	}
+	gsrv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gsrv, floorServer{})
+	reflection.Register(gsrv)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errs := make(chan error, 2)
+	go func() { errs <- gsrv.Serve(gl) }()
+	go func() { errs <- hsrv.Serve(hl) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errs:
+	}
+	stopped := make(chan struct{})
+	go func() { gsrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gsrv.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hsrv.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return fmt.Errorf("bench: floor: %w", serveErr)
+	}
+	return nil
+}

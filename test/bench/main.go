@@ -1,0 +1,323 @@
+// Command bench is envoy-rls's end-to-end benchmark driver (`make bench`).
+//
+// In one run it starts its own redis-server, a no-work gRPC server (the
+// floor: this binary re-executed with the hidden --floor flag) and one
+// envoy-rls process per scenario, all on free loopback ports; drives a
+// bounded closed-loop gRPC load with its own generator; reads CPU time from
+// /proc and Redis INFO; and prints markdown tables (see BENCHMARKS.md).
+// It then checks the in-process store's memory with a million keys and runs
+// a soak with random keys, sampling RSS.
+//
+// It must not touch anything but its own child processes, temporary
+// directory and loopback ports; every child is killed on exit, on error and
+// on SIGINT/SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// options are the driver's flags.
+type options struct {
+	bin            string
+	redisServer    string
+	duration       time.Duration
+	warmup         time.Duration
+	concurrency    int
+	perConn        int
+	maxRequests    int64
+	users          int
+	keys           int
+	keysPerRequest int
+	soak           time.Duration
+	soakEvery      time.Duration
+	scenarios      []string
+	rlsArgs        []string
+	timeout        time.Duration
+}
+
+func main() {
+	// The floor is this binary re-executed; the flag is not in the usage
+	// because only the driver passes it.
+	if len(os.Args) > 1 && os.Args[1] == "--floor" {
+		os.Exit(floorMain(os.Args[2:], os.Stderr))
+	}
+	opts, err := parseOptions(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// After the first signal, a second one kills the driver at once; the
+	// children then die by their parent-death signal.
+	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	_, err = run(ctx, opts, os.Stdout, os.Stderr)
+	cancel()
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.bin, "bin", "bin/envoy-rls", "envoy-rls binary to benchmark (make build)")
+	fs.StringVar(&o.redisServer, "redis-server", "", "redis-server binary (default: PATH, then /usr/bin/redis-server)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured interval per load scenario")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each measured interval")
+	fs.IntVar(&o.concurrency, "concurrency", 32, "concurrent workers, each with one call in flight")
+	fs.IntVar(&o.perConn, "workers-per-conn", 4, "workers sharing one gRPC connection")
+	fs.Int64Var(&o.maxRequests, "max-requests", 2_000_000, "most calls per load scenario (warmup included)")
+	fs.IntVar(&o.users, "users", 10_000, "distinct user keys the load scenarios draw from")
+	fs.IntVar(&o.keys, "keys", 1_000_000, "distinct keys for the in-process memory check")
+	fs.IntVar(&o.keysPerRequest, "keys-per-request", 10, "descriptors per call in the memory check")
+	fs.DurationVar(&o.soak, "soak", 2*time.Minute, "random-key soak length (0 skips the soak)")
+	fs.DurationVar(&o.soakEvery, "soak-every", 0, "RSS sampling period in the soak (0: soak/24, within 1s..10s)")
+	scen := fs.String("scenarios", strings.Join(allScenarioNames(), ","), "comma list of phases to run; the floor runs whenever a load scenario does")
+	rlsArgs := fs.String("rls-args", "", "extra arguments for every envoy-rls process, space separated")
+	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	known := allScenarioNames()
+	for s := range strings.SplitSeq(*scen, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(known, s) {
+			return o, fmt.Errorf("bench: --scenarios: unknown %q (want %s)", s, strings.Join(known, ","))
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	o.rlsArgs = strings.Fields(*rlsArgs)
+	switch {
+	case o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 || o.soak < 0:
+		return o, errors.New("bench: --duration and --timeout must be positive, --warmup and --soak not negative")
+	case o.concurrency < 1 || o.perConn < 1 || o.maxRequests < 1:
+		return o, errors.New("bench: --concurrency, --workers-per-conn and --max-requests must be positive")
+	case o.users < 1 || o.keys < 0 || o.keysPerRequest < 1:
+		return o, errors.New("bench: --users and --keys-per-request must be positive, --keys not negative")
+	}
+	return o, nil
+}
+
+// bench holds what one run started, so that close can stop all of it.
+type bench struct {
+	opts  options
+	log   io.Writer
+	tmp   string
+	self  string // this executable, re-run as the floor
+	users []string
+	redis *redisServer
+
+	mu       sync.Mutex
+	children []*child
+}
+
+func (b *bench) track(c *child) {
+	b.mu.Lock()
+	b.children = append(b.children, c)
+	b.mu.Unlock()
+}
+
+func (b *bench) close() {
+	b.mu.Lock()
+	cs := b.children
+	b.children = nil
+	b.mu.Unlock()
+	for _, c := range cs {
+		c.stop()
+	}
+	if b.redis != nil {
+		b.redis.close()
+	}
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
+}
+
+func (b *bench) wants(name string) bool { return slices.Contains(b.opts.scenarios, name) }
+
+// newBench checks the binaries and makes the temporary directory.
+func newBench(opts options, log io.Writer) (*bench, error) {
+	b := &bench{opts: opts, log: log, users: makeUsers(opts.users)}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: find own executable: %w", err)
+	}
+	b.self = self
+	if b.needsRLS() {
+		if b.opts.bin, err = filepath.Abs(opts.bin); err != nil {
+			return nil, fmt.Errorf("bench: --bin: %w", err)
+		}
+		if st, err := os.Stat(b.opts.bin); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("bench: --bin %s: not a file (run make build first)", b.opts.bin)
+		}
+	}
+	if b.tmp, err = os.MkdirTemp("", "envoy-rls-bench-"); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return b, nil
+}
+
+func (b *bench) needsRLS() bool {
+	for _, s := range b.opts.scenarios {
+		if s != "floor" {
+			return true
+		}
+	}
+	return false
+}
+
+// floorAgainName is the floor's second run, after the other scenarios.
+const floorAgainName = "floor-again"
+
+// selected returns the load scenarios to run, with the floor first whenever
+// any runs.
+func (b *bench) selected() []scenario {
+	var out []scenario
+	for _, s := range loadScenarios() {
+		if b.wants(s.name) {
+			out = append(out, s)
+		}
+	}
+	if len(out) > 0 && out[0].name != "floor" {
+		out = append([]scenario{loadScenarios()[0]}, out...)
+	}
+	if len(out) > 1 {
+		// The floor again at the end: its ratio to the first run shows how
+		// much the machine drifted while the scenarios ran.
+		again := out[0]
+		again.name, again.title = floorAgainName, "floor again (drift check)"
+		out = append(out, again)
+	}
+	return out
+}
+
+// results are a run's figures, for the smoke test.
+type results struct {
+	rows []*row
+	mem  *memResult
+	soak *soakResult
+}
+
+// run runs the selected phases and writes the report to stdout, progress
+// to stderr. A failed phase does not stop the others; it makes the error.
+func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results, error) {
+	b, err := newBench(opts, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	scens := b.selected()
+	if slices.ContainsFunc(scens, func(s scenario) bool { return s.redis }) {
+		bin, err := findRedisServer(opts.redisServer)
+		if err != nil {
+			return nil, err
+		}
+		if b.redis, err = startRedis(ctx, bin, b.tmp); err != nil {
+			return nil, err
+		}
+		b.logf("redis-server on %s", b.redis.addr)
+	}
+	fmt.Fprintf(stdout, "## envoy-rls benchmark, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(stdout, "%s\n\n", machineLine(opts))
+
+	var errs []error
+	res := &results{}
+	for _, sc := range scens {
+		b.logf("scenario %s", sc.name)
+		r, err := b.runScenario(ctx, sc)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: interrupted during %s: %w", sc.name, ctx.Err())
+		}
+		if err != nil {
+			b.logf("scenario %s failed: %v", sc.name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
+			r = &row{name: sc.name, title: sc.title, err: err}
+		}
+		res.rows = append(res.rows, r)
+	}
+	if len(res.rows) > 0 {
+		writeLoadTables(stdout, res.rows)
+	}
+
+	if b.wants(memoryName) && opts.keys > 0 {
+		b.logf("memory check: %d keys", opts.keys)
+		res.mem, err = b.memoryCheck(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: interrupted during memory check: %w", ctx.Err())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("memory: %w", err))
+		} else {
+			writeMemory(stdout, res.mem)
+		}
+	}
+	if b.wants(soakName) && opts.soak > 0 {
+		b.logf("soak: %v", opts.soak)
+		res.soak, err = b.soakRun(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: interrupted during soak: %w", ctx.Err())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("soak: %w", err))
+		} else {
+			writeSoak(stdout, res.soak)
+		}
+	}
+	writeTargets(stdout, opts, res.rows, res.mem, res.soak)
+	if len(errs) > 0 {
+		return res, fmt.Errorf("bench: %d phase(s) failed: %w", len(errs), errors.Join(errs...))
+	}
+	return res, nil
+}
+
+func machineLine(o options) string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	load := "?"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	return fmt.Sprintf("Machine: %d CPUs (%s), shared by the load generator, envoy-rls and Redis; load average at start %s. "+
+		"Load: closed loop, %d workers, %d per gRPC connection, %v warmup + %v measured (at most %s calls), %d distinct users.",
+		numCPU(), cpu, load, o.concurrency, o.perConn, o.warmup, o.duration, strconv.FormatInt(o.maxRequests, 10), o.users)
+}
