@@ -8,6 +8,12 @@
 // run in parallel and no two requests deadlock. Expired state is dropped
 // lazily on access and by Sweep. memstore must not import other backends or
 // anything that knows about gRPC.
+//
+// Memory: a limit is stored under a 128-bit hash of its identity instead of
+// the identity itself, and its integers in a fixed 40-byte entry; only a
+// sliding log keeps a slice, in a side map. Two identities share a counter
+// only if their hashes collide, which for n live keys happens with
+// probability about n²/2¹²⁹ (for a billion keys, 1 in 10²¹).
 package memstore
 
 import (
@@ -33,25 +39,31 @@ type Options struct {
 type Store struct {
 	shards []shard
 	mask   uint64
-	seed   maphash.Seed
+	seeds  [2]maphash.Seed
 	now    func() time.Time
 	bufs   sync.Pool
 }
 
 type shard struct {
-	mu sync.Mutex
-	m  map[string]entry
-	_  [40]byte // keep neighbouring shard locks off one cache line
+	mu   sync.Mutex
+	m    map[key]entry
+	logs map[key][]int64 // sliding-log entries, beside their entry in m
+	_    [32]byte        // keep neighbouring shard locks off one cache line
 }
 
+// key is a 128-bit hash of a check's identity.
+type key [2]uint64
+
+// entry holds algo.State's integers; see State for which algorithm uses which.
 type entry struct {
-	state   algo.State
-	expires int64 // unix µs; the state equals "no key" from then on
+	time, frac, count, prev int64
+	expires                 int64 // unix µs; the state equals "no key" from then on
 }
 
 // scratch is the per-Apply working memory, pooled.
 type scratch struct {
-	keys   [][]byte
+	ids    []byte
+	keys   []key
 	shard  []int
 	locked []int
 	states []algo.State
@@ -67,12 +79,13 @@ func New(opts Options) *Store {
 			n <<= 1
 		}
 	}
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed(), now: opts.Now}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: opts.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]entry)
+		s.shards[i].m = make(map[key]entry)
+		s.shards[i].logs = make(map[key][]int64)
 	}
 	s.bufs.New = func() any { return new(scratch) }
 	return s
@@ -86,11 +99,13 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 	}
 	now := s.now().UnixMicro()
 	sc := s.bufs.Get().(*scratch)
-	defer s.bufs.Put(sc)
+	defer func() { sc.release(); s.bufs.Put(sc) }()
 	sc.prepare(len(checks))
 	for i := range checks {
-		sc.keys[i] = checks[i].AppendIdentity(sc.keys[i][:0])
-		sc.shard[i] = int(maphash.Bytes(s.seed, sc.keys[i]) & s.mask)
+		sc.ids = checks[i].AppendIdentity(sc.ids[:0])
+		k := key{maphash.Bytes(s.seeds[0], sc.ids), maphash.Bytes(s.seeds[1], sc.ids)}
+		sc.keys[i] = k
+		sc.shard[i] = int(k[0] & s.mask)
 	}
 	sc.locked = append(sc.locked[:0], sc.shard...)
 	slices.Sort(sc.locked)
@@ -99,22 +114,30 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 		s.shards[si].mu.Lock()
 	}
 	for i := range checks {
-		e, ok := s.shards[sc.shard[i]].m[string(sc.keys[i])]
+		sh := &s.shards[sc.shard[i]]
+		e, ok := sh.m[sc.keys[i]]
 		if ok && e.expires > now {
-			sc.states[i] = e.state
+			sc.states[i] = algo.State{Time: e.time, Frac: e.frac, Count: e.count, Prev: e.prev, Log: sh.logs[sc.keys[i]]}
 		} else {
 			sc.states[i] = algo.State{}
 		}
 	}
 	algo.ApplyAll(checks, sc.states, now, sc.out)
 	for i := range checks {
-		m := s.shards[sc.shard[i]].m
-		ttl := algo.Expiry(checks[i].Policy, sc.states[i], now)
+		sh := &s.shards[sc.shard[i]]
+		k, st := sc.keys[i], &sc.states[i]
+		ttl := algo.Expiry(checks[i].Policy, *st, now)
 		if ttl <= 0 {
-			delete(m, string(sc.keys[i]))
+			delete(sh.m, k)
+			delete(sh.logs, k)
 			continue
 		}
-		m[string(sc.keys[i])] = entry{state: sc.states[i], expires: now + ttl}
+		sh.m[k] = entry{time: st.Time, frac: st.Frac, count: st.Count, prev: st.Prev, expires: now + ttl}
+		if len(st.Log) > 0 {
+			sh.logs[k] = st.Log
+		} else {
+			delete(sh.logs, k)
+		}
 	}
 	for _, si := range sc.locked {
 		s.shards[si].mu.Unlock()
@@ -123,12 +146,16 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 }
 
 func (sc *scratch) prepare(n int) {
-	for len(sc.keys) < n {
-		sc.keys = append(sc.keys, nil)
-	}
+	sc.keys = slices.Grow(sc.keys[:0], n)[:n]
 	sc.shard = slices.Grow(sc.shard[:0], n)[:n]
 	sc.states = slices.Grow(sc.states[:0], n)[:n]
 	sc.out = slices.Grow(sc.out[:0], n)[:n]
+	clear(sc.states)
+}
+
+// release drops references into the shards so a pooled scratch does not
+// keep sliding logs alive.
+func (sc *scratch) release() {
 	clear(sc.states)
 }
 
@@ -143,6 +170,7 @@ func (s *Store) Sweep() int {
 		for k, e := range sh.m {
 			if e.expires <= now {
 				delete(sh.m, k)
+				delete(sh.logs, k)
 			}
 		}
 		live += len(sh.m)
