@@ -7,15 +7,19 @@ package algo
 // max(TAT, now) + hits·T − now ≤ burst·T, and admitting them moves TAT to
 // max(TAT, now) + hits·T.
 //
-// T is rarely a whole number of µs. token_bucket is exact: it keeps TAT as
-// the rational Time + Frac/limit µs and multiplies by T with mulDiv, whose
-// products stay below burst·limit < 2^53 (Validate), so Lua doubles compute
-// them exactly. gcra keeps TAT in whole µs (one integer, one plain key in
-// Redis): it rounds each new TAT up, so it is conservative by less than 1 µs
-// per admitted request while the bucket is not full, and admits exactly what
-// token_bucket admits when period is a multiple of limit (e.g. 100 per
-// second, T = 10 000 µs). A steady stream spaced ⌈T⌉ µs apart always passes
-// gcra; a stream at exactly 1/T may occasionally be denied by it.
+// T is rarely a whole number of µs (a limit of 3 per second makes it
+// 333 333⅓ µs), so TAT is kept exactly, as the rational Time + Frac/limit µs
+// with 0 ≤ Frac < limit, and multiplied by T with mulDiv, whose products stay
+// below burst·limit < 2^53 (Validate), so Lua doubles compute them exactly.
+// Rounding TAT up to whole µs instead would add up to 1 µs per admission: at
+// 3 per second a burst of 3 would admit only 2, and at a few µs per token
+// the error would reach tens of percent.
+//
+// token_bucket and gcra are therefore one algorithm, decided by
+// stepTokenBucket; they differ only in how Redis stores the state:
+// token_bucket as a hash {t, f}, gcra as one string key holding Time when
+// Frac is 0 (so whenever period is a multiple of limit, e.g. 100 per
+// second) and "<Time>:<Frac>" otherwise.
 
 // mulDiv returns a·period/limit as q + r/limit with 0 ≤ r < limit, for
 // 0 ≤ a ≤ burst. With period = w·limit + m, a·period = a·w·limit + a·m and
@@ -91,7 +95,8 @@ func tokens(sq, sf, period, limit, burst int64) int64 {
 	return k
 }
 
-// stepTokenBucket is the exact bucket; TAT = tat + frac/limit.
+// stepTokenBucket is the exact bucket of token_bucket and gcra; TAT =
+// tat + frac/limit.
 func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
 	limit, period, burst := p.Limit, p.Period, p.Capacity()
 	tat, frac := s.Time, s.Frac
@@ -129,43 +134,11 @@ func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, De
 }
 
 // expiryTokenBucket is the time until TAT, rounded up; a Frac outside
-// [0, limit) counts as a whole µs, as in stepTokenBucket.
+// [0, limit) counts as a whole µs, as in stepTokenBucket. gcra uses it too.
 func expiryTokenBucket(s State, now int64) int64 {
 	e := s.Time - now
 	if s.Frac != 0 {
 		e++
 	}
 	return e
-}
-
-// stepGCRA is the bucket with TAT in whole µs, rounded up when it grows and
-// moved back by ⌊hits·T⌋ on a refund, so rounding never admits more.
-func stepGCRA(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
-	limit, period, burst := p.Limit, p.Period, p.Capacity()
-	tat := max(s.Time, now)
-	if refund {
-		q, _ := mulDiv(min(hits, burst), period, limit)
-		tat = max(tat-q, now)
-		hits = 0
-	} else if hits > burst {
-		return State{Time: tat}, never(p)
-	}
-	bq, br := mulDiv(burst, period, limit)
-	// TAT − now is whole, so TAT − now ≤ (burst − hits)·T compares with
-	// the floor of the right side.
-	q, _ := mulDiv(burst-hits, period, limit)
-	if tat-now > q {
-		sq, sf := fracSub(bq, br, tat-now, 0, limit)
-		return State{Time: tat}, Decision{Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: tat - now - q}
-	}
-	if hits > 0 {
-		q, r := mulDiv(hits, period, limit)
-		tat = fracCeil(tat+q, r)
-	}
-	sq, sf := fracSub(bq, br, tat-now, 0, limit)
-	return State{Time: tat}, Decision{Allowed: true, Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: tat - now}
-}
-
-func expiryGCRA(s State, now int64) int64 {
-	return s.Time - now
 }

@@ -231,16 +231,53 @@ func (b *refBucket) step(now, hits int64, refund bool) Decision {
 	return Decision{Allowed: true, Remaining: floor(b.tokens), ResetAfter: ceilTime(new(big.Rat).Sub(burst, b.tokens))}
 }
 
-// TestTokenBucketMatchesReference proves token_bucket exact: every decision,
-// remaining and reset equals the rational model's, refunds included.
-func TestTokenBucketMatchesReference(t *testing.T) {
-	for _, seed := range seeds(16) {
+// TestBucketsMatchReference proves token_bucket and gcra exact: every
+// decision, remaining and reset equals the rational model's, refunds
+// included.
+func TestBucketsMatchReference(t *testing.T) {
+	for _, a := range []Algorithm{TokenBucket, GCRA} {
+		for _, seed := range seeds(16) {
+			r := newRand(seed)
+			p := randPolicy(r, a)
+			ref := refBucket{p: p}
+			for i, ev := range simulate(p, r, 3000, true) {
+				if want := ref.step(ev.now, ev.hits, ev.refund); ev.d != want {
+					t.Fatalf("%v seed %d %+v step %d (hits %d refund %v, state %+v): got %+v, want %+v", a, seed, p, i, ev.hits, ev.refund, ev.before, ev.d, want)
+				}
+			}
+		}
+	}
+}
+
+// TestGCRAEqualsTokenBucket: gcra admits exactly what token_bucket admits,
+// with the same Remaining, ResetAfter, state and Expiry, for any policy
+// (whole or fractional emission intervals, any burst), on random sequences
+// with refunds, check-only steps, config changes that keep the key, and a
+// clock that sometimes steps back.
+func TestGCRAEqualsTokenBucket(t *testing.T) {
+	for _, seed := range seeds(24) {
 		r := newRand(seed)
 		p := randPolicy(r, TokenBucket)
-		ref := refBucket{p: p}
-		for i, ev := range simulate(p, r, 3000, true) {
-			if want := ref.step(ev.now, ev.hits, ev.refund); ev.d != want {
-				t.Fatalf("seed %d %+v step %d (hits %d refund %v, state %+v): got %+v, want %+v", seed, p, i, ev.hits, ev.refund, ev.before, ev.d, want)
+		var sb, sg State
+		now := t0 + r.Int64N(10*Second)
+		for i := range 3000 {
+			if r.IntN(200) == 0 {
+				q := randPolicy(r, TokenBucket)
+				p.Limit, p.Burst = q.Limit, q.Burst
+			}
+			g := p
+			g.Algorithm = GCRA
+			if r.IntN(50) == 0 {
+				now -= r.Int64N(p.Period/max(p.Limit, 1) + 2)
+			} else {
+				now += randGap(r, p)
+			}
+			hits, refund := randHits(r, p.Capacity())
+			var db, dg Decision
+			sb, db = Step(p, sb, now, hits, refund)
+			sg, dg = Step(g, sg, now, hits, refund)
+			if db != dg || sb.Time != sg.Time || sb.Frac != sg.Frac || Expiry(p, sb, now) != Expiry(g, sg, now) {
+				t.Fatalf("seed %d step %d (%+v, now %d, hits %d refund %v): token_bucket %+v %+v, gcra %+v %+v", seed, i, p, now, hits, refund, db, sb, dg, sg)
 			}
 		}
 	}
@@ -285,13 +322,8 @@ func TestSteadyStreamNeverDenied(t *testing.T) {
 			if r.IntN(2) == 0 && a != SlidingLog {
 				p.Burst = 1 + r.Int64N(3)
 			}
-			// Arrival k at t0 + ⌈k·T⌉ plus a non-decreasing delay; gcra
-			// counts whole µs, so its stream is spaced ⌈T⌉.
+			// Arrival k at t0 + ⌈k·T⌉ plus a non-decreasing delay.
 			at := func(k int64) int64 {
-				if a == GCRA {
-					q, r := mulDiv(1, p.Period, p.Limit)
-					return k * fracCeil(q, r)
-				}
 				q, r := mulDiv(k, p.Period, p.Limit)
 				return fracCeil(q, r)
 			}

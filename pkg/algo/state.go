@@ -13,7 +13,8 @@ package algo
 //   - token_bucket: the time at which the bucket is full again (the
 //     theoretical arrival time, TAT), exactly: Time [t] + Frac [f]/Limit µs,
 //     with 0 ≤ Frac < Limit.
-//   - gcra: Time = the TAT in whole µs (a plain integer key in Redis).
+//   - gcra: the same exact TAT as token_bucket, Time + Frac/Limit µs, held
+//     in one Redis string: "<Time>" when Frac is 0, else "<Time>:<Frac>".
 //
 // All times are Unix microseconds.
 type State struct {
@@ -62,10 +63,9 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 		return stepSlidingWindow(p, s, now, hits, refund)
 	case SlidingLog:
 		return stepSlidingLog(p, s, now, hits, refund, build)
-	case TokenBucket:
+	case TokenBucket, GCRA:
+		// One bucket; only the Redis storage differs (see bucket.go).
 		return stepTokenBucket(p, s, now, hits, refund)
-	case GCRA:
-		return stepGCRA(p, s, now, hits, refund)
 	}
 	return s, blocked(p, hits, refund)
 }
@@ -97,10 +97,8 @@ func Expiry(p Policy, s State, now int64) int64 {
 		e = expirySlidingWindow(p, s, now)
 	case SlidingLog:
 		e = expirySlidingLog(p, s, now)
-	case TokenBucket:
+	case TokenBucket, GCRA:
 		e = expiryTokenBucket(s, now)
-	case GCRA:
-		e = expiryGCRA(s, now)
 	}
 	return max(e, 0)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -196,6 +197,54 @@ func TestScriptSlidingLogMembers(t *testing.T) {
 			if want := fmt.Sprintf("%d:%06d", luaT0+5, n); v.Member != want || v.Score != float64(luaT0+5) {
 				t.Fatalf("step %d: member %d is %v (score %v), want %s", i, n, v.Member, v.Score, want)
 			}
+		}
+	}
+}
+
+// TestScriptGCRAValue: gcra stores its exact TAT in one string, "<t>" when
+// the fraction is 0 and "<t>:<f>" otherwise, and decides as token_bucket
+// does (at 3 per second, a burst of 3 at one instant passes whole).
+func TestScriptGCRAValue(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	keys := luaKeys(t, 2)
+	gcra := algo.Policy{Algorithm: algo.GCRA, Limit: 3, Period: algo.Second}
+	bucket := gcra
+	bucket.Algorithm = algo.TokenBucket
+	steps := []struct {
+		at        int64
+		hits      int64
+		refund    bool
+		remaining int64
+		value     string // the gcra key's value afterwards, relative to luaT0
+	}{
+		{at: 0, hits: 1, remaining: 2, value: "333333:1"},
+		{at: 0, hits: 1, remaining: 1, value: "666666:2"},
+		{at: 0, hits: 1, remaining: 0, value: "1000000"},
+		{at: 1, hits: 1, remaining: 0, value: "1000000"}, // denied
+		{at: 1, hits: 1, refund: true, remaining: 1, value: "666666:2"},
+		{at: 2, hits: 1, remaining: 0, value: "1000000"},
+	}
+	for i, st := range steps {
+		c := algo.Check{Policy: gcra, Hits: st.hits, Refund: st.refund}
+		_, _, g := luaApply(t, client, keys[:1], luaT0+st.at, []algo.Check{c})
+		c.Policy = bucket
+		_, _, b := luaApply(t, client, keys[1:], luaT0+st.at, []algo.Check{c})
+		if g[0] != b[0] || g[0].Remaining != st.remaining {
+			t.Fatalf("step %d: gcra %+v, token_bucket %+v, want remaining %d", i, g[0], b[0], st.remaining)
+		}
+		got, err := client.Get(ctx, keys[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tat, frac, _ := strings.Cut(st.value, ":")
+		rel, _ := strconv.ParseInt(tat, 10, 64)
+		want := strconv.FormatInt(luaT0+rel, 10)
+		if frac != "" {
+			want += ":" + frac
+		}
+		if got != want {
+			t.Fatalf("step %d: gcra value %q, want %q", i, got, want)
 		}
 	}
 }

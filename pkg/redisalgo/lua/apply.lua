@@ -22,8 +22,11 @@
 -- algo.Policy.Validate keeps every intermediate below that. Numbers are never
 -- turned into strings with tostring or `..`, which keep 14 digits: they go to
 -- redis.call, which writes integers exactly, or back as integer replies. The
--- one string built from numbers, a sorted-set member, uses string.format
--- with %d, exact below 2^63. Only integers are stored.
+-- strings built from numbers (a sorted-set member, a gcra value) use
+-- string.format with %.0f, never %d: %.0f prints the double itself in full,
+-- without exponent, so every integer below 2^53 comes out exact, whereas
+-- Lua 5.1's %d first casts to a C long, whose width depends on the build.
+-- Only integers are stored.
 --
 -- Storage, one key per limit (the fields of algo.State):
 --   fixed_window    hash  t = window start, c = count
@@ -32,7 +35,10 @@
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
 --   token_bucket    hash  t, f: TAT = t + f/limit µs
---   gcra            string: TAT µs
+--   gcra            string "<t>" when f = 0, else "<t>:<f>": the same exact
+--                   TAT as token_bucket in one small value (f = 0 whenever
+--                   period is a multiple of limit; an integer-only value
+--                   written by older versions reads as f = 0)
 -- Every written key expires after algo.Expiry rounded up to ms; a state
 -- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
 -- past its Expiry decides like no key.
@@ -293,7 +299,7 @@ local function tokens(sq, sf, period, limit, burst)
   return k
 end
 
--- algo.stepTokenBucket
+-- algo.stepTokenBucket, for token_bucket and gcra
 local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
   local tat, frac = s.t, s.f
   if frac < 0 or frac >= limit then
@@ -327,7 +333,7 @@ local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
   return {t = tat, f = frac}, true, tokens(sq, sf, period, limit, burst), fracCeil(tat - now, frac)
 end
 
--- algo.expiryTokenBucket
+-- algo.expiryTokenBucket, for token_bucket and gcra
 local function expiryTokenBucket(s, now)
   local e = s.t - now
   if s.f ~= 0 then
@@ -336,33 +342,25 @@ local function expiryTokenBucket(s, now)
   return e
 end
 
--- algo.stepGCRA
-local function stepGCRA(limit, period, burst, s, now, hits, refund)
-  local tat = math.max(s.t, now)
-  if refund then
-    local q = mulDiv(math.min(hits, burst), period, limit)
-    tat = math.max(tat - q, now)
-    hits = 0
-  elseif hits > burst then
-    return {t = tat}, never(period)
+-- loadGCRA parses a gcra value, "<t>" or "<t>:<f>" (see the header).
+local function loadGCRA(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return {t = 0, f = 0}
   end
-  local bq, br = mulDiv(burst, period, limit)
-  local q = mulDiv(burst - hits, period, limit)
-  if tat - now > q then
-    local sq, sf = fracSub(bq, br, tat - now, 0, limit)
-    return {t = tat}, false, tokens(sq, sf, period, limit, burst), tat - now - q
+  local colon = string.find(v, ':', 1, true)
+  if colon == nil then
+    return {t = tonumber(v) or 0, f = 0}
   end
-  if hits > 0 then
-    local hq, hr = mulDiv(hits, period, limit)
-    tat = fracCeil(tat + hq, hr)
-  end
-  local sq, sf = fracSub(bq, br, tat - now, 0, limit)
-  return {t = tat}, true, tokens(sq, sf, period, limit, burst), tat - now
+  return {t = tonumber(string.sub(v, 1, colon - 1)) or 0, f = tonumber(string.sub(v, colon + 1)) or 0}
 end
 
--- algo.expiryGCRA
-local function expiryGCRA(s, now)
-  return s.t - now
+-- gcraValue formats a gcra state for SET (the inverse of loadGCRA).
+local function gcraValue(s)
+  if s.f == 0 then
+    return string.format('%.0f', s.t)
+  end
+  return string.format('%.0f:%.0f', s.t, s.f)
 end
 
 -- load reads limit l's state (algo.State; a missing key reads as zeros).
@@ -379,7 +377,7 @@ local function load(l)
     local v = redis.call('HMGET', l.key, 't', 'f')
     return {t = tonumber(v[1]) or 0, f = tonumber(v[2]) or 0}
   elseif a == 5 then
-    return {t = tonumber(redis.call('GET', l.key)) or 0}
+    return loadGCRA(l.key)
   end
   return nil
 end
@@ -405,10 +403,8 @@ local function step(l, now, hits, refund)
     return stepSlidingWindow(limit, period, l.state, now, hits, refund)
   elseif a == 3 then
     return stepSlidingLog(l.key, limit, period, now, hits, refund)
-  elseif a == 4 then
+  elseif a == 4 or a == 5 then
     return stepTokenBucket(limit, period, burst, l.state, now, hits, refund)
-  elseif a == 5 then
-    return stepGCRA(limit, period, burst, l.state, now, hits, refund)
   end
   return nil, blocked(period, hits, refund)
 end
@@ -433,7 +429,7 @@ local function commitSlidingLog(key, period, now, plan)
     local args = {}
     for i = 0, plan.add - 1 do
       args[#args + 1] = now
-      args[#args + 1] = string.format('%d:%06d', now, n + i)
+      args[#args + 1] = string.format('%.0f:%06.0f', now, n + i)
       if #args >= 1000 then
         redis.call('ZADD', key, unpack(args))
         args = {}
@@ -471,10 +467,8 @@ local function commit(l, now)
     e = expiryFixedWindow(l.period, ns, now)
   elseif a == 2 then
     e = expirySlidingWindow(l.period, ns, now)
-  elseif a == 4 then
-    e = expiryTokenBucket(ns, now)
   else
-    e = expiryGCRA(ns, now)
+    e = expiryTokenBucket(ns, now)
   end
   local ms = ttlMs(e)
   if ms == 0 then
@@ -488,7 +482,7 @@ local function commit(l, now)
   elseif a == 4 then
     redis.call('HSET', key, 't', ns.t, 'f', ns.f)
   else
-    redis.call('SET', key, ns.t, 'PX', ms)
+    redis.call('SET', key, gcraValue(ns), 'PX', ms)
     return
   end
   redis.call('PEXPIRE', key, ms)
