@@ -192,7 +192,7 @@ func concurrentExact(t *testing.T, f Factory) {
 			wg.Wait()
 			close(errs)
 			for err := range errs {
-				t.Fatal(fmt.Errorf("Apply: %w", err))
+				t.Fatalf("Apply: %v", err)
 			}
 			if got := admitted.Load(); got != limit {
 				t.Fatalf("admitted %d of %d concurrent requests, want exactly %d", got, workers*each, limit)
