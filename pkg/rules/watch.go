@@ -68,6 +68,11 @@ func (l *Loader) reload(force bool) error {
 	if files != nil || readErr == nil {
 		snap, err = build(files, readErr, l.opts)
 	}
+	if err == nil && len(snap.names) == 0 && l.cur.Load().NumRules() > 0 {
+		// Every rule file vanishing at once is far more often a broken mount
+		// or a half-applied ConfigMap than an intent to drop all limits.
+		err = fmt.Errorf("rules: %s holds no rule files; keeping the last good rules (deploy a domain with no descriptors to clear limits)", l.dir)
+	}
 	if err != nil {
 		l.log.Error("rules reload failed, keeping the last good rules", zap.String("dir", l.dir), zap.Error(err))
 	} else {

@@ -101,6 +101,8 @@ func rulesYAML(domain string, rpu int) string {
 func TestLoaderFollowsFileChanges(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 1))
+	// z keeps the directory from emptying, which a Loader refuses.
+	writeFile(t, filepath.Join(dir, "z.yaml"), rulesYAML("z", 1))
 	w := startLoader(t, dir)
 
 	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 2))
@@ -141,6 +143,22 @@ func TestLoaderKeepsLastGoodRules(t *testing.T) {
 
 	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 5))
 	w.until("the fixed file", limitOf("a", "k", 5))
+}
+
+// TestLoaderKeepsRulesWhenAllFilesVanish: an emptied directory is treated
+// as a broken mount, not as "drop every limit".
+func TestLoaderKeepsRulesWhenAllFilesVanish(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 1))
+	w := startLoader(t, dir)
+	good := w.loader.Current()
+	must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+	w.failure("holds no rule files; keeping the last good rules")
+	if w.loader.Current() != good {
+		t.Errorf("an emptied directory replaced the last good rules")
+	}
+	writeFile(t, filepath.Join(dir, "b.yaml"), rulesYAML("b", 3))
+	w.until("a new file after the empty directory", limitOf("b", "k", 3))
 }
 
 func TestReloadWithoutGoodRules(t *testing.T) {
