@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -54,12 +57,9 @@ func TestBadFlagsAndEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, stderr, code := runCLI(t, tt.env, append(append([]string{}, base...), tt.args...)...)
+			stderr, code := runServeToFailure(t, tt.env, append(append([]string{}, base...), tt.args...)...)
 			if code == 0 {
 				t.Fatalf("exit 0, want non-zero; stderr:\n%s", stderr)
-			}
-			if strings.Contains(stderr, "envoy-rls serving") {
-				t.Errorf("served before failing; stderr:\n%s", stderr)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(stderr, w) {
@@ -67,6 +67,38 @@ func TestBadFlagsAndEnv(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// runServeToFailure runs a serve command that should fail at start. If it
+// starts serving instead, it is killed and t fails at once rather than
+// waiting for a timeout.
+func runServeToFailure(t *testing.T, env []string, args ...string) (stderr string, code int) {
+	t.Helper()
+	logs := &logBuffer{}
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = childEnv(env)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() { done <- exitCode(cmd.Wait()) }()
+	deadline := time.After(startTimeout)
+	for {
+		select {
+		case code := <-done:
+			return logs.String(), code
+		case <-deadline:
+		case <-time.After(pollInterval):
+			if g, _ := servingAddrs(logs.String()); g == "" {
+				continue
+			}
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		t.Fatalf("envoy-rls %v started serving instead of failing; logs:\n%s", args, logs)
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,5 +159,22 @@ func TestPprofAndHeaders(t *testing.T) {
 	if ra, err := strconv.Atoi(h["Retry-After"]); err != nil || ra < 1 || ra > 720 {
 		t.Errorf("OVER_LIMIT Retry-After = %q, want whole seconds in [1, 720]", h["Retry-After"])
 	}
+	s.stop()
+}
+
+// TestReadyzWithoutRules starts on an empty rules directory: the process
+// runs, but is not ready until rules arrive.
+func TestReadyzWithoutRules(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startServer(t, serveOpts{ConfigDir: dir, NoReadyWait: true})
+	if status, body := s.get("/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "no rules") {
+		t.Errorf("/readyz with no rule files: %d %q, want 503 naming the missing rules", status, body)
+	}
+	writeFile(t, filepath.Join(dir, "shop.yaml"), shopRules)
+	poll(t, "/readyz once rules arrive", func() (bool, string) {
+		status, body := s.get("/readyz")
+		return status == http.StatusOK, body
+	})
 	s.stop()
 }

@@ -76,3 +76,28 @@ func TestLogs(t *testing.T) {
 		})
 	}
 }
+
+// TestLogsRedisDown starts on an unreachable Redis: the Redis client's own
+// complaints (dial failures) must come out as JSON lines too, and carry no
+// descriptor value.
+func TestLogsRedisDown(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serveOpts{
+		ConfigDir:   rulesDir(t, map[string]string{"shop.yaml": shopRules}),
+		Args:        []string{"--redis-url", "redis://" + freeAddr(t), "--redis-timeout=50ms"},
+		NoReadyWait: true,
+	})
+	secret := fmt.Sprintf("secret-down-%d", time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, err := s.rls().ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", secret)}})
+	if err == nil {
+		t.Logf("request answered without Redis (a failure mode)")
+	}
+	s.stop()
+	for _, l := range jsonLines(t, s.logs.String()) {
+		if l.Level != "debug" && strings.Contains(fmt.Sprint(l.raw), secret) {
+			t.Errorf("descriptor value logged at %s: %v", l.Level, l.raw)
+		}
+	}
+}
