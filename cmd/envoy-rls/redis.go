@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -20,19 +24,69 @@ type redisFlags struct {
 	tls              redisalgo.TLSFiles
 	failureMode      string
 	expectedReplicas int
+	breaker          struct {
+		failures int
+		ratio    float64
+		cooldown time.Duration
+		probes   int
+	}
 }
 
 func (r *redisFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&r.timeout, "redis-timeout", 100*time.Millisecond, "dial, read and write timeout for Redis; keep it short, Envoy waits on it")
+	fs.DurationVar(&r.timeout, "redis-timeout", 100*time.Millisecond, "dial, read and write timeout for Redis, and the longest a request waits for Redis; keep it short, Envoy waits on it")
 	fs.IntVar(&r.poolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
 	fs.StringVar(&r.tls.CAFile, "redis-tls-ca", "", "PEM CA bundle to verify Redis (implies TLS)")
 	fs.StringVar(&r.tls.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
 	fs.StringVar(&r.tls.KeyFile, "redis-tls-key", "", "PEM client key for Redis")
-	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local")
-	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it")
+	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local (in-process limits divided by --expected-replicas)")
+	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
+	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", failover.DefaultFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis)")
+	fs.Float64Var(&r.breaker.ratio, "redis-breaker-failure-ratio", 0, "also open the breaker when this share (0..1) of at least 20 Redis calls in 10s failed; 0 turns it off")
+	fs.DurationVar(&r.breaker.cooldown, "redis-breaker-cooldown", failover.DefaultCooldown, "how long the open breaker waits before probing Redis again")
+	fs.IntVar(&r.breaker.probes, "redis-breaker-probes", failover.DefaultProbes, "calls the half-open breaker sends to Redis; that many successes close it")
 }
 
+// validate checks the Redis flags, naming the flag in each error; it runs
+// even without --redis-url, so a typo never waits for the day Redis is
+// configured.
+func (r *redisFlags) validate() (failover.Mode, error) {
+	var errs []error
+	mode, err := failover.ParseMode(r.failureMode)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--redis-failure-mode: %w", err))
+	}
+	if r.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--redis-timeout: %v must be positive", r.timeout))
+	}
+	if r.poolSize < 0 {
+		errs = append(errs, fmt.Errorf("--redis-pool-size: %d must be 0 (default) or positive", r.poolSize))
+	}
+	if r.expectedReplicas < 1 {
+		errs = append(errs, fmt.Errorf("--expected-replicas: %d must be at least 1", r.expectedReplicas))
+	}
+	if r.breaker.failures < 1 {
+		errs = append(errs, fmt.Errorf("--redis-breaker-failures: %d must be at least 1", r.breaker.failures))
+	}
+	if !(r.breaker.ratio >= 0 && r.breaker.ratio <= 1) {
+		errs = append(errs, fmt.Errorf("--redis-breaker-failure-ratio: %v must be between 0 (off) and 1", r.breaker.ratio))
+	}
+	if r.breaker.cooldown <= 0 {
+		errs = append(errs, fmt.Errorf("--redis-breaker-cooldown: %v must be positive", r.breaker.cooldown))
+	}
+	if r.breaker.probes < 1 || r.breaker.probes > 1000 {
+		errs = append(errs, fmt.Errorf("--redis-breaker-probes: %d must be between 1 and 1000", r.breaker.probes))
+	}
+	return mode, errors.Join(errs...)
+}
+
+// newRedisBackend returns the Redis backend behind the failure policy and
+// circuit breaker of pkg/failover. The returned backend's Ping is the
+// readiness check (see redisBackend.Ping).
 func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (rls.Backend, func(), error) {
+	mode, err := cfg.redis.validate()
+	if err != nil {
+		return nil, nil, err
+	}
 	opts, err := redisalgo.ParseURL(cfg.redisURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis-url: %w", err)
@@ -43,22 +97,109 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		}
 	}
 	opts.SetTimeouts(cfg.redis.timeout)
+	enableContextTimeouts(opts)
 	if cfg.redis.poolSize > 0 {
 		opts.SetPoolSize(cfg.redis.poolSize)
 	}
+	redis.SetLogger(redisLogger{log.Named("redis")})
 	client, err := redisalgo.NewClient(opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	// LazyLoad lets the service start while Redis is down; the failure mode
 	// answers until it is back, and NOSCRIPT handling loads the script then.
-	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true})
+	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
-	if err := b.LoadScript(ctx); err != nil {
-		log.Warn("redis not reachable at start; will retry on each request", zap.Error(err))
+	lctx, cancel := context.WithTimeout(ctx, cfg.redis.timeout)
+	if err := b.LoadScript(lctx); err != nil {
+		log.Warn("redis not reachable at start; answering with the failure mode until it is",
+			zap.String("mode", mode.String()), zap.Error(err))
 	}
-	return b, func() { client.Close() }, nil
+	cancel()
+
+	fo := failover.Options{
+		Mode:             mode,
+		ExpectedReplicas: cfg.redis.expectedReplicas,
+		Timeout:          cfg.redis.timeout,
+		Breaker: failover.BreakerOptions{
+			Failures:     cfg.redis.breaker.failures,
+			FailureRatio: cfg.redis.breaker.ratio,
+			Cooldown:     cfg.redis.breaker.cooldown,
+			Probes:       cfg.redis.breaker.probes,
+		},
+		Logger:     log,
+		Registerer: reg,
+	}
+	stopSweep := func() {}
+	if mode == failover.ModeLocal {
+		store := memstore.New(memstore.Options{})
+		sctx, cancel := context.WithCancel(context.Background())
+		go store.Run(sctx, 10*time.Second)
+		fo.Local, stopSweep = store, cancel
+	}
+	if err := fo.Validate(); err != nil {
+		stopSweep()
+		b.Close()
+		client.Close()
+		return nil, nil, err
+	}
+	closeAll := func() {
+		stopSweep()
+		b.Close()
+		client.Close()
+	}
+	return redisBackend{Backend: failover.New(b, fo), log: log}, closeAll, nil
+}
+
+// enableContextTimeouts makes the client honour each call's context
+// deadline on the socket, not only its own timeouts, so a request never
+// waits on Redis past the deadline pkg/failover gives it (or Envoy's).
+func enableContextTimeouts(o *redisalgo.ClientOptions) {
+	switch {
+	case o.Simple != nil:
+		o.Simple.ContextTimeoutEnabled = true
+	case o.Failover != nil:
+		o.Failover.ContextTimeoutEnabled = true
+	case o.Cluster != nil:
+		o.Cluster.ContextTimeoutEnabled = true
+	}
+}
+
+// redisBackend adds the readiness policy to the failover-wrapped backend.
+//
+// With --redis-failure-mode=error, a Redis that is down (or an open breaker)
+// makes /readyz fail: every request would get UNAVAILABLE anyway, and a
+// load balancer may find a replica whose Redis works. With allow, deny or
+// local the operator chose how to answer without Redis, and every replica
+// shares the same Redis: failing readiness would pull all of them out of
+// the Service and turn the chosen policy into connection errors, which
+// Envoy then treats by its own failure_mode_deny. So those modes stay
+// ready; the outage shows in envoy_rls_backend_breaker_state,
+// envoy_rls_backend_errors_total, envoy_rls_backend_failure_mode_total and
+// a warning logged at each readiness probe.
+type redisBackend struct {
+	*failover.Backend
+	log *zap.Logger
+}
+
+// Ping is the readiness check; see redisBackend.
+func (r redisBackend) Ping(ctx context.Context) error {
+	err := r.Backend.Ping(ctx)
+	if err == nil || r.Mode() == failover.ModeError {
+		return err
+	}
+	r.log.Warn("redis unavailable; staying ready and answering with the failure mode",
+		zap.String("mode", r.Mode().String()), zap.String("breaker", r.State().String()), zap.Error(err))
+	return nil
+}
+
+// redisLogger sends go-redis's own messages (dial and pool failures) to the
+// service's JSON log; its default logger writes plain lines to stderr.
+type redisLogger struct{ log *zap.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
 }

@@ -134,6 +134,9 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	if cfg.slidingLogCap < 1 || int64(cfg.slidingLogCap) > algo.MaxSlidingLogCap {
 		return fmt.Errorf("--sliding-log-cap: %d must be between 1 and %d", cfg.slidingLogCap, algo.MaxSlidingLogCap)
 	}
+	if _, err := cfg.redis.validate(); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
@@ -200,7 +203,9 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 
 	adm := admin.New(admin.Options{
 		Ready: func(ctx context.Context) error {
-			if loader.Current() == nil {
+			// An empty snapshot is as unready as none: a missing or
+			// empty mount would otherwise admit everything silently.
+			if loader.Current().NumRules() == 0 {
 				return errors.New("no rules loaded")
 			}
 			if p, ok := backend.(pinger); ok {

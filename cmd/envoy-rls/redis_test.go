@@ -1,0 +1,61 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/failover"
+)
+
+func TestRedisFlagsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // substring of the error; "" for valid
+		mode failover.Mode
+	}{
+		{name: "defaults", mode: failover.ModeError},
+		{name: "local", args: []string{"--redis-failure-mode=local", "--expected-replicas=3"}, mode: failover.ModeLocal},
+		{name: "ratio", args: []string{"--redis-breaker-failure-ratio=0.5"}, mode: failover.ModeError},
+		{name: "unknown mode", args: []string{"--redis-failure-mode=open"}, want: "--redis-failure-mode"},
+		{name: "zero replicas", args: []string{"--expected-replicas=0"}, want: "--expected-replicas"},
+		{name: "zero timeout", args: []string{"--redis-timeout=0s"}, want: "--redis-timeout"},
+		{name: "negative pool", args: []string{"--redis-pool-size=-1"}, want: "--redis-pool-size"},
+		{name: "zero failures", args: []string{"--redis-breaker-failures=0"}, want: "--redis-breaker-failures"},
+		{name: "ratio above 1", args: []string{"--redis-breaker-failure-ratio=1.5"}, want: "--redis-breaker-failure-ratio"},
+		{name: "ratio NaN", args: []string{"--redis-breaker-failure-ratio=NaN"}, want: "--redis-breaker-failure-ratio"},
+		{name: "zero cooldown", args: []string{"--redis-breaker-cooldown=0s"}, want: "--redis-breaker-cooldown"},
+		{name: "zero probes", args: []string{"--redis-breaker-probes=0"}, want: "--redis-breaker-probes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, parse := serveFlags(io.Discard)
+			if err := parse(tt.args); err != nil {
+				t.Fatalf("parse %v: %v", tt.args, err)
+			}
+			mode, err := cfg.redis.validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validate: %v", err)
+			case tt.want == "" && mode != tt.mode:
+				t.Fatalf("mode %v, want %v", mode, tt.mode)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("validate: %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRedisFlagsFromEnv(t *testing.T) {
+	t.Setenv("ENVOY_RLS_REDIS_BREAKER_COOLDOWN", "3s")
+	t.Setenv("ENVOY_RLS_REDIS_FAILURE_MODE", "deny")
+	cfg, parse := serveFlags(io.Discard)
+	if err := parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	mode, err := cfg.redis.validate()
+	if err != nil || mode != failover.ModeDeny || cfg.redis.breaker.cooldown.String() != "3s" {
+		t.Fatalf("from env: mode %v, cooldown %v, %v", mode, cfg.redis.breaker.cooldown, err)
+	}
+}

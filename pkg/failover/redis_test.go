@@ -1,0 +1,279 @@
+package failover_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestBackendSuite: with Redis healthy the wrapper changes no decision. A
+// server of its own, so that -count=N reruns start from empty keys.
+func TestBackendSuite(t *testing.T) {
+	client := redistest.Standalone(t).Client(t)
+	backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
+		b, err := redisalgo.New(client, redisalgo.Options{Now: func() time.Time { return time.UnixMicro(now.Load()) }})
+		if err != nil {
+			t.Fatalf("redisalgo.New: %v", err)
+		}
+		return failover.New(b, failover.Options{Mode: failover.ModeDeny, Timeout: 10 * time.Second})
+	})
+}
+
+// counting wraps the Redis backend: it counts the calls that reach Redis,
+// the ones Redis answered, the ones whose context had no deadline within
+// the configured timeout, and the breaker state each call saw.
+type counting struct {
+	inner   *redisalgo.Backend
+	timeout time.Duration
+	fb      *failover.Backend // set after failover.New
+
+	calls, ok, badDeadline atomic.Int64
+	mu                     sync.Mutex
+	states                 map[failover.State]int
+}
+
+func (c *counting) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+	c.calls.Add(1)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.timeout {
+		c.badDeadline.Add(1)
+	}
+	c.mu.Lock()
+	c.states[c.fb.State()]++
+	c.mu.Unlock()
+	out, err := c.inner.Apply(ctx, checks)
+	if err == nil {
+		c.ok.Add(1)
+	}
+	return out, err
+}
+
+func (c *counting) Ping(ctx context.Context) error { return c.inner.Ping(ctx) }
+
+func (c *counting) resetStates() map[failover.State]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.states
+	c.states = map[failover.State]int{}
+	return s
+}
+
+// TestRedisOutage kills (connection refused) or freezes (SIGSTOP:
+// connections open, no replies) a real Redis under a bounded concurrent
+// load, for every failure mode, and checks that:
+//   - every call answers what the mode promises;
+//   - every call returns well before 10× the timeout (a hung call fails the
+//     test through its context deadline instead of hanging it), and the
+//     primary always sees a deadline within the timeout;
+//   - once the breaker is open, calls no longer reach Redis (only the
+//     half-open probes do);
+//   - after Redis returns, decisions come from Redis again without a new
+//     Backend, and no goroutine is left behind.
+func TestRedisOutage(t *testing.T) {
+	faults := []struct {
+		name      string
+		brk, mend func(*redistest.Server, testing.TB)
+	}{
+		{name: "killed", brk: (*redistest.Server).Kill, mend: (*redistest.Server).Start},
+		{name: "hung", brk: (*redistest.Server).Pause, mend: (*redistest.Server).Resume},
+	}
+	const cooldown = 500 * time.Millisecond
+	modes := []struct {
+		mode failover.Mode
+		// verdict explains what is wrong with the n-th (0-based) answer for
+		// one key while Redis is away, or returns "".
+		verdict func(n int, d []algo.Decision, err error) string
+	}{
+		{failover.ModeError, func(_ int, d []algo.Decision, err error) string {
+			if err == nil {
+				return fmt.Sprintf("decisions %+v, want an error", d)
+			}
+			return ""
+		}},
+		{failover.ModeAllow, func(_ int, d []algo.Decision, err error) string {
+			if err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+				return fmt.Sprintf("%+v, %v; want allowed, remaining 4", d, err)
+			}
+			return ""
+		}},
+		{failover.ModeDeny, func(_ int, d []algo.Decision, err error) string {
+			if err != nil || d[0].Allowed || d[0].ResetAfter <= 0 || d[0].ResetAfter > cooldown.Microseconds() {
+				return fmt.Sprintf("%+v, %v; want denied with 0 < ResetAfter ≤ the cool-down", d, err)
+			}
+			return ""
+		}},
+		{failover.ModeLocal, func(n int, d []algo.Decision, err error) string {
+			// 4 per hour over 2 replicas: 2 per replica.
+			if err != nil || d[0].Allowed != (n < 2) {
+				return fmt.Sprintf("call %d: %+v, %v; want allowed=%v", n, d, err, n < 2)
+			}
+			return ""
+		}},
+	}
+	for _, f := range faults {
+		for _, m := range modes {
+			t.Run(f.name+"/"+m.mode.String(), func(t *testing.T) {
+				outage(t, m.mode, cooldown, f.brk, f.mend, m.verdict)
+			})
+		}
+	}
+}
+
+func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
+	brk, mend func(*redistest.Server, testing.TB), verdict func(int, []algo.Decision, error) string) {
+	const (
+		timeout   = 100 * time.Millisecond
+		failures  = 3
+		workers   = 4
+		perWorker = 8
+		// bound is how long a call may take before the test calls it hung:
+		// generous, so a slow machine does not fail the test, and far below
+		// the client's own 10 s timeouts, so only the failover timeout and
+		// breaker can keep calls under it.
+		bound = 10 * timeout
+	)
+	ignore := goleak.IgnoreCurrent()
+	srv := redistest.Standalone(t)
+	client := redis.NewClient(&redis.Options{
+		Addr: srv.Addr, ContextTimeoutEnabled: true,
+		DialTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+	})
+	primary, err := redisalgo.New(client, redisalgo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := &counting{inner: primary, timeout: timeout, states: map[failover.State]int{}}
+	fb := failover.New(cnt, failover.Options{
+		Mode: mode, Local: memstore.New(memstore.Options{}), ExpectedReplicas: 2, Timeout: timeout,
+		Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: cooldown},
+		Registerer: prometheus.NewRegistry(),
+	})
+	cnt.fb = fb
+	pol := algo.Policy{Algorithm: algo.TokenBucket, Limit: 4, Period: algo.Hour}
+	key := func(user string) []algo.Check {
+		return []algo.Check{{Domain: t.Name(), Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: pol, Hits: 1}}
+	}
+	// call reports whether the call was still running at the bound.
+	call := func(user string) (d []algo.Decision, expired bool, err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		d, err = fb.Apply(ctx, key(user))
+		return d, ctx.Err() != nil, err
+	}
+	if d, _, err := call("warm"); err != nil || !d[0].Allowed || cnt.ok.Load() != 1 {
+		t.Fatalf("with Redis up: %+v, %v (%d answered by Redis)", d, err, cnt.ok.Load())
+	}
+
+	brk(srv, t)
+	cnt.resetStates()
+	callsBefore := cnt.calls.Load()
+	var (
+		mu    sync.Mutex
+		wrong []string
+		late  int
+		wg    sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for n := range perWorker {
+				d, expired, err := call(fmt.Sprintf("down-%d", w))
+				mu.Lock()
+				if expired {
+					late++
+				} else if v := verdict(n, d, err); v != "" {
+					wrong = append(wrong, v)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if late > 0 || len(wrong) > 0 {
+		t.Errorf("Redis down, %d×%d calls: %d still running after %v, wrong answers: %q", workers, perWorker, late, bound, wrong)
+	}
+	if n := cnt.badDeadline.Load(); n > 0 {
+		t.Errorf("%d calls reached Redis without a deadline within %v", n, timeout)
+	}
+	// Calls admitted while the breaker was closed can all be in flight
+	// when the failures that open it arrive: at most failures+workers−1.
+	if n := cnt.states[failover.StateClosed]; n > failures+workers-1 {
+		t.Errorf("%d calls reached Redis with the breaker closed during the outage, want ≤ %d", n, failures+workers-1)
+	}
+	if n := cnt.calls.Load() - callsBefore; n >= workers*perWorker {
+		t.Errorf("all %d calls reached the dead Redis; the breaker never opened", n)
+	}
+	if err := fb.Ping(context.Background()); err == nil {
+		t.Errorf("Ping with Redis down: nil")
+	}
+
+	// Open: sequential calls reach Redis only as half-open probes.
+	if fb.State() == failover.StateClosed {
+		t.Fatalf("breaker closed after the outage began")
+	}
+	cnt.resetStates()
+	const more = 100
+	for i := range more {
+		if _, expired, _ := call(fmt.Sprintf("open-%d", i)); expired {
+			t.Fatalf("call %d with the breaker open still running after %v", i, bound)
+		}
+	}
+	states := cnt.resetStates()
+	if states[failover.StateClosed] > 0 || states[failover.StateHalfOpen] > more/10 {
+		t.Errorf("with the breaker open, %d of %d calls reached Redis (states seen: %v); want half-open probes only, rarely", states[failover.StateClosed]+states[failover.StateHalfOpen], more, states)
+	}
+
+	mend(srv, t)
+	answered := cnt.ok.Load()
+	waitFor(t, "Redis answers again through the breaker", func() bool {
+		_, _, _ = call("probe")
+		return cnt.ok.Load() > answered
+	})
+	// Redis, not the local store (2 per replica), decides: exactly 4.
+	for n := range 5 {
+		d, _, err := call("after")
+		if err != nil || d[0].Allowed != (n < 4) {
+			t.Fatalf("after recovery, call %d: %+v, %v; want allowed=%v from Redis", n, d, err, n < 4)
+		}
+	}
+	if s := fb.State(); s != failover.StateClosed {
+		t.Errorf("breaker %v after recovery, want closed", s)
+	}
+	if err := fb.Ping(context.Background()); err != nil {
+		t.Errorf("Ping after recovery: %v", err)
+	}
+
+	primary.Close()
+	if err := client.Close(); err != nil {
+		t.Errorf("close client: %v", err)
+	}
+	srv.Close()
+	goleak.VerifyNone(t, ignore)
+}
+
+// waitFor polls cond for at most 10 s; it bounds the wait for the breaker's
+// wall-clock cool-down and a restarted Redis, and asserts no duration.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
