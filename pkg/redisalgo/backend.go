@@ -1,8 +1,9 @@
 // Package redisalgo is the Redis backend: it encodes each limit's Redis key
 // (key.go), builds Redis clients from URLs (client.go), and applies a
 // request's checks with one Lua script per hash-slot group, all groups in one
-// pipeline (backend.go). The script (lua/apply.lua) and its Go argument and
-// reply codec (script.go) mirror the pure cores of pkg/algo.
+// pipeline (backend.go), sharing pipelines between concurrent requests
+// (batch.go). The script (lua/apply.lua) and its Go argument and reply codec
+// (script.go) mirror the pure cores of pkg/algo.
 //
 // It must not import pkg/rules, pkg/memstore, pkg/rls or anything that knows
 // about gRPC; it depends on pkg/algo and go-redis only.
@@ -16,7 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -34,6 +37,15 @@ type Options struct {
 	LazyLoad bool
 	// Logger receives warnings about failed refunds; nil means none.
 	Logger *zap.Logger
+	// NoBatch sends each request's commands in a pipeline of their own
+	// instead of sharing pipelines across concurrent requests (batch.go).
+	NoBatch bool
+	// MaxBatch is the number of queued commands at which a pipeline leaves
+	// without waiting for the one in flight; 0 means DefaultMaxBatch.
+	MaxBatch int
+	// Registerer receives the batch-size histogram
+	// (envoy_rls_redis_batch_size); nil means no metrics.
+	Registerer prometheus.Registerer
 }
 
 // Backend applies checks on Redis (standalone, Sentinel or Cluster). It is
@@ -43,17 +55,17 @@ type Backend struct {
 	cluster *redis.ClusterClient // nil unless client is a cluster client
 	now     func() time.Time
 	log     *zap.Logger
-	// exec sends cmds in one round trip and sets each cmd's result or
-	// error. It is a field so that cross-request batching can replace it.
-	exec func(ctx context.Context, cmds []redis.Cmder)
-	bufs sync.Pool
+	// batch shares pipelines between concurrent requests; nil sends each
+	// request's commands alone (Options.NoBatch).
+	batch *batcher
+	bufs  sync.Pool
 	// noscript counts calls resent as EVAL after NOSCRIPT.
 	noscript atomic.Uint64
 }
 
 // New returns a Backend over client and, unless opts.LazyLoad, loads the
 // script on the master or every cluster master, failing when Redis is
-// unreachable.
+// unreachable. Close it before closing client.
 func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redisalgo: New: nil client")
@@ -64,8 +76,18 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	}
 	b.log = b.log.Named("redisalgo")
 	b.cluster, _ = client.(*redis.ClusterClient)
-	b.exec = b.send
-	b.bufs.New = func() any { return new(scratch) }
+	if !opts.NoBatch {
+		var sizes prometheus.Observer
+		if opts.Registerer != nil {
+			h, err := newBatchSizes(opts.Registerer)
+			if err != nil {
+				return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
+			}
+			sizes = h
+		}
+		b.batch = newBatcher(b.send, opts.MaxBatch, sizes)
+	}
+	b.bufs.New = func() any { return &scratch{job: job{done: make(chan struct{}, 1)}} }
 	if !opts.LazyLoad {
 		if err := b.LoadScript(context.Background()); err != nil {
 			return nil, err
@@ -101,6 +123,14 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 	return nil
 }
 
+// Close waits for every queued and in-flight batch to finish; Apply fails
+// with ErrClosed afterwards. It does not close the client.
+func (b *Backend) Close() {
+	if b.batch != nil {
+		b.batch.close()
+	}
+}
+
 // Ping checks that Redis answers: every master of a cluster, else the
 // (current) master. It is meant for readiness probes.
 func (b *Backend) Ping(ctx context.Context) error {
@@ -127,7 +157,7 @@ type call struct {
 	// now is the time to evaluate at, 0 for the server's TIME.
 	now int64
 
-	cmd *redis.Cmd
+	cmd *redis.IntSliceCmd
 	// Results: the time the script evaluated at, whether it admitted every
 	// check, or why it failed.
 	evalNow int64
@@ -136,7 +166,8 @@ type call struct {
 }
 
 // scratch is the per-Apply working memory, pooled so that the steady state
-// allocates little.
+// allocates little. A scratch whose batched commands may still be in
+// flight is lost (never pooled again): a flusher may still write into it.
 type scratch struct {
 	keys   []byte // every key, back to back
 	ends   []int  // ends[i]: end of check i's key in keys
@@ -148,6 +179,13 @@ type scratch struct {
 	calls  []call
 	cmds   []redis.Cmder
 	args   []any
+	// ints and strs hold the commands' numbers and keys; the arguments
+	// point into them (*int64, *string), which go-redis writes without
+	// boxing each value into an interface.
+	ints []int64
+	strs []string
+	job  job
+	lost bool
 }
 
 func (s *scratch) reset(n int) {
@@ -166,6 +204,9 @@ func (s *scratch) reset(n int) {
 	s.cmds = s.cmds[:0]
 	clear(s.args)
 	s.args = s.args[:0]
+	s.ints = s.ints[:0]
+	clear(s.strs)
+	s.strs = s.strs[:0]
 }
 
 // Apply applies checks all or nothing and returns one Decision per check,
@@ -186,7 +227,11 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 		return nil, nil
 	}
 	s := b.bufs.Get().(*scratch)
-	defer b.bufs.Put(s)
+	defer func() {
+		if !s.lost {
+			b.bufs.Put(s)
+		}
+	}()
 	s.reset(len(checks))
 
 	var now int64
@@ -282,45 +327,98 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 	s.cmds = s.cmds[:0]
 	for i := range calls {
 		c := &calls[i]
-		c.cmd = b.command(ctx, s, "evalsha", applyScript.Hash(), c)
+		c.cmd = b.command(ctx, s, argEvalSHA, argSHA, c)
 		s.cmds = append(s.cmds, c.cmd)
 	}
-	b.exec(ctx, s.cmds)
+	if err := b.roundTrip(ctx, s); err != nil {
+		for i := range calls {
+			calls[i].err = fmt.Errorf("redisalgo: apply script: %w", err)
+		}
+		return
+	}
 
 	s.cmds = s.cmds[:0]
 	for i := range calls {
 		c := &calls[i]
 		if isNoScript(c.cmd.Err()) {
-			c.cmd = b.command(ctx, s, "eval", applyLua, c)
+			c.cmd = b.command(ctx, s, argEval, argScript, c)
 			s.cmds = append(s.cmds, c.cmd)
 		}
 	}
 	if len(s.cmds) > 0 {
 		b.noscript.Add(uint64(len(s.cmds)))
-		b.exec(ctx, s.cmds)
+		if err := b.roundTrip(ctx, s); err != nil {
+			for i := range calls {
+				if calls[i].cmd.Args()[0] == argEval {
+					calls[i].err = fmt.Errorf("redisalgo: apply script: %w", err)
+				}
+			}
+			return
+		}
 	}
 
 	for i := range calls {
 		c := &calls[i]
+		if c.err != nil {
+			continue
+		}
 		if err := c.cmd.Err(); err != nil {
 			c.err = fmt.Errorf("redisalgo: apply script: %w", err)
 			continue
 		}
-		// parseApplyReply's errors carry the package prefix and the detail.
-		c.evalNow, c.allowed, c.err = parseApplyReply(c.cmd.Val(), c.out)
+		// parseApplyInts's errors carry the package prefix and the detail.
+		c.evalNow, c.allowed, c.err = parseApplyInts(c.cmd.Val(), c.out)
 	}
 }
 
-// command builds the EVALSHA (or EVAL) of c. Its arguments live in s.args;
-// the keys are slices of s.keys, which go-redis writes as they are.
-func (b *Backend) command(ctx context.Context, s *scratch, name, script string, c *call) *redis.Cmd {
+// roundTrip sends s.cmds in one round trip, through the batcher when there
+// is one. An error means the commands' results must not be read: the
+// caller's ctx ended before they arrived (s is then lost when the commands
+// may still be in flight) or the backend is closed.
+func (b *Backend) roundTrip(ctx context.Context, s *scratch) error {
+	if b.batch == nil {
+		b.send(ctx, s.cmds)
+		return nil
+	}
+	s.job.cmds = s.cmds
+	abandoned, err := b.batch.do(ctx, &s.job)
+	s.job.cmds = nil
+	if abandoned {
+		s.lost = true
+	}
+	return err
+}
+
+// The command names and scripts, boxed once: converting a string to an
+// interface allocates unless it is a constant.
+var (
+	argEvalSHA any = "evalsha"
+	argEval    any = "eval"
+	argSHA     any = applyScript.Hash()
+	argScript  any = applyLua
+)
+
+// command builds the EVALSHA (or EVAL) of c; apply.lua replies with
+// integers only, so an IntSliceCmd reads the reply without boxing. Its
+// arguments live in s.args and point into s.strs (the keys, viewed in place
+// in s.keys, which no longer changes) and s.ints; slices of those arrays
+// that a later append moves away from stay valid, as the old arrays do.
+func (b *Backend) command(ctx context.Context, s *scratch, name, script any, c *call) *redis.IntSliceCmd {
 	start := len(s.args)
 	s.args = append(s.args, name, script, len(c.keys))
+	ks := len(s.strs)
 	for _, k := range c.keys {
-		s.args = append(s.args, k)
+		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
 	}
-	s.args = appendApplyArgs(s.args, c.now, c.checks)
-	cmd := redis.NewCmd(ctx, s.args[start:len(s.args):len(s.args)]...)
+	for i := range c.keys {
+		s.args = append(s.args, &s.strs[ks+i])
+	}
+	is := len(s.ints)
+	s.ints = appendApplyInts(s.ints, c.now, c.checks)
+	for i := is; i < len(s.ints); i++ {
+		s.args = append(s.args, &s.ints[i])
+	}
+	cmd := redis.NewIntSliceCmd(ctx, s.args[start:len(s.args):len(s.args)]...)
 	// Route by the first key's slot without parsing the command.
 	cmd.SetFirstKeyPos(3)
 	return cmd
@@ -374,8 +472,8 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 	}
 }
 
-// send is the default exec: one command alone, several in one pipeline.
-// Errors land in the commands.
+// send runs cmds in one round trip: one command alone, several in one
+// pipeline. Errors land in the commands.
 func (b *Backend) send(ctx context.Context, cmds []redis.Cmder) {
 	if len(cmds) == 1 {
 		_ = b.client.Process(ctx, cmds[0])

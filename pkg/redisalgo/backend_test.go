@@ -3,12 +3,14 @@ package redisalgo
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -37,6 +39,7 @@ func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backe
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(b.Close)
 	return b
 }
 
@@ -524,20 +527,54 @@ func TestSentinelFailover(t *testing.T) {
 }
 
 // BenchmarkApply measures one 2-limit request against a real standalone
-// server: one round trip per request.
+// server, one at a time (a lone request goes out at once, batched or not)
+// and from 32 concurrent goroutines, where batching shares round trips; it
+// reports the mean commands per round trip.
 func BenchmarkApply(b *testing.B) {
-	be := newBackend(b, redistest.SharedStandalone(b).Client(b), Options{})
+	client := redistest.SharedStandalone(b).Client(b)
 	dom := redistest.KeyPrefix(b)
 	checks := []algo.Check{
-		limit(dom, "bench", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 40, Period: algo.Second}, 1),
-		limit(dom, "bench", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Minute}, 1),
+		limit(dom, "bench", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1),
+		limit(dom, "bench", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 30, Period: algo.Minute}, 1),
 	}
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := be.Apply(ctx, checks); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name     string
+		noBatch  bool
+		parallel int
+	}{
+		{"serial", false, 0},
+		{"serial/nobatch", true, 0},
+		{"c32", false, 32},
+		{"c32/nobatch", true, 32},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			be := newBackend(b, client, Options{NoBatch: bc.noBatch, Registerer: reg})
+			b.ReportAllocs()
+			if bc.parallel == 0 {
+				for b.Loop() {
+					if _, err := be.Apply(ctx, checks); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.SetParallelism(bc.parallel / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := be.Apply(ctx, checks); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			if !bc.noBatch {
+				if n, sum := batchStats(b, reg); n > 0 {
+					b.ReportMetric(sum/float64(n), "cmds/pipeline")
+				}
+			}
+		})
 	}
 }
 

@@ -30,11 +30,13 @@ descriptors:
 `
 
 // Flags of the failure-mode servers; bmBound is the deadline of each call
-// under load: 10× the Redis timeout, so a call that waits on a dead Redis
-// past the timeout and the breaker fails the test instead of hanging it.
+// under load. It only turns a call that hangs on a dead Redis into a
+// failure instead of a stuck test: it is far above --redis-timeout so a
+// loaded machine cannot trip it. That calls do not wait on Redis is shown
+// structurally, by the breaker's circuit_open count.
 const (
 	bmTimeout  = 200 * time.Millisecond
-	bmBound    = 10 * bmTimeout
+	bmBound    = 10 * time.Second
 	bmFailures = 3
 )
 
@@ -61,7 +63,7 @@ func bmCall(s *server, client string) (string, error) {
 // concurrent load, and checks:
 //   - every answer is the one the mode promises (local: the limit divided by
 //     --expected-replicas, per replica);
-//   - no call is still running at 10× --redis-timeout;
+//   - no call hangs (bmBound);
 //   - the circuit breaker opened, so most calls never waited on Redis
 //     (envoy_rls_backend_errors_total{kind="circuit_open"});
 //   - /readyz: not ready in mode error, ready (degraded) in the others;
