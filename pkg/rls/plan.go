@@ -213,13 +213,13 @@ func (p *plan) isReplaced(name string) bool {
 
 // onlySoftDenied reports whether some limit denied and every denying limit
 // is soft.
-func (p *plan) onlySoftDenied() bool {
+func (p *plan) onlySoftDenied(soft func(int) bool) bool {
 	denied := false
 	for i := range p.checks {
 		if p.decisions[i].Allowed {
 			continue
 		}
-		if !p.meta[i].soft {
+		if !soft(i) {
 			return false
 		}
 		denied = true

@@ -92,8 +92,9 @@ func clampRemaining(r int64) uint32 {
 	return uint32(r)
 }
 
-// response builds the answer from the decisions. Shadow (global or per
-// rule) and quota-mode denials are reported as OK.
+// response builds the answer from the decisions. A rule's shadow and quota
+// mode denials are reported as OK; under global shadow mode a denying
+// descriptor keeps OVER_LIMIT while the overall code is OK.
 func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOptions) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{
 		OverallCode: pb.RateLimitResponse_OK,
@@ -143,9 +144,13 @@ func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOpt
 		if quotaDenied {
 			quotaViolations = append(quotaViolations, float64(di))
 		}
-		if hardDenied && !globalShadow {
+		// Global shadow mode keeps the descriptor's OVER_LIMIT, as
+		// envoyproxy/ratelimit does, and only the overall code passes.
+		if hardDenied {
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+			if !globalShadow {
+				resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+			}
 		}
 		if headerCheck < 0 || moreRestrictive(d, p.decisions[headerCheck]) {
 			headerCheck = r

@@ -166,19 +166,20 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 }
 
 // apply runs the plan's checks on the backend. A soft limit (shadow or
-// quota mode) must not stop enforcing limits from consuming: the request
-// really passes, so it must be counted. When only soft limits denied, the
-// request is applied again without the denied soft limits, whose first
-// decisions are kept.
+// quota mode, or every limit under global shadow mode) must not stop the
+// other limits from consuming: the request really passes, so it must be
+// counted. When only soft limits denied, the request is applied again
+// without the denied soft limits, whose first decisions are kept.
 func (s *Service) apply(ctx context.Context, p *plan) error {
 	p.selectChecks(func(int) bool { return true })
 	if err := s.run(ctx, p); err != nil {
 		return err
 	}
-	if !p.onlySoftDenied() {
+	soft := func(i int) bool { return s.cfg.ShadowMode || p.meta[i].soft }
+	if !p.onlySoftDenied(soft) {
 		return nil
 	}
-	p.selectChecks(func(i int) bool { return !p.meta[i].soft || p.decisions[i].Allowed })
+	p.selectChecks(func(i int) bool { return !soft(i) || p.decisions[i].Allowed })
 	if len(p.batch) == 0 {
 		return nil
 	}
