@@ -1,11 +1,15 @@
 package rls
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // Label values for requests whose domain is not in the rules: a client must
@@ -22,6 +26,57 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+
+	// The children of the vectors above, by label values: WithLabelValues
+	// hashes and validates every label on each call, several times per
+	// request, where these cost one map lookup.
+	requestSeries  series[requestLabels, prometheus.Counter]
+	decisionSeries series[decisionLabels, prometheus.Counter]
+	durationSeries series[string, prometheus.Observer]
+}
+
+type requestLabels struct{ domain, code string }
+
+type decisionLabels struct {
+	domain, rule   string
+	algorithm      algo.Algorithm
+	denied, shadow bool
+}
+
+// series caches the children of a metric vector. Reads take no lock: the
+// map is replaced, never changed, when a new label set appears, which
+// happens once per series (their number is bounded by the configuration).
+type series[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the child for k, made by child the first time.
+func (s *series[K, V]) get(k K, child func() V) V {
+	if m := s.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, n := s.m.Load(), 0
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+		n = len(*old)
+	}
+	m := make(map[K]V, n+1)
+	if old != nil {
+		for key, val := range *old {
+			m[key] = val
+		}
+	}
+	v := child()
+	m[k] = v
+	s.m.Store(&m)
+	return v
 }
 
 // NewMetrics registers the service's collectors with reg.
@@ -53,21 +108,34 @@ func (m *Metrics) observeRequest(domain string, resp *pb.RateLimitResponse, err 
 	case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
 		code = "over_limit"
 	}
-	m.requests.WithLabelValues(domain, code).Inc()
-	m.duration.WithLabelValues(domain).Observe(d.Seconds())
+	m.requestSeries.get(requestLabels{domain, code}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(domain, code)
+	}).Inc()
+	m.durationSeries.get(domain, func() prometheus.Observer {
+		return m.duration.WithLabelValues(domain)
+	}).Observe(d.Seconds())
 }
 
 func (m *Metrics) observeChecks(domain string, p *plan, globalShadow bool) {
 	for i := range p.checks {
-		meta := &p.meta[i]
-		code := "ok"
-		if !p.decisions[i].Allowed {
-			code = "over_limit"
+		k := decisionLabels{
+			domain:    domain,
+			rule:      p.meta[i].ruleID,
+			algorithm: p.checks[i].Policy.Algorithm,
+			denied:    !p.decisions[i].Allowed,
+			shadow:    p.meta[i].soft || globalShadow,
 		}
-		shadow := "false"
-		if meta.soft || globalShadow {
-			shadow = "true"
-		}
-		m.decisions.WithLabelValues(domain, meta.ruleID, p.checks[i].Policy.Algorithm.String(), code, shadow).Inc()
+		m.decisionSeries.get(k, func() prometheus.Counter { return m.decisionCounter(k) }).Inc()
 	}
+}
+
+func (m *Metrics) decisionCounter(k decisionLabels) prometheus.Counter {
+	code, shadow := "ok", "false"
+	if k.denied {
+		code = "over_limit"
+	}
+	if k.shadow {
+		shadow = "true"
+	}
+	return m.decisions.WithLabelValues(k.domain, k.rule, k.algorithm.String(), code, shadow)
 }

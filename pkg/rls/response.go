@@ -75,11 +75,32 @@ func moreRestrictive(a, b algo.Decision) bool {
 	return a.ResetAfter > b.ResetAfter
 }
 
-func microsToDuration(us int64) *durationpb.Duration {
-	if us < 0 {
-		us = 0
-	}
-	return durationpb.New(time.Duration(us) * time.Microsecond)
+// setMicros sets d to us microseconds (negative counts as 0), exactly as
+// durationpb.New would, without allocating a new message.
+func setMicros(d *durationpb.Duration, us int64) {
+	nanos := (time.Duration(max(us, 0)) * time.Microsecond).Nanoseconds()
+	secs := nanos / 1e9
+	d.Seconds, d.Nanos = secs, int32(nanos-secs*1e9)
+}
+
+// inlineStatuses is how many statuses respBlock holds without a separate
+// slice: Envoy routes typically send one to three descriptors.
+const inlineStatuses = 4
+
+// respBlock is a response with room for the pointers to its first
+// statuses, so that both cost one allocation.
+type respBlock struct {
+	resp pb.RateLimitResponse
+	ptrs [inlineStatuses]*pb.RateLimitResponse_DescriptorStatus
+}
+
+// statusBlock is one descriptor status with the messages it points to;
+// a response allocates all of them as one slice. The response is
+// marshalled after the handler returns, so none of this can be pooled.
+type statusBlock struct {
+	st  pb.RateLimitResponse_DescriptorStatus
+	lim pb.RateLimitResponse_RateLimit
+	dur durationpb.Duration
 }
 
 func clampRemaining(r int64) uint32 {
@@ -96,15 +117,22 @@ func clampRemaining(r int64) uint32 {
 // mode denials are reported as OK; under global shadow mode a denying
 // descriptor keeps OVER_LIMIT while the overall code is OK.
 func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOptions) *pb.RateLimitResponse {
-	resp := &pb.RateLimitResponse{
-		OverallCode: pb.RateLimitResponse_OK,
-		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(p.descs)),
+	rb := new(respBlock)
+	resp := &rb.resp
+	resp.OverallCode = pb.RateLimitResponse_OK
+	if n := len(p.descs); n <= inlineStatuses {
+		resp.Statuses = rb.ptrs[:n:n]
+	} else {
+		resp.Statuses = make([]*pb.RateLimitResponse_DescriptorStatus, n)
 	}
+	blocks := make([]statusBlock, len(p.descs))
 	headerCheck, retryCheck := -1, -1
 	quotaEnabled := false
 	var quotaViolations []any
 	for di, info := range p.descs {
-		st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		blk := &blocks[di]
+		st := &blk.st
+		st.Code = pb.RateLimitResponse_OK
 		resp.Statuses[di] = st
 		if info.unlimited {
 			st.LimitRemaining = math.MaxUint32
@@ -114,16 +142,14 @@ func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOpt
 		}
 		r := p.mostRestrictive(info.first, info.n)
 		d, m := p.decisions[r], p.meta[r]
-		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{
-			Name:            m.limit.name,
-			RequestsPerUnit: m.limit.rpu,
-			Unit:            m.limit.unit,
-		}
+		blk.lim.Name, blk.lim.RequestsPerUnit, blk.lim.Unit = m.limit.name, m.limit.rpu, m.limit.unit
+		st.CurrentLimit = &blk.lim
 		if m.limit.multiplier > 1 {
-			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(m.limit.multiplier)
+			blk.lim.UnitMultiplier = wrapperspb.UInt32(m.limit.multiplier)
 		}
 		st.LimitRemaining = clampRemaining(d.Remaining)
-		st.DurationUntilReset = microsToDuration(d.ResetAfter)
+		setMicros(&blk.dur, d.ResetAfter)
+		st.DurationUntilReset = &blk.dur
 
 		hardDenied, quotaDenied := false, false
 		for k := info.first; k < info.first+info.n; k++ {
@@ -193,16 +219,35 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 	if !h.Draft && !h.Legacy && !(h.RetryAfter && over) {
 		return nil
 	}
-	d, m, pol := p.decisions[k], p.meta[k], p.checks[k].Policy
+	d, m, pol := p.decisions[k], &p.meta[k], p.checks[k].Policy
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
 	reset := strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
 	limit := strconv.FormatUint(uint64(m.limit.rpu), 10)
-	var out []*corev3.HeaderValue
-	add := func(k, v string) { out = append(out, &corev3.HeaderValue{Key: k, Value: v}) }
+	n := 0
+	if h.Draft {
+		n += 2
+	}
+	if h.Legacy {
+		n += 3
+	}
+	if h.RetryAfter && over && retry >= 0 {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	// One allocation for the values, one for the pointers.
+	vals := make([]corev3.HeaderValue, n)
+	out := make([]*corev3.HeaderValue, 0, n)
+	add := func(k, v string) {
+		hv := &vals[len(out)]
+		hv.Key, hv.Value = k, v
+		out = append(out, hv)
+	}
 	if h.Draft {
 		name := sfString(policyName(m))
-		add("RateLimit-Policy", fmt.Sprintf("%s;q=%s;w=%d", name, limit, ceilSeconds(pol.Period)))
-		add("RateLimit", fmt.Sprintf("%s;r=%s;t=%s", name, remaining, reset))
+		add("RateLimit-Policy", name+";q="+limit+";w="+strconv.FormatInt(ceilSeconds(pol.Period), 10))
+		add("RateLimit", name+";r="+remaining+";t="+reset)
 	}
 	if h.Legacy {
 		add("X-RateLimit-Limit", limit)
@@ -215,7 +260,7 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 	return out
 }
 
-func policyName(m checkMeta) string {
+func policyName(m *checkMeta) string {
 	if m.limit.name != "" {
 		return m.limit.name
 	}

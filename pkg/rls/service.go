@@ -119,7 +119,10 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 
 // ShouldRateLimit answers one Envoy rate-limit request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	start := time.Now()
+	var start time.Time
+	if s.cfg.Metrics != nil {
+		start = time.Now()
+	}
 	snap := s.cfg.Rules()
 	domainLabel := unknownDomainLabel
 	if snap != nil && snap.HasDomain(req.GetDomain()) {
