@@ -97,7 +97,6 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		}
 	}
 	opts.SetTimeouts(cfg.redis.timeout)
-	enableContextTimeouts(opts)
 	if cfg.redis.poolSize > 0 {
 		opts.SetPoolSize(cfg.redis.poolSize)
 	}
@@ -152,20 +151,6 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		client.Close()
 	}
 	return redisBackend{Backend: failover.New(b, fo), log: log}, closeAll, nil
-}
-
-// enableContextTimeouts makes the client honour each call's context
-// deadline on the socket, not only its own timeouts, so a request never
-// waits on Redis past the deadline pkg/failover gives it (or Envoy's).
-func enableContextTimeouts(o *redisalgo.ClientOptions) {
-	switch {
-	case o.Simple != nil:
-		o.Simple.ContextTimeoutEnabled = true
-	case o.Failover != nil:
-		o.Failover.ContextTimeoutEnabled = true
-	case o.Cluster != nil:
-		o.Cluster.ContextTimeoutEnabled = true
-	}
 }
 
 // redisBackend adds the readiness policy to the failover-wrapped backend.
