@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/pkg/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
@@ -24,6 +25,7 @@ type redisFlags struct {
 	tls              redisalgo.TLSFiles
 	failureMode      string
 	expectedReplicas int
+	denyCacheEntries int
 	breaker          struct {
 		failures int
 		ratio    float64
@@ -39,6 +41,7 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.tls.CertFile, "redis-tls-cert", "", "PEM client certificate for Redis")
 	fs.StringVar(&r.tls.KeyFile, "redis-tls-key", "", "PEM client key for Redis")
 	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local (in-process limits divided by --expected-replicas)")
+	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
 	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", failover.DefaultFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis)")
 	fs.Float64Var(&r.breaker.ratio, "redis-breaker-failure-ratio", 0, "also open the breaker when this share (0..1) of at least 20 Redis calls in 10s failed; 0 turns it off")
@@ -57,6 +60,9 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	}
 	if r.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--redis-timeout: %v must be positive", r.timeout))
+	}
+	if r.denyCacheEntries < 0 {
+		errs = append(errs, fmt.Errorf("--redis-deny-cache-entries: %d must be 0 (off) or positive", r.denyCacheEntries))
 	}
 	if r.poolSize < 0 {
 		errs = append(errs, fmt.Errorf("--redis-pool-size: %d must be 0 (default) or positive", r.poolSize))
@@ -150,7 +156,18 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		b.Close()
 		client.Close()
 	}
-	return redisBackend{Backend: failover.New(b, fo), log: log}, closeAll, nil
+	// The deny cache sits inside the failure policy: outside it, the answers
+	// of the deny and local modes would be cached and outlive Redis's return.
+	var primary failover.Limiter = b
+	if cfg.redis.denyCacheEntries > 0 {
+		dc, err := denycache.New(b, denycache.Options{MaxEntries: cfg.redis.denyCacheEntries, Registerer: reg})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		primary = dc
+	}
+	return redisBackend{Backend: failover.New(primary, fo), log: log}, closeAll, nil
 }
 
 // redisBackend adds the readiness policy to the failover-wrapped backend.

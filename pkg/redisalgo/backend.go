@@ -87,7 +87,7 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		}
 		b.batch = newBatcher(b.send, opts.MaxBatch, sizes)
 	}
-	b.bufs.New = func() any { return &scratch{job: job{done: make(chan struct{}, 1)}} }
+	b.bufs.New = func() any { return &scratch{job: newJob()} }
 	if !opts.LazyLoad {
 		if err := b.LoadScript(context.Background()); err != nil {
 			return nil, err
@@ -184,7 +184,9 @@ type scratch struct {
 	// boxing each value into an interface.
 	ints []int64
 	strs []string
-	job  job
+	// job carries s.cmds through the batcher. After an abandoned round
+	// trip it is replaced: the batcher may still hold the old one.
+	job  *job
 	lost bool
 }
 
@@ -380,12 +382,18 @@ func (b *Backend) roundTrip(ctx context.Context, s *scratch) error {
 		b.send(ctx, s.cmds)
 		return nil
 	}
-	s.job.cmds = s.cmds
-	abandoned, err := b.batch.do(ctx, &s.job)
-	s.job.cmds = nil
+	j := s.job
+	j.cmds = s.cmds
+	abandoned, err := b.batch.do(ctx, j)
 	if abandoned {
+		// A flusher may still read j and write into the commands, which
+		// point into s: neither may be reused, and a later round trip of
+		// this call (a refund) needs a job of its own.
 		s.lost = true
+		s.job = newJob()
+		return err
 	}
+	j.cmds = nil
 	return err
 }
 

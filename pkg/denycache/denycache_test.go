@@ -1,0 +1,514 @@
+package denycache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// counting is a Backend that counts the calls reaching the backend it wraps.
+type counting struct {
+	next  Backend
+	calls atomic.Int64
+}
+
+func (c *counting) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+	c.calls.Add(1)
+	return c.next.Apply(ctx, checks)
+}
+
+func clockOf(now *atomic.Int64) func() time.Time {
+	return func() time.Time { return time.UnixMicro(now.Load()) }
+}
+
+func newCache(t testing.TB, next Backend, opts Options) *Cache {
+	t.Helper()
+	c, err := New(next, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c
+}
+
+// backends makes the wrapped backends the tests run on: the in-process
+// store and a standalone Redis, both on the injected clock. Each call on
+// Redis gets a fresh domain, so the two backends of one test never share
+// counters.
+var backends = []struct {
+	name string
+	make func(t *testing.T, now *atomic.Int64) (Backend, string)
+}{
+	{"memstore", func(t *testing.T, now *atomic.Int64) (Backend, string) {
+		return memstore.New(memstore.Options{Now: clockOf(now)}), t.Name()
+	}},
+	{"redis", func(t *testing.T, now *atomic.Int64) (Backend, string) {
+		return newRedis(t, redistest.SharedStandalone(t).Client(t), now), redistest.KeyPrefix(t)
+	}},
+}
+
+func newRedis(t *testing.T, client redis.UniversalClient, now *atomic.Int64) Backend {
+	t.Helper()
+	b, err := redisalgo.New(client, redisalgo.Options{Now: clockOf(now)})
+	if err != nil {
+		t.Fatalf("redisalgo.New: %v", err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func check(domain, user string, pol algo.Policy, hits int64) algo.Check {
+	return algo.Check{Domain: domain, Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: pol, Hits: hits}
+}
+
+func perMinute(a algo.Algorithm, n int64) algo.Policy {
+	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Minute}
+}
+
+func apply(t *testing.T, b Backend, checks ...algo.Check) []algo.Decision {
+	t.Helper()
+	d, err := b.Apply(context.Background(), checks)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if len(d) != len(checks) {
+		t.Fatalf("%d decisions for %d checks", len(d), len(checks))
+	}
+	return d
+}
+
+// TestBackendSuite: the cache in front of each backend behaves as a
+// backend.
+func TestBackendSuite(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
+				next, prefix := bk.make(t, now)
+				// The suite names counters after its tests; a fresh prefix
+				// keeps repeated runs (-count) apart on the shared Redis.
+				return newCache(t, prefixed{next, prefix}, Options{Now: clockOf(now)})
+			})
+		})
+	}
+}
+
+// prefixed puts prefix before every check's domain.
+type prefixed struct {
+	next   Backend
+	prefix string
+}
+
+func (p prefixed) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+	own := make([]algo.Check, len(checks))
+	for i, c := range checks {
+		c.Domain = p.prefix + c.Domain
+		own[i] = c
+	}
+	return p.next.Apply(ctx, own)
+}
+
+// TestShortCircuit: once the backend denies, the same request is denied
+// without a backend call until the announced time, and then goes to the
+// backend again.
+func TestShortCircuit(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			for _, a := range algo.Algorithms {
+				t.Run(a.String(), func(t *testing.T) {
+					var now atomic.Int64
+					now.Store(backendtest.Start)
+					next, dom := bk.make(t, &now)
+					cnt := &counting{next: next}
+					reg := prometheus.NewRegistry()
+					c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: reg})
+					ch := check(dom, "alice", perMinute(a, 2), 1)
+					apply(t, c, ch)
+					apply(t, c, ch)
+					first := apply(t, c, ch)[0]
+					if first.Allowed || first.ResetAfter <= 0 {
+						t.Fatalf("third request: %+v, want denied by the backend", first)
+					}
+					if got := cnt.calls.Load(); got != 3 {
+						t.Fatalf("%d backend calls for 3 requests, want 3", got)
+					}
+					for _, step := range []int64{0, 1, first.ResetAfter/2 - 1, first.ResetAfter/2 - 1} {
+						now.Add(step)
+						d := apply(t, c, ch)[0]
+						elapsed := now.Load() - backendtest.Start
+						if d.Allowed || d.Remaining != 0 || d.ResetAfter != first.ResetAfter-elapsed {
+							t.Fatalf("at +%dµs: %+v, want denied with ResetAfter %d", elapsed, d, first.ResetAfter-elapsed)
+						}
+					}
+					if got := cnt.calls.Load(); got != 3 {
+						t.Errorf("%d backend calls, want 3: the cached denials must not reach the backend", got)
+					}
+					now.Store(backendtest.Start + first.ResetAfter)
+					if d := apply(t, c, ch)[0]; !d.Allowed {
+						t.Errorf("at ResetAfter: %+v, want admitted by the backend", d)
+					}
+					if got := cnt.calls.Load(); got != 4 {
+						t.Errorf("%d backend calls, want 4", got)
+					}
+					hits, misses, _ := c.Stats()
+					if hits != 4 || misses != 4 {
+						t.Errorf("stats: %d hits, %d misses; want 4, 4", hits, misses)
+					}
+					if got := testutil.ToFloat64(c.hitC); got != 4 {
+						t.Errorf("hit metric = %v, want 4", got)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestCachedAnswer: a cached denial reports the other checks of the
+// request as untouched counters, and a smaller request on the same
+// counter still goes to the backend.
+func TestCachedAnswer(t *testing.T) {
+	var now atomic.Int64
+	now.Store(backendtest.Start)
+	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	c := newCache(t, cnt, Options{Now: clockOf(&now)})
+	bucket := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute, Burst: 20}
+	narrow := check(t.Name(), "narrow", bucket, 15)
+	wide := check(t.Name(), "wide", perMinute(algo.SlidingWindow, 100), 1)
+	apply(t, c, narrow, wide) // 5 tokens left
+	d := apply(t, c, narrow, wide)
+	if d[0].Allowed {
+		t.Fatalf("second 15-hit request: %+v, want denied", d[0])
+	}
+	calls := cnt.calls.Load()
+	d = apply(t, c, narrow, wide)
+	if cnt.calls.Load() != calls {
+		t.Fatal("the known denial reached the backend")
+	}
+	if d[0].Allowed || d[0].Remaining != 0 {
+		t.Errorf("cached check: %+v, want denied with 0 left", d[0])
+	}
+	if want := (algo.Decision{Allowed: true, Remaining: 100}); d[1] != want {
+		t.Errorf("other check: %+v, want %+v (an untouched counter)", d[1], want)
+	}
+	// Fewer hits than the known denial: the backend decides, and admits.
+	small := narrow
+	small.Hits = 5
+	if d := apply(t, c, small, wide); !d[0].Allowed || d[0].Remaining != 0 {
+		t.Errorf("5-hit request: %+v, want admitted with 0 left", d[0])
+	}
+	if cnt.calls.Load() != calls+1 {
+		t.Error("a request below the known denial did not reach the backend")
+	}
+	// A check-only request below it too.
+	probe := narrow
+	probe.Hits = 0
+	apply(t, c, probe)
+	if cnt.calls.Load() != calls+2 {
+		t.Error("a check-only request did not reach the backend")
+	}
+}
+
+// TestRefundEvicts: a refund goes to the backend and forgets the denial,
+// so the next request is decided by the backend and admitted.
+func TestRefundEvicts(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(backendtest.Start)
+			next, dom := bk.make(t, &now)
+			cnt := &counting{next: next}
+			c := newCache(t, cnt, Options{Now: clockOf(&now)})
+			ch := check(dom, "u", perMinute(algo.FixedWindow, 1), 1)
+			apply(t, c, ch)
+			apply(t, c, ch) // denied, remembered
+			if c.Len() != 1 {
+				t.Fatalf("Len = %d after a denial, want 1", c.Len())
+			}
+			back := ch
+			back.Refund = true
+			other := check(dom, "other", perMinute(algo.FixedWindow, 5), 1)
+			apply(t, c, back, other)
+			if c.Len() != 0 {
+				t.Errorf("Len = %d after the refund, want 0", c.Len())
+			}
+			calls := cnt.calls.Load()
+			if d := apply(t, c, ch)[0]; !d.Allowed {
+				t.Errorf("after the refund: %+v, want admitted", d)
+			}
+			if cnt.calls.Load() != calls+1 {
+				t.Error("the request after the refund did not reach the backend")
+			}
+			if _, _, bypasses := c.Stats(); bypasses != 1 {
+				t.Errorf("%d bypasses, want 1", bypasses)
+			}
+		})
+	}
+}
+
+// TestPolicyChange: a raised limit (a reload) does not match the denial
+// remembered under the old one.
+func TestPolicyChange(t *testing.T) {
+	var now atomic.Int64
+	now.Store(backendtest.Start)
+	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	c := newCache(t, cnt, Options{Now: clockOf(&now)})
+	for _, tc := range []struct {
+		name   string
+		pol    algo.Policy
+		change func(*algo.Policy)
+	}{
+		{"limit", perMinute(algo.FixedWindow, 1), func(p *algo.Policy) { p.Limit = 5 }},
+		{"burst", perMinute(algo.TokenBucket, 1), func(p *algo.Policy) { p.Burst = 5 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := check(t.Name(), "u", tc.pol, 1)
+			apply(t, c, ch)
+			if d := apply(t, c, ch)[0]; d.Allowed {
+				t.Fatalf("second request: %+v, want denied", d)
+			}
+			calls := cnt.calls.Load()
+			tc.change(&ch.Policy)
+			if d := apply(t, c, ch)[0]; !d.Allowed {
+				t.Errorf("after the %s changed: %+v, want admitted", tc.name, d)
+			}
+			if cnt.calls.Load() != calls+1 {
+				t.Error("the request under the new policy did not reach the backend")
+			}
+		})
+	}
+}
+
+// TestBounded: however many counters are denied, the cache holds at most
+// MaxEntries (rounded up to whole shards); long identities are never
+// cached.
+func TestBounded(t *testing.T) {
+	var now atomic.Int64
+	now.Store(backendtest.Start)
+	reg := prometheus.NewRegistry()
+	c := newCache(t, memstore.New(memstore.Options{Now: clockOf(&now)}), Options{Now: clockOf(&now), MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
+	blocked := algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Hour}
+	for i := range 5000 {
+		apply(t, c, check("d", fmt.Sprint("u", i), blocked, 1))
+		if i%50 == 0 {
+			now.Add(algo.Second)
+		}
+	}
+	if n := c.Len(); n > 128 || n < 64 {
+		t.Errorf("Len = %d after 5000 denied counters, want ≤ 128 and well used", n)
+	}
+	if got := testutil.ToFloat64(c.evictC); got == 0 {
+		t.Error("no eviction counted")
+	}
+	long := check("d", strings.Repeat("x", 100), blocked, 1)
+	before := c.Len()
+	apply(t, c, long)
+	if c.Len() > before {
+		t.Error("a counter with a 100-byte value was cached with MaxKeyBytes 64")
+	}
+}
+
+// TestErrorPassesThrough: a backend error reaches the caller and is not
+// remembered as anything.
+func TestErrorPassesThrough(t *testing.T) {
+	boom := errors.New("boom")
+	c := newCache(t, failing{boom}, Options{})
+	if _, err := c.Apply(context.Background(), []algo.Check{check("d", "u", perMinute(algo.GCRA, 1), 1)}); !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	if c.Len() != 0 {
+		t.Errorf("Len = %d after an error, want 0", c.Len())
+	}
+	if err := c.Ping(context.Background()); err != nil {
+		t.Errorf("Ping of a backend without Ping: %v", err)
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+type failing struct{ err error }
+
+func (f failing) Apply(context.Context, []algo.Check) ([]algo.Decision, error) { return nil, f.err }
+
+// TestNeverOverAdmits feeds the same random requests, at the same random
+// times, to a plain backend and to the cache in front of an identical
+// one: every request must get the same overall answer (the cache never
+// admits what the backend denies, and here, with one replica and no state
+// loss, never denies what it admits either), and every check the cache
+// reports denied must be denied by the plain backend. Requests mix
+// algorithms, hits (0 included), refunds and limit changes.
+func TestNeverOverAdmits(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			steps := 20_000
+			if bk.name == "redis" {
+				steps = 1000
+			}
+			for seed := range uint64(3) {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					var now atomic.Int64
+					now.Store(backendtest.Start)
+					plain, domA := bk.make(t, &now)
+					next, domB := bk.make(t, &now)
+					cnt := &counting{next: next}
+					c := newCache(t, cnt, Options{Now: clockOf(&now)})
+					rng := rand.New(rand.NewPCG(seed, 42))
+					for step := range steps {
+						var reqA, reqB []algo.Check
+						used := map[int]bool{}
+						for range 1 + rng.IntN(3) {
+							u := rng.IntN(6)
+							if used[u] {
+								continue
+							}
+							used[u] = true
+							a := algo.Algorithms[u%len(algo.Algorithms)]
+							// Now and then the limit changes, as on a reload
+							// or with a per-request override.
+							pol := algo.Policy{Algorithm: a, Limit: 3, Period: 2 * algo.Second}
+							if rng.IntN(10) == 0 {
+								pol.Limit = 5
+							}
+							if (a == algo.TokenBucket || a == algo.GCRA) && rng.IntN(10) == 0 {
+								pol.Burst = 6
+							}
+							ch := check(domA, fmt.Sprint("u", u), pol, int64(rng.IntN(4)))
+							if rng.IntN(12) == 0 && ch.Hits > 0 {
+								ch.Refund = true
+							}
+							reqA = append(reqA, ch)
+							ch.Domain = domB
+							reqB = append(reqB, ch)
+						}
+						dA := apply(t, plain, reqA...)
+						dB := apply(t, c, reqB...)
+						if overall(reqA, dA) != overall(reqB, dB) {
+							t.Fatalf("step %d: plain %v, cached %v for %+v", step, dA, dB, reqA)
+						}
+						for i := range dB {
+							if !dB[i].Allowed && dA[i].Allowed && !reqA[i].Refund {
+								t.Fatalf("step %d check %d: cache reports denied, backend admits: %+v vs %+v", step, i, dB[i], dA[i])
+							}
+						}
+						now.Add(int64(rng.IntN(400_000)))
+					}
+					hits, misses, bypasses := c.Stats()
+					t.Logf("%d hits, %d misses, %d bypasses; %d backend calls", hits, misses, bypasses, cnt.calls.Load())
+					if hits == 0 {
+						t.Error("the random sequence never hit the cache; the test proves nothing")
+					}
+				})
+			}
+		})
+	}
+}
+
+// overall reports whether a backend admitted the request: every non-refund
+// check allowed.
+func overall(checks []algo.Check, d []algo.Decision) bool {
+	for i := range checks {
+		if !checks[i].Refund && !d[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// TestConcurrent: concurrent requests through the cache admit exactly the
+// limit, and the denials past it are mostly answered locally.
+func TestConcurrent(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			var now atomic.Int64
+			now.Store(backendtest.Start)
+			next, dom := bk.make(t, &now)
+			cnt := &counting{next: next}
+			c := newCache(t, cnt, Options{Now: clockOf(&now)})
+			const workers, each, limit = 8, 50, 40
+			ch := check(dom, "hot", perMinute(algo.SlidingWindow, limit), 1)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for range each {
+						d, err := c.Apply(context.Background(), []algo.Check{ch})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d[0].Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != limit {
+				t.Errorf("admitted %d, want exactly %d", got, limit)
+			}
+			if calls := cnt.calls.Load(); calls >= workers*each {
+				t.Errorf("%d backend calls for %d requests: no denial was answered locally", calls, workers*each)
+			}
+		})
+	}
+}
+
+// BenchmarkApply measures the cache's own cost on the in-process store: a
+// request the backend admits (cache empty, and cache holding other
+// counters), and a denial answered from the cache.
+func BenchmarkApply(b *testing.B) {
+	ctx := context.Background()
+	store := memstore.New(memstore.Options{})
+	admit := []algo.Check{check("d", "ok", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1)}
+	deny := []algo.Check{check("d", "over", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1)}
+	for _, bc := range []struct {
+		name   string
+		prime  bool
+		checks []algo.Check
+	}{
+		{"direct", false, admit},
+		{"admit/empty", false, admit},
+		{"admit/nonempty", true, admit},
+		{"deny/cached", true, deny},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var be Backend = store
+			if bc.name != "direct" {
+				c, err := New(store, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				be = c
+			}
+			if bc.prime {
+				for range 2 {
+					if _, err := be.Apply(ctx, deny); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := be.Apply(ctx, bc.checks); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

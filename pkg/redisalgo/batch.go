@@ -1,0 +1,271 @@
+package redisalgo
+
+// Cross-request batching (DESIGN §6). While a pipeline is in flight,
+// concurrent Apply calls put their commands in one queue; as soon as that
+// pipeline returns, one flusher goroutine sends everything queued as a
+// single pipeline, and so on until the queue is empty. Under load each round
+// trip therefore carries many requests: Redis reads and writes one socket
+// buffer per batch instead of one per request, and the client makes one
+// syscall pair per batch.
+//
+// A request that finds nothing in flight is sent at once on its caller's
+// goroutine, with its caller's ctx, exactly as without batching: there is
+// no timer and no goroutine hand-off, so low load pays nothing. Requests
+// arriving meanwhile queue behind it; when it returns, the caller starts
+// the flusher for them.
+//
+// The flusher runs only while there is work: it exits when it finds the
+// queue empty, so an idle Backend holds no goroutine and one that is never
+// closed leaks none. When the queue reaches maxBatch commands while a
+// pipeline is in flight, those commands leave at once in a pipeline of
+// their own instead of waiting, so a burst never waits behind more than one
+// round trip per maxBatch commands.
+//
+// A job is one caller's commands; they always travel in one pipeline. A
+// queued caller waits for its job or for its ctx. A job whose ctx ends
+// while it is still queued is never sent; one that is already in flight
+// completes in the background (Redis may apply it, which can only
+// under-admit), and its memory is no longer the caller's to reuse. Shared
+// pipelines run under no caller's ctx: the client's timeouts bound them.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultMaxBatch is the number of queued commands at which a second
+// pipeline leaves without waiting for the one in flight.
+const DefaultMaxBatch = 128
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("redisalgo: backend closed")
+
+// Job states. A job moves from queued to taken (by a flusher, under the
+// batcher's lock) or to abandoned (by its caller whose ctx ended), never
+// both: whichever compare-and-swap wins decides whether it is sent.
+const (
+	jobQueued int32 = iota
+	jobTaken
+	jobAbandoned
+)
+
+// job is one caller's commands and the channel that reports them done. The
+// caller's pooled scratch holds it; see batcher.do for when the two may be
+// reused.
+type job struct {
+	cmds  []redis.Cmder
+	state atomic.Int32
+	// done receives one value when every command has its result. Buffered,
+	// so that a flusher never blocks on a caller that stopped waiting.
+	done chan struct{}
+}
+
+func newJob() *job { return &job{done: make(chan struct{}, 1)} }
+
+// batcher queues jobs and sends them in shared pipelines. It is safe for
+// concurrent use.
+type batcher struct {
+	// send runs cmds in one round trip and sets each one's result or error.
+	send     func(ctx context.Context, cmds []redis.Cmder)
+	maxBatch int
+	sizes    prometheus.Observer // commands per pipeline; nil for none
+
+	mu      sync.Mutex
+	queue   []*job
+	queued  int  // commands in queue
+	running bool // a pipeline is in flight (inline or the flusher's)
+	closed  bool
+	// wg counts inline sends, the flusher and overflow senders, so that
+	// close waits for all of them.
+	wg sync.WaitGroup
+
+	// The flusher's buffers: only the one active flusher touches them.
+	jobs []*job
+	cmds []redis.Cmder
+	// flushFn is b.flush, bound once: starting a goroutine on a func value
+	// allocates nothing, on a method value it allocates the binding.
+	flushFn func()
+}
+
+func newBatcher(send func(context.Context, []redis.Cmder), maxBatch int, sizes prometheus.Observer) *batcher {
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	b := &batcher{send: send, maxBatch: maxBatch, sizes: sizes}
+	b.flushFn = b.flush
+	return b
+}
+
+// do sends j's commands, at once when nothing is in flight, else in a
+// shared pipeline, and waits for their results. On nil, every command of j
+// has its result. On an error (ctx's, or ErrClosed) the caller must not read
+// j's commands; abandoned then reports whether j was queued, in which case
+// neither j nor the memory its commands use may ever be reused, because a
+// flusher may still hold them.
+func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false, ErrClosed
+	}
+	if !b.running {
+		// Idle (the queue is empty whenever nothing runs): send inline.
+		b.running = true
+		b.wg.Add(1)
+		b.mu.Unlock()
+		b.observe(len(j.cmds))
+		b.send(ctx, j.cmds)
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			// The flusher inherits this call's place in the wait group.
+			go b.flushFn()
+		} else {
+			b.running = false
+			b.wg.Done()
+		}
+		b.mu.Unlock()
+		return false, nil
+	}
+	j.state.Store(jobQueued)
+	b.queue = append(b.queue, j)
+	b.queued += len(j.cmds)
+	if b.queued >= b.maxBatch {
+		// A full batch does not wait for the pipeline in flight.
+		jobs, cmds := b.take(nil, nil)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.run(jobs, cmds)
+		}()
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-j.done:
+		return false, nil
+	case <-ctx.Done():
+	}
+	if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
+		// Never sent, and no flusher will send it; the queue may still
+		// point at j until a flusher skips it.
+		return true, ctx.Err()
+	}
+	// Taken: in flight, or already done.
+	select {
+	case <-j.done:
+		return false, nil
+	default:
+		return true, ctx.Err()
+	}
+}
+
+// take removes up to maxBatch commands' worth of jobs from the queue (at
+// least one job, whatever its size) and marks them taken, skipping
+// abandoned ones. It appends them to jobs and their commands to cmds. The
+// caller holds b.mu.
+func (b *batcher) take(jobs []*job, cmds []redis.Cmder) ([]*job, []redis.Cmder) {
+	n, size := 0, 0
+	for n < len(b.queue) {
+		k := len(b.queue[n].cmds)
+		if n > 0 && size+k > b.maxBatch {
+			break
+		}
+		size += k
+		n++
+	}
+	for _, j := range b.queue[:n] {
+		if j.state.CompareAndSwap(jobQueued, jobTaken) {
+			jobs = append(jobs, j)
+			cmds = append(cmds, j.cmds...)
+		}
+	}
+	m := copy(b.queue, b.queue[n:])
+	clear(b.queue[m:])
+	b.queue = b.queue[:m]
+	b.queued -= size
+	return jobs, cmds
+}
+
+// flush sends batches until the queue is empty, then exits.
+func (b *batcher) flush() {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		b.jobs, b.cmds = b.take(b.jobs[:0], b.cmds[:0])
+		b.mu.Unlock()
+		b.run(b.jobs, b.cmds)
+		clear(b.jobs)
+		clear(b.cmds)
+	}
+}
+
+// run sends cmds in one pipeline and reports every job done. The pipeline
+// is shared, so no caller's ctx governs it: the client's timeouts bound it,
+// and a caller that stops waiting does not cancel the others.
+func (b *batcher) run(jobs []*job, cmds []redis.Cmder) {
+	if len(cmds) == 0 {
+		return
+	}
+	b.observe(len(cmds))
+	b.send(context.Background(), cmds)
+	for _, j := range jobs {
+		// The last touch of j: its caller may reuse it as soon as this lands.
+		j.done <- struct{}{}
+	}
+}
+
+func (b *batcher) observe(cmds int) {
+	if b.sizes != nil {
+		b.sizes.Observe(float64(cmds))
+	}
+}
+
+// close stops accepting jobs and waits until every queued and in-flight
+// job is done.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// pending returns the number of queued commands (tests use it to know that
+// callers have enqueued).
+func (b *batcher) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queued
+}
+
+// newBatchSizes returns the batch-size histogram registered with reg,
+// reusing one that another Backend registered there already.
+func newBatchSizes(reg prometheus.Registerer) (prometheus.Histogram, error) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "envoy_rls_redis_batch_size",
+		Help:    "Commands per Redis pipeline sent by the cross-request batcher.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+	})
+	if err := reg.Register(h); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(prometheus.Histogram); ok {
+				return old, nil
+			}
+		}
+		return nil, err
+	}
+	return h, nil
+}

@@ -1,0 +1,457 @@
+package redisalgo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// batchStats returns the pipelines sent and the commands they carried, from
+// the batch-size histogram in reg.
+func batchStats(t testing.TB, reg *prometheus.Registry) (pipelines uint64, cmds float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "envoy_rls_redis_batch_size" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatal("no envoy_rls_redis_batch_size histogram registered")
+	return 0, 0
+}
+
+// waitFor polls cond until it holds, failing after a bound. Only ordering
+// is awaited, never a duration.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 10_000 {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("timed out waiting until %s", what)
+}
+
+// gates holds pipelines back: after hold, the next pipeline b sends waits
+// until the returned release is called.
+type gates struct {
+	mu    sync.Mutex
+	armed []gate
+}
+
+type gate struct{ entered, open chan struct{} }
+
+func newGates(b *Backend) *gates {
+	g := &gates{}
+	send := b.batch.send
+	b.batch.send = func(ctx context.Context, cmds []redis.Cmder) {
+		g.mu.Lock()
+		var next *gate
+		if len(g.armed) > 0 {
+			next = &g.armed[0]
+			g.armed = g.armed[1:]
+		}
+		g.mu.Unlock()
+		if next != nil {
+			close(next.entered)
+			<-next.open
+		}
+		send(ctx, cmds)
+	}
+	return g
+}
+
+// hold arms a gate for the next pipeline; entered is closed when that
+// pipeline waits. Tests defer release, which may be called twice.
+func (g *gates) hold() (entered <-chan struct{}, release func()) {
+	gt := gate{entered: make(chan struct{}), open: make(chan struct{})}
+	g.mu.Lock()
+	g.armed = append(g.armed, gt)
+	g.mu.Unlock()
+	var once sync.Once
+	return gt.entered, func() { once.Do(func() { close(gt.open) }) }
+}
+
+// gateFirst holds the first pipeline b sends.
+func gateFirst(b *Backend) (entered <-chan struct{}, release func()) {
+	return newGates(b).hold()
+}
+
+// leakCheck fails the test if goroutines started after it outlive the
+// test; the client is created (and used) before, so its own are ignored.
+func leakCheck(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+type result struct {
+	d   []algo.Decision
+	err error
+}
+
+// applyAsync runs one Apply in a goroutine; its result arrives on the
+// returned channel.
+func applyAsync(ctx context.Context, b *Backend, checks ...algo.Check) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		d, err := b.Apply(ctx, checks)
+		ch <- result{d, err}
+	}()
+	return ch
+}
+
+// TestBatchConcurrentExact: many goroutines share pipelines, and each
+// limit still admits exactly its limit, all or nothing across two limits.
+// The two limits share a hash tag, so that a cluster, too, evaluates them
+// in one script (exact) rather than refunding across slots.
+func TestBatchConcurrentExact(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		reg := prometheus.NewRegistry()
+		b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 16})
+		dom := redistest.KeyPrefix(t)
+		const workers, each, shared = 48, 20, 300
+		sharedLimit := algo.Check{Domain: dom, Entries: entries("tenant", "t"), HashTag: 0, Policy: perMinute(algo.SlidingWindow, shared), Hits: 1}
+		own := func(w int) algo.Check {
+			return algo.Check{Domain: dom, Entries: entries("tenant", "t", "user", fmt.Sprint(w)), HashTag: 0, Policy: perMinute(algo.TokenBucket, each/2), Hits: 1}
+		}
+		var admitted atomic.Int64
+		perWorker := make([]atomic.Int64, workers)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for range each {
+					d, err := b.Apply(context.Background(), []algo.Check{own(w), sharedLimit})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d[0].Allowed && d[1].Allowed {
+						admitted.Add(1)
+						perWorker[w].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("Apply: %v", err)
+		}
+		// Each worker's own limit caps it at each/2, so the shared limit
+		// sees at most workers·each/2 = 480 requests for 300 slots.
+		if got := admitted.Load(); got != shared {
+			t.Errorf("admitted %d, want exactly %d", got, shared)
+		}
+		for w := range perWorker {
+			if got := perWorker[w].Load(); got > each/2 {
+				t.Errorf("worker %d admitted %d, over its limit %d", w, got, each/2)
+			}
+		}
+		// The denied requests consumed nothing of their own limit.
+		var left int64
+		for w := range workers {
+			left += remaining(t, b, own(w))
+		}
+		if want := int64(workers*each/2 - shared); left != want {
+			t.Errorf("own limits have %d left in total, want %d", left, want)
+		}
+		n, sum := batchStats(t, reg)
+		t.Logf("%d requests in %d pipelines (%.1f commands per pipeline)", workers*each, n, sum/float64(n))
+	})
+}
+
+// TestBatchForms: requests that arrive while a pipeline is in flight
+// leave together in the next one, as soon as it returns.
+func TestBatchForms(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	leakCheck(t)
+	reg := prometheus.NewRegistry()
+	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.FixedWindow, 5)
+
+	first := applyAsync(context.Background(), b, limit(dom, "first", pol, 1))
+	<-entered
+	const waiting = 10
+	var results []<-chan result
+	for i := range waiting {
+		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 2)))
+	}
+	waitFor(t, "every request is queued", func() bool { return b.batch.pending() == waiting })
+	release()
+	for i, ch := range append(results, first) {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("request %d: %v", i, r.err)
+		}
+		if want := int64(3); i < waiting && (!r.d[0].Allowed || r.d[0].Remaining != want) {
+			t.Errorf("request %d: %+v, want allowed with %d left", i, r.d[0], want)
+		}
+	}
+	n, sum := batchStats(t, reg)
+	if n != 2 || sum != waiting+1 {
+		t.Errorf("%d pipelines carrying %v commands, want 2 carrying %d (1, then %d together)", n, sum, waiting+1, waiting)
+	}
+}
+
+// TestBatchOverflow: with a pipeline in flight, every MaxBatch queued
+// commands leave at once instead of waiting for it.
+func TestBatchOverflow(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	leakCheck(t)
+	reg := prometheus.NewRegistry()
+	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 4})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.GCRA, 5)
+
+	first := applyAsync(context.Background(), b, limit(dom, "first", pol, 1))
+	<-entered
+	const more = 10
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for i := range more {
+		wg.Go(func() {
+			if d, err := b.Apply(context.Background(), []algo.Check{limit(dom, fmt.Sprint("u", i), pol, 1)}); err != nil || !d[0].Allowed {
+				t.Errorf("request %d: %+v, %v", i, d, err)
+			}
+			done.Add(1)
+		})
+	}
+	// Two full batches of 4 went out beside the blocked pipeline; 2
+	// commands wait for it.
+	waitFor(t, "two full batches are answered", func() bool { return done.Load() == 8 })
+	if got := b.batch.pending(); got != 2 {
+		t.Errorf("%d commands queued behind the blocked pipeline, want 2", got)
+	}
+	release()
+	wg.Wait()
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n, sum := batchStats(t, reg); n != 4 || sum != more+1 {
+		t.Errorf("%d pipelines carrying %v commands, want 4 (1, 4, 4, 2) carrying %d", n, sum, more+1)
+	}
+}
+
+// TestBatchCancel: a queued caller whose ctx ends returns at once. Still
+// queued, its commands are never sent; in flight in a shared pipeline, they
+// complete in the background. Neither disturbs the other requests.
+func TestBatchCancel(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	leakCheck(t)
+	reg := prometheus.NewRegistry()
+	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
+	g := newGates(b)
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.SlidingLog, 3)
+	inFlight := limit(dom, "in-flight", pol, 1)
+	queued := limit(dom, "queued", pol, 1)
+	bystander := limit(dom, "bystander", pol, 1)
+
+	// A first request goes out inline and is held, so that the next ones
+	// queue.
+	entered1, release1 := g.hold()
+	defer release1()
+	blocker := applyAsync(context.Background(), b, limit(dom, "blocker", pol, 1))
+	<-entered1
+	ctxA, cancelA := context.WithCancel(context.Background())
+	a := applyAsync(ctxA, b, inFlight)
+	waitFor(t, "the in-flight request is queued", func() bool { return b.batch.pending() == 1 })
+	// The flusher takes it into a shared pipeline, which is held.
+	entered2, release2 := g.hold()
+	defer release2()
+	release1()
+	if r := <-blocker; r.err != nil {
+		t.Fatal(r.err)
+	}
+	<-entered2
+	ctxB, cancelB := context.WithCancel(context.Background())
+	qb := applyAsync(ctxB, b, queued)
+	c := applyAsync(context.Background(), b, bystander)
+	waitFor(t, "two requests are queued", func() bool { return b.batch.pending() == 2 })
+
+	cancelB()
+	if r := <-qb; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("queued request after cancel: %v, want context.Canceled", r.err)
+	}
+	cancelA()
+	if r := <-a; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("in-flight request after cancel: %v, want context.Canceled", r.err)
+	}
+	release2()
+	if r := <-c; r.err != nil || !r.d[0].Allowed || r.d[0].Remaining != 2 {
+		t.Fatalf("bystander: %+v, %v; want allowed with 2 left", r.d, r.err)
+	}
+	// Three pipelines of one command: the blocker, the in-flight request,
+	// the bystander; the canceled queued request was left out.
+	if n, sum := batchStats(t, reg); n != 3 || sum != 3 {
+		t.Errorf("%d pipelines carrying %v commands, want 3 carrying 1 each", n, sum)
+	}
+	if got := remaining(t, b, queued); got != 3 {
+		t.Errorf("the canceled queued request consumed: %d left, want 3", got)
+	}
+	// The in-flight command reached Redis after its caller gave up, and
+	// its pipeline returned before the bystander's was sent.
+	if got := remaining(t, b, inFlight); got != 2 {
+		t.Errorf("the canceled in-flight request: %d left, want 2 (applied)", got)
+	}
+	if _, err := b.Apply(ctxB, []algo.Check{queued}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply with a canceled ctx: %v, want context.Canceled", err)
+	}
+}
+
+// TestBatchClose: Close waits for queued and in-flight requests, which
+// all get their decisions; later calls fail with ErrClosed.
+func TestBatchClose(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	leakCheck(t)
+	b := newBackend(t, client, Options{Now: newClock().now})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.TokenBucket, 5)
+	results := []<-chan result{applyAsync(context.Background(), b, limit(dom, "first", pol, 1))}
+	<-entered
+	for i := range 5 {
+		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 1)))
+	}
+	waitFor(t, "every request is queued", func() bool { return b.batch.pending() == 5 })
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	waitFor(t, "Close has begun", func() bool {
+		b.batch.mu.Lock()
+		defer b.batch.mu.Unlock()
+		return b.batch.closed
+	})
+	if _, err := b.Apply(context.Background(), []algo.Check{limit(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Apply during Close: %v, want ErrClosed", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a pipeline was in flight")
+	default:
+	}
+	release()
+	<-closed
+	for i, ch := range results {
+		if r := <-ch; r.err != nil || !r.d[0].Allowed {
+			t.Errorf("request %d: %+v, %v; want allowed", i, r.d, r.err)
+		}
+	}
+	b.Close() // idempotent
+}
+
+// TestBatchMetricsShared: two backends on one registry share the
+// histogram instead of failing to register.
+func TestBatchMetricsShared(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	reg := prometheus.NewRegistry()
+	b1 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
+	b2 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
+	dom := redistest.KeyPrefix(t)
+	apply(t, b1, limit(dom, "a", perMinute(algo.FixedWindow, 1), 1))
+	apply(t, b2, limit(dom, "b", perMinute(algo.FixedWindow, 1), 1))
+	if n, _ := batchStats(t, reg); n < 2 {
+		t.Errorf("%d pipelines counted, want ≥ 2", n)
+	}
+}
+
+// TestNoBatch: with batching off every request still decides exactly.
+func TestNoBatch(t *testing.T) {
+	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{Now: newClock().now, NoBatch: true})
+	if b.batch != nil {
+		t.Fatal("NoBatch backend has a batcher")
+	}
+	c := limit(redistest.KeyPrefix(t), "u", perMinute(algo.FixedWindow, 2), 1)
+	for i, want := range []bool{true, true, false} {
+		if d := apply(t, b, c)[0]; d.Allowed != want {
+			t.Errorf("request %d: %+v, want allowed=%v", i, d, want)
+		}
+	}
+}
+
+// TestAbandonedJobNotReused: after a round trip is abandoned while
+// queued, a later round trip of the same call (a refund, or the EVAL after
+// NOSCRIPT) must not reuse the job the queue still points at, or it would
+// be sent twice.
+func TestAbandonedJobNotReused(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	leakCheck(t)
+	reg := prometheus.NewRegistry()
+	b := newBackend(t, client, Options{Registerer: reg})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	blocker := applyAsync(ctx, b, limit(dom, "blocker", perMinute(algo.FixedWindow, 1), 1))
+	<-entered
+
+	s := &scratch{job: newJob()}
+	first := s.job
+	s.cmds = []redis.Cmder{redis.NewIntCmd(ctx, "incr", dom+"abandoned")}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.roundTrip(cctx, s) }()
+	waitFor(t, "the first round trip is queued", func() bool { return b.batch.pending() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned round trip: %v, want context.Canceled", err)
+	}
+	if !s.lost || s.job == first {
+		t.Fatalf("after abandoning: lost=%v, job replaced=%v; want both", s.lost, s.job != first)
+	}
+	second := redis.NewIntCmd(ctx, "incr", dom+"second")
+	s.cmds = []redis.Cmder{second}
+	go func() { done <- b.roundTrip(ctx, s) }()
+	waitFor(t, "the second round trip is queued", func() bool { return b.batch.pending() == 2 })
+	release()
+	if err := <-done; err != nil || second.Val() != 1 {
+		t.Fatalf("second round trip: %v, INCR = %d; want 1", err, second.Val())
+	}
+	if r := <-blocker; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n, sum := batchStats(t, reg); n != 2 || sum != 2 {
+		t.Errorf("%d pipelines carrying %v commands, want 2 carrying 1 each", n, sum)
+	}
+	if got, err := client.Exists(ctx, dom+"abandoned").Result(); err != nil || got != 0 {
+		t.Errorf("the abandoned INCR ran: EXISTS = %d, %v", got, err)
+	}
+}

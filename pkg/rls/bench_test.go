@@ -1,0 +1,130 @@
+package rls
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// benchRules has a nested two-entry rule (user → path), a per-tenant rule
+// with two limits, and a rule whose limit the "denied" case exhausts.
+const benchRules = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 10000000, algorithm: token_bucket}
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 10000000, algorithm: token_bucket}
+  - key: tenant
+    rate_limits:
+      - {unit: second, requests_per_unit: 10000000, algorithm: token_bucket}
+      - {unit: day, requests_per_unit: 10000000, algorithm: sliding_window, name: daily}
+  - key: over
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: fixed_window}
+`
+
+// BenchmarkShouldRateLimit measures one call on the in-process store (real
+// clock), with and without metrics, for the request shapes the bench
+// scenarios send. The store's own cost is in memstore's BenchmarkApply.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	cases := []struct {
+		name    string
+		req     *pb.RateLimitRequest
+		metrics bool
+		headers HeaderOptions
+	}{
+		{name: "1desc-2entries", req: request("bench", desc("user=alice", "path=/v1/orders"))},
+		{name: "1desc-2entries/metrics", req: request("bench", desc("user=alice", "path=/v1/orders")), metrics: true},
+		{name: "3desc/metrics", req: request("bench", desc("user=alice"), desc("tenant=acme"), desc("user=alice", "path=/v1/orders")), metrics: true},
+		{name: "denied/metrics", req: request("bench", desc("over=x")), metrics: true},
+		{name: "1desc-2entries/metrics+headers", req: request("bench", desc("user=alice", "path=/v1/orders")), metrics: true,
+			headers: HeaderOptions{Draft: true, Legacy: true, RetryAfter: true}},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			snap := mustSnapshot(b, benchRules)
+			cfg := Config{
+				Rules:   func() *rules.Snapshot { return snap },
+				Backend: memstore.New(memstore.Options{}),
+				Headers: bc.headers,
+			}
+			if bc.metrics {
+				cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+			}
+			s, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			// Prime, so that "denied" measures denials and every case
+			// measures the steady state.
+			for range 2 {
+				if _, err := s.ShouldRateLimit(ctx, bc.req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.ShouldRateLimit(ctx, bc.req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMatchAndKey measures building the plan of a one-descriptor,
+// two-entry request: validation, rule matching, the key entries, and both
+// keys of each limit (memstore's algo.Check.AppendIdentity, the Redis key
+// of redisalgo.AppendKey); it must not allocate.
+func BenchmarkMatchAndKey(b *testing.B) {
+	snap := mustSnapshot(b, benchRules)
+	req := request("bench", desc("user=alice", "path=/v1/orders"))
+	p := new(plan)
+	var key []byte
+	run := func() {
+		if err := DefaultRequestLimits.validate(req); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.build(req, snap, 0); err != nil {
+			b.Fatal(err)
+		}
+		for i := range p.checks {
+			key = p.checks[i].AppendIdentity(key[:0])
+			key = redisalgo.AppendKey(key[:0], p.checks[i])
+		}
+		p.reset()
+	}
+	run()
+	b.ReportAllocs()
+	for b.Loop() {
+		run()
+	}
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		b.Fatalf("match and key encoding allocate %v times per request, want 0", n)
+	}
+}
+
+// BenchmarkObserveChecks measures the per-limit metric updates of a
+// three-descriptor request.
+func BenchmarkObserveChecks(b *testing.B) {
+	snap := mustSnapshot(b, benchRules)
+	req := request("bench", desc("user=alice"), desc("tenant=acme"), desc("user=u"+strconv.Itoa(1), "path=/"))
+	p := new(plan)
+	if err := p.build(req, snap, 0); err != nil {
+		b.Fatal(err)
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	b.ReportAllocs()
+	for b.Loop() {
+		m.observeChecks("bench", p, false)
+	}
+}
