@@ -119,6 +119,10 @@ func smokeOptions(bin string, scenarios ...string) options {
 		soakEvery:      250 * time.Millisecond,
 		scenarios:      scenarios,
 		timeout:        3 * time.Minute,
+		// A generous Redis timeout: under -race on a loaded machine the
+		// 100ms default can expire, and a smoke test must only fail for a
+		// real error, not for a slow machine.
+		rlsArgs: []string{"--redis-timeout", "10s"},
 	}
 }
 
