@@ -157,7 +157,10 @@ type serveOpts struct {
 // process group if it did not exit). Its logs are printed when t failed.
 func startServer(t *testing.T, o serveOpts) *server {
 	t.Helper()
-	args := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
+	// A generous Redis timeout by default, so a slow CI machine cannot turn
+	// into failed requests; tests about timeouts set their own (the last
+	// flag wins).
+	args := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--redis-timeout=5s"}
 	if o.ConfigDir != "" {
 		args = append(args, "--config-dir", o.ConfigDir)
 	}
