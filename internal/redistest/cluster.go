@@ -93,12 +93,7 @@ func StartCluster() (*ClusterSet, error) {
 // Cluster starts a cluster for this test and stops it at cleanup.
 func Cluster(t testing.TB) *ClusterSet {
 	t.Helper()
-	c, err := StartCluster()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return startForTest(t, StartCluster)
 }
 
 // Close kills every node. It is idempotent.

@@ -166,3 +166,15 @@ func KeyPrefix(t testing.TB) string {
 	name := strings.NewReplacer("{", "(", "}", ")", " ", "_").Replace(t.Name())
 	return fmt.Sprintf("%s#%d:", name, prefixSeq.Add(1))
 }
+
+// startForTest starts a set for one test, fails the test if it cannot, and
+// stops the set at the test's cleanup.
+func startForTest[T interface{ Close() }](t testing.TB, start func() (T, error)) T {
+	t.Helper()
+	v, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
+}

@@ -110,12 +110,7 @@ sentinel parallel-syncs %[4]s 1
 // Sentinel starts a Sentinel set for this test and stops it at cleanup.
 func Sentinel(t testing.TB) *SentinelSet {
 	t.Helper()
-	s, err := StartSentinel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return startForTest(t, StartSentinel)
 }
 
 // Close kills every process. It is idempotent.

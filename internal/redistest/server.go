@@ -64,12 +64,7 @@ func StartStandalone() (*Server, error) {
 // cleanup. It fails the test when redis-server is missing.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
-	s, err := StartStandalone()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return startForTest(t, StartStandalone)
 }
 
 // baseArgs are the arguments every data node gets: loopback only, no

@@ -54,12 +54,7 @@ func StartStandaloneTLS() (*Server, error) {
 // and stops it at cleanup.
 func StandaloneTLS(t testing.TB) *Server {
 	t.Helper()
-	s, err := StartStandaloneTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return startForTest(t, StartStandaloneTLS)
 }
 
 // TLSFiles returns the client-side PEM files of a server from
