@@ -58,7 +58,9 @@ type Backend struct {
 	// batch shares pipelines between concurrent requests; nil sends each
 	// request's commands alone (Options.NoBatch).
 	batch *batcher
-	bufs  sync.Pool
+	// roundTrips observes each pipeline's duration; nil for none.
+	roundTrips prometheus.Observer
+	bufs       sync.Pool
 	// noscript counts calls resent as EVAL after NOSCRIPT.
 	noscript atomic.Uint64
 }
@@ -76,15 +78,27 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	}
 	b.log = b.log.Named("redisalgo")
 	b.cluster, _ = client.(*redis.ClusterClient)
-	if !opts.NoBatch {
-		var sizes prometheus.Observer
-		if opts.Registerer != nil {
-			h, err := newBatchSizes(opts.Registerer)
-			if err != nil {
-				return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
-			}
-			sizes = h
+	var sizes prometheus.Observer
+	if opts.Registerer != nil {
+		h, err := sharedHistogram(opts.Registerer, prometheus.HistogramOpts{
+			Name:    "envoy_rls_redis_batch_size",
+			Help:    "Commands per Redis pipeline sent by the cross-request batcher.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
 		}
+		rt, err := sharedHistogram(opts.Registerer, prometheus.HistogramOpts{
+			Name:    "envoy_rls_redis_roundtrip_seconds",
+			Help:    "Duration of each Redis pipeline (one or more requests' script calls), send to last reply.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
+		}
+		sizes, b.roundTrips = h, rt
+	}
+	if !opts.NoBatch {
 		b.batch = newBatcher(b.send, opts.MaxBatch, sizes)
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
@@ -483,6 +497,9 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 // send runs cmds in one round trip: one command alone, several in one
 // pipeline. Errors land in the commands.
 func (b *Backend) send(ctx context.Context, cmds []redis.Cmder) {
+	if b.roundTrips != nil {
+		defer func(start time.Time) { b.roundTrips.Observe(time.Since(start).Seconds()) }(time.Now())
+	}
 	if len(cmds) == 1 {
 		_ = b.client.Process(ctx, cmds[0])
 		return

@@ -250,14 +250,10 @@ func (b *batcher) pending() int {
 	return b.queued
 }
 
-// newBatchSizes returns the batch-size histogram registered with reg,
-// reusing one that another Backend registered there already.
-func newBatchSizes(reg prometheus.Registerer) (prometheus.Histogram, error) {
-	h := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "envoy_rls_redis_batch_size",
-		Help:    "Commands per Redis pipeline sent by the cross-request batcher.",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
-	})
+// sharedHistogram returns the histogram registered with reg, reusing one
+// that another Backend registered there already.
+func sharedHistogram(reg prometheus.Registerer, opts prometheus.HistogramOpts) (prometheus.Histogram, error) {
+	h := prometheus.NewHistogram(opts)
 	if err := reg.Register(h); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {

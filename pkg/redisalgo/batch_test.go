@@ -13,26 +13,37 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // batchStats returns the pipelines sent and the commands they carried, from
-// the batch-size histogram in reg.
+// the batch-size histogram in reg. Every pipeline must also have had its
+// round trip timed.
 func batchStats(t testing.TB, reg *prometheus.Registry) (pipelines uint64, cmds float64) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sizes, trips *dto.Histogram
 	for _, mf := range mfs {
-		if mf.GetName() == "envoy_rls_redis_batch_size" {
-			h := mf.GetMetric()[0].GetHistogram()
-			return h.GetSampleCount(), h.GetSampleSum()
+		switch mf.GetName() {
+		case "envoy_rls_redis_batch_size":
+			sizes = mf.GetMetric()[0].GetHistogram()
+		case "envoy_rls_redis_roundtrip_seconds":
+			trips = mf.GetMetric()[0].GetHistogram()
 		}
 	}
-	t.Fatal("no envoy_rls_redis_batch_size histogram registered")
-	return 0, 0
+	if sizes == nil || trips == nil {
+		t.Fatal("envoy_rls_redis_batch_size or envoy_rls_redis_roundtrip_seconds not registered")
+	}
+	if trips.GetSampleCount() != sizes.GetSampleCount() {
+		t.Fatalf("%d round trips timed for %d pipelines", trips.GetSampleCount(), sizes.GetSampleCount())
+	}
+	return sizes.GetSampleCount(), sizes.GetSampleSum()
 }
 
 // waitFor polls cond until it holds, failing after a bound. Only ordering
