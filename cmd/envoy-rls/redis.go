@@ -18,6 +18,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
+// Breaker defaults for the service; see register.
+const (
+	defaultBreakerFailures = 100
+	defaultBreakerRatio    = 0.5
+)
+
 // redisFlags configure the Redis client and what happens when Redis fails.
 type redisFlags struct {
 	timeout          time.Duration
@@ -43,8 +49,12 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local (in-process limits divided by --expected-replicas)")
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
-	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", failover.DefaultFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis)")
-	fs.Float64Var(&r.breaker.ratio, "redis-breaker-failure-ratio", 0, "also open the breaker when this share (0..1) of at least 20 Redis calls in 10s failed; 0 turns it off")
+	// The defaults must not let one short stall trip the breaker: with
+	// pipelining, every request queued behind a slow reply fails at once,
+	// so a consecutive count alone would open it (and refuse traffic for a
+	// cool-down) on a hiccup that cost a few milliseconds.
+	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", defaultBreakerFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis)")
+	fs.Float64Var(&r.breaker.ratio, "redis-breaker-failure-ratio", defaultBreakerRatio, "also open the breaker when this share (0..1) of at least 20 Redis calls in 10s failed; 0 turns it off")
 	fs.DurationVar(&r.breaker.cooldown, "redis-breaker-cooldown", failover.DefaultCooldown, "how long the open breaker waits before probing Redis again")
 	fs.IntVar(&r.breaker.probes, "redis-breaker-probes", failover.DefaultProbes, "calls the half-open breaker sends to Redis; that many successes close it")
 }
