@@ -10,7 +10,7 @@
 // anything that knows about gRPC.
 //
 // Memory: a limit is stored under a 128-bit hash of its identity instead of
-// the identity itself, and its integers in a fixed 40-byte entry; only a
+// the identity itself, and its integers in a fixed 32-byte entry; only a
 // sliding log keeps a slice, in a side map. Two identities share a counter
 // only if their hashes collide, which for n live keys happens with
 // probability about n²/2¹²⁹ (for a billion keys, 1 in 10²¹).
@@ -54,10 +54,31 @@ type shard struct {
 // key is a 128-bit hash of a check's identity.
 type key [2]uint64
 
-// entry holds algo.State's integers; see State for which algorithm uses which.
+// entry holds algo.State's integers. No algorithm uses both Frac and
+// Count (see algo.State), so one field holds whichever the limit's
+// algorithm uses, keeping an entry at 32 bytes.
 type entry struct {
-	time, frac, count, prev int64
+	time, fracOrCount, prev int64
 	expires                 int64 // unix µs; the state equals "no key" from then on
+}
+
+// usesFrac reports whether a's state keeps a fraction rather than a count.
+func usesFrac(a algo.Algorithm) bool { return a == algo.TokenBucket || a == algo.GCRA }
+
+func toEntry(a algo.Algorithm, st *algo.State, expires int64) entry {
+	e := entry{time: st.Time, fracOrCount: st.Count, prev: st.Prev, expires: expires}
+	if usesFrac(a) {
+		e.fracOrCount = st.Frac
+	}
+	return e
+}
+
+func (e entry) state(a algo.Algorithm, log []int64) algo.State {
+	st := algo.State{Time: e.time, Count: e.fracOrCount, Prev: e.prev, Log: log}
+	if usesFrac(a) {
+		st.Frac, st.Count = e.fracOrCount, 0
+	}
+	return st
 }
 
 // scratch is the per-Apply working memory, pooled.
@@ -117,7 +138,7 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 		sh := &s.shards[sc.shard[i]]
 		e, ok := sh.m[sc.keys[i]]
 		if ok && e.expires > now {
-			sc.states[i] = algo.State{Time: e.time, Frac: e.frac, Count: e.count, Prev: e.prev, Log: sh.logs[sc.keys[i]]}
+			sc.states[i] = e.state(checks[i].Policy.Algorithm, sh.logs[sc.keys[i]])
 		} else {
 			sc.states[i] = algo.State{}
 		}
@@ -132,7 +153,7 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 			delete(sh.logs, k)
 			continue
 		}
-		sh.m[k] = entry{time: st.Time, frac: st.Frac, count: st.Count, prev: st.Prev, expires: now + ttl}
+		sh.m[k] = toEntry(checks[i].Policy.Algorithm, st, now+ttl)
 		if len(st.Log) > 0 {
 			sh.logs[k] = st.Log
 		} else {
