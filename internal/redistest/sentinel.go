@@ -39,6 +39,21 @@ type SentinelSet struct {
 // the master, the replica and the other two sentinels. The caller must Close
 // it. Use it from TestMain; tests use Sentinel or SharedSentinel.
 func StartSentinel() (*SentinelSet, error) {
+	// Sentinels find each other through hello messages; on a starved
+	// machine a set occasionally never completes that discovery. A fresh set
+	// on fresh ports is the cure, once.
+	s, err := startSentinelOnce()
+	if err == nil {
+		return s, nil
+	}
+	s, err2 := startSentinelOnce()
+	if err2 != nil {
+		return nil, errors.Join(err, err2)
+	}
+	return s, nil
+}
+
+func startSentinelOnce() (*SentinelSet, error) {
 	s := &SentinelSet{MasterName: sentinelMaster}
 	master, err := launch("sentinel-master", func(dir string, ports []int) ([]string, error) {
 		return append(baseArgs(dir, ports[0]), "--repl-diskless-sync-delay", "0"), nil
