@@ -593,81 +593,9 @@ descriptors:
 	ruleAt(t, d, "compat.empty_value")
 }
 
-// Every example of envoyproxy/ratelimit's README parses unchanged.
-func TestParseUpstreamExamples(t *testing.T) {
-	examples := map[string]string{
-		"example1": `
-domain: mongo_cps
-descriptors:
-  - key: database
-    value: users
-    rate_limit:
-      unit: second
-      requests_per_unit: 500
-  - key: database
-    value: default
-    rate_limit:
-      unit: second
-      requests_per_unit: 500
-`,
-		"example2": `
-domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-`,
-		"example5": `
-domain: internal
-descriptors:
-  - key: ldap
-    rate_limit:
-      unlimited: true
-  - key: azure
-    rate_limit:
-      unit: minute
-      requests_per_unit: 100
-`,
-		"example7": `
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          name: specific_limit
-          requests_per_unit: 5
-          unit: second
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: specific_limit
-          requests_per_unit: 10
-          unit: second
-`,
-	}
-	for name, y := range examples {
-		t.Run(name, func(t *testing.T) {
-			if d := mustParse(t, y, Options{}); len(d.Rules()) == 0 {
-				t.Errorf("no rules parsed")
-			}
-		})
-	}
-}
+// envoyproxy/ratelimit's README examples are parsed, and their documented
+// request/response sequences replayed, by pkg/rls's compat_test.go; they
+// are not repeated here.
 
 // An alias-heavy file cannot make the parser build an exponential tree.
 func TestParseAliasBomb(t *testing.T) {
