@@ -158,6 +158,25 @@ func (c *ClusterSet) ReplicaOf(t testing.TB, master *Server) *Server {
 	return r
 }
 
+// shard returns the master serving slot, as the cluster sees it, and its
+// running replica; the caller holds c.mu.
+func (c *ClusterSet) shard(t testing.TB, slot int) (master *clusterNode, replica *Server) {
+	t.Helper()
+	topo, err := c.topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	master = topo.owner(slot)
+	if master == nil {
+		t.Fatalf("redistest: no node serves slot %d", slot)
+	}
+	replica = c.replicaOf(topo, master.addr)
+	if replica == nil {
+		t.Fatalf("redistest: master %s has no running replica", master.addr)
+	}
+	return master, replica
+}
+
 // Failover promotes the replica of the master serving slot with CLUSTER
 // FAILOVER (a coordinated, lossless failover) and waits until every node
 // agrees and the old master is an in-sync replica. It returns the new master.
@@ -165,18 +184,7 @@ func (c *ClusterSet) Failover(t testing.TB, slot int) *Server {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := topo.owner(slot)
-	if m == nil {
-		t.Fatalf("redistest: no node serves slot %d", slot)
-	}
-	r := c.replicaOf(topo, m.addr)
-	if r == nil {
-		t.Fatalf("redistest: master %s has no running replica", m.addr)
-	}
+	_, r := c.shard(t, slot)
 	if err := command(r.Addr, "CLUSTER", "FAILOVER"); err != nil {
 		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", r.Addr, err)
 	}
@@ -193,18 +201,7 @@ func (c *ClusterSet) KillMaster(t testing.TB, slot int) (killed, promoted *Serve
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := topo.owner(slot)
-	if m == nil {
-		t.Fatalf("redistest: no node serves slot %d", slot)
-	}
-	r := c.replicaOf(topo, m.addr)
-	if r == nil {
-		t.Fatalf("redistest: master %s has no running replica", m.addr)
-	}
+	m, r := c.shard(t, slot)
 	killed = c.node(m.addr)
 	killed.Kill(t)
 	if err := c.waitStable(false, func(tp *topology) bool { return ownerIs(tp, slot, r.Addr) }); err != nil {
