@@ -92,9 +92,8 @@ func hitsFor(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64
 
 // build matches every descriptor and fills checks, meta and descs. The
 // request must already be validated.
-func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, defaultAlgo algo.Algorithm) error {
+func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, defaultAlgo algo.Algorithm) error {
 	domain := req.GetDomain()
-	known := snap.HasDomain(domain)
 	rulesByDesc := p.rules[:0]
 	for _, d := range req.GetDescriptors() {
 		start := len(p.reqEntries)

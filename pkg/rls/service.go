@@ -124,18 +124,21 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		start = time.Now()
 	}
 	snap := s.cfg.Rules()
+	known := snap.HasDomain(req.GetDomain())
 	domainLabel := unknownDomainLabel
-	if snap != nil && snap.HasDomain(req.GetDomain()) {
+	if known {
 		domainLabel = req.GetDomain()
 	}
-	resp, err := s.decide(ctx, req, snap, domainLabel)
+	resp, err := s.decide(ctx, req, snap, known, domainLabel)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.observeRequest(domainLabel, resp, err, time.Since(start))
 	}
 	return resp, err
 }
 
-func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *rules.Snapshot, domainLabel string) (*pb.RateLimitResponse, error) {
+// decide answers req; known is whether snap has req's domain, looked up
+// once by the caller.
+func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, domainLabel string) (*pb.RateLimitResponse, error) {
 	if err := s.limits.validate(req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
 	}
@@ -145,12 +148,14 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	p := s.plans.Get().(*plan)
 	defer func() { p.reset(); s.plans.Put(p) }()
 
-	if err := p.build(req, snap, s.cfg.DefaultAlgorithm); err != nil {
+	if err := p.build(req, snap, known, s.cfg.DefaultAlgorithm); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
 	}
 	if len(p.checks) > 0 {
 		if err := s.apply(ctx, p); err != nil {
-			s.log.Warn("backend failed", zap.String("domain", req.GetDomain()), zap.Error(err))
+			// Per request at Debug: during an outage every request fails,
+			// and the backend's own breaker logs the transitions once.
+			s.log.Debug("backend failed", zap.String("domain", req.GetDomain()), zap.Error(err))
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
