@@ -1,20 +1,13 @@
 package redistest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testcert"
 )
 
 // TLSFiles are the PEM files of a TLS-enabled server, for clients: the CA
@@ -70,63 +63,24 @@ func (s *Server) TLSFiles() TLSFiles {
 // writeTLSFiles writes a CA, a server certificate for 127.0.0.1/localhost
 // and a client certificate, all signed by the CA, into dir.
 func writeTLSFiles(dir string) error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcert.NewCA("redistest CA")
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	ca := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "redistest CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		return fmt.Errorf("CA certificate: %w", err)
-	}
-	if err := writePEM(filepath.Join(dir, "ca.pem"), "CERTIFICATE", caDER); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), ca.PEM, 0o600); err != nil {
 		return err
 	}
-	for i, leaf := range []struct {
-		name  string
-		usage x509.ExtKeyUsage
-	}{{"server", x509.ExtKeyUsageServerAuth}, {"client", x509.ExtKeyUsageClientAuth}} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for i, name := range []string{"server", "client"} {
+		cert, key, err := ca.Issue("redistest "+name, int64(i+2), name == "server")
 		if err != nil {
 			return err
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      pkix.Name{CommonName: "redistest " + leaf.name},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{leaf.usage},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-			DNSNames:     []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return fmt.Errorf("%s certificate: %w", leaf.name, err)
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name+".pem"), cert, 0o600); err != nil {
 			return err
 		}
-		if err := writePEM(filepath.Join(dir, leaf.name+".pem"), "CERTIFICATE", der); err != nil {
-			return err
-		}
-		if err := writePEM(filepath.Join(dir, leaf.name+"-key.pem"), "EC PRIVATE KEY", kder); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name+"-key.pem"), key, 0o600); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func writePEM(path, typ string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }

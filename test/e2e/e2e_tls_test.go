@@ -2,91 +2,40 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/internal/testcert"
 )
 
-// testCA is a throwaway certificate authority.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+func newCA(t *testing.T, name string) *testcert.CA {
+	t.Helper()
+	ca, err := testcert.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }
 
-func newCA(t *testing.T, name string) *testCA {
+// issue signs a leaf certificate with serial, for server or client use.
+func issue(t *testing.T, ca *testcert.CA, serial int64, server bool) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, key, err := ca.Issue(fmt.Sprintf("leaf-%d", serial), serial, server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a leaf certificate with serial; server leaves carry the
-// 127.0.0.1 IP SAN.
-func (ca *testCA) issue(t *testing.T, serial int64, server bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: fmt.Sprintf("leaf-%d", serial)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return cert, key
 }
 
 func writeBytes(t *testing.T, path string, data []byte) {
@@ -95,10 +44,10 @@ func writeBytes(t *testing.T, path string, data []byte) {
 }
 
 // tlsClient returns a gRPC client trusting ca, presenting cert when given.
-func tlsClient(t *testing.T, addr string, ca *testCA, cert *tls.Certificate) pb.RateLimitServiceClient {
+func tlsClient(t *testing.T, addr string, ca *testcert.CA, cert *tls.Certificate) pb.RateLimitServiceClient {
 	t.Helper()
 	cfg := &tls.Config{RootCAs: x509.NewCertPool(), MinVersion: tls.VersionTLS12}
-	cfg.RootCAs.AddCert(ca.cert)
+	cfg.RootCAs.AddCert(ca.Cert)
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
@@ -127,9 +76,9 @@ func TestMTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ca := newCA(t, "e2e-ca")
-	srvCert, srvKey := ca.issue(t, 100, true)
-	cliCert, cliKey := ca.issue(t, 200, false)
-	files := map[string][]byte{"ca.pem": ca.pem, "server.pem": srvCert, "server.key": srvKey, "client.pem": cliCert, "client.key": cliKey}
+	srvCert, srvKey := issue(t, ca, 100, true)
+	cliCert, cliKey := issue(t, ca, 200, false)
+	files := map[string][]byte{"ca.pem": ca.PEM, "server.pem": srvCert, "server.key": srvKey, "client.pem": cliCert, "client.key": cliKey}
 	for name, data := range files {
 		writeBytes(t, filepath.Join(dir, name), data)
 	}
@@ -144,7 +93,7 @@ func TestMTLS(t *testing.T) {
 	req := &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "tls")}}
 
 	other := newCA(t, "other-ca")
-	otherCert, otherKey := other.issue(t, 300, false)
+	otherCert, otherKey := issue(t, other, 300, false)
 	plain, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +135,7 @@ func TestMTLS(t *testing.T) {
 	}
 
 	// Rotate: a new server certificate (serial 101) replaces the files.
-	newCert, newKey := ca.issue(t, 101, true)
+	newCert, newKey := issue(t, ca, 101, true)
 	writeBytes(t, filepath.Join(dir, "server.key"), newKey)
 	writeBytes(t, filepath.Join(dir, "server.pem"), newCert)
 	client := keyPair(t, cliCert, cliKey)
@@ -206,9 +155,9 @@ func TestMTLS(t *testing.T) {
 }
 
 // peerSerial makes one TLS handshake and returns the server leaf's serial.
-func peerSerial(addr string, ca *testCA, client *tls.Certificate) (int64, error) {
+func peerSerial(addr string, ca *testcert.CA, client *tls.Certificate) (int64, error) {
 	cfg := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{*client}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
-	cfg.RootCAs.AddCert(ca.cert)
+	cfg.RootCAs.AddCert(ca.Cert)
 	d := &net.Dialer{Timeout: callTimeout}
 	conn, err := tls.DialWithDialer(d, "tcp", addr, cfg)
 	if err != nil {
