@@ -185,7 +185,7 @@ func (p *plan) selectChecks(keep func(int) bool) {
 			continue
 		}
 		c := &p.checks[i]
-		j := slices.IndexFunc(p.batch, func(b algo.Check) bool { return sameCounter(&b, c) })
+		j := p.batchIndex(c)
 		if j >= 0 {
 			p.batch[j].Hits += c.Hits
 			p.owner = append(p.owner, j)
@@ -194,6 +194,16 @@ func (p *plan) selectChecks(keep func(int) bool) {
 		p.batch = append(p.batch, *c)
 		p.owner = append(p.owner, len(p.batch)-1)
 	}
+}
+
+// batchIndex returns the batch entry on c's counter, or -1.
+func (p *plan) batchIndex(c *algo.Check) int {
+	for j := range p.batch {
+		if sameCounter(&p.batch[j], c) {
+			return j
+		}
+	}
+	return -1
 }
 
 func sameCounter(a, b *algo.Check) bool {
