@@ -2,7 +2,7 @@
 // (key.go), builds Redis clients from URLs (client.go), and applies a
 // request's checks with one Lua script per hash-slot group, all groups in one
 // pipeline (backend.go), sharing pipelines between concurrent requests
-// (batch.go). The script (lua/apply.lua) and its Go argument and reply codec
+// (batch.go) and merging their script calls (merge.go). The script (lua/apply.lua) and its Go argument and reply codec
 // (script.go) mirror the pure cores of pkg/algo.
 //
 // It must not import pkg/rules, pkg/memstore, pkg/rls or anything that knows
@@ -82,7 +82,7 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	if opts.Registerer != nil {
 		h, err := sharedHistogram(opts.Registerer, prometheus.HistogramOpts{
 			Name:    "envoy_rls_redis_batch_size",
-			Help:    "Commands per Redis pipeline sent by the cross-request batcher.",
+			Help:    "Requests' script calls (one per request and hash slot) per Redis round trip, before calls sharing a slot are merged into one.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		})
 		if err != nil {
@@ -495,11 +495,20 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 }
 
 // send runs cmds in one round trip: one command alone, several in one
-// pipeline. Errors land in the commands.
+// pipeline, with the script calls that can share one merged (merge.go).
+// Errors land in the commands.
 func (b *Backend) send(ctx context.Context, cmds []redis.Cmder) {
 	if b.roundTrips != nil {
 		defer func(start time.Time) { b.roundTrips.Observe(time.Since(start).Seconds()) }(time.Now())
 	}
+	if len(cmds) == 1 {
+		_ = b.client.Process(ctx, cmds[0])
+		return
+	}
+	m := mergers.Get().(*merger)
+	defer mergers.Put(m)
+	defer m.finish()
+	cmds = m.merge(ctx, cmds, b.cluster != nil)
 	if len(cmds) == 1 {
 		_ = b.client.Process(ctx, cmds[0])
 		return

@@ -39,7 +39,9 @@ import (
 )
 
 // DefaultMaxBatch is the number of queued commands at which a second
-// pipeline leaves without waiting for the one in flight.
+// pipeline leaves without waiting for the one in flight. It also bounds how
+// many requests one merged script call carries (merge.go), and so how long
+// one script holds Redis.
 const DefaultMaxBatch = 128
 
 // ErrClosed is returned by Apply after Close.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -464,5 +466,136 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	}
 	if got, err := client.Exists(ctx, dom+"abandoned").Result(); err != nil || got != 0 {
 		t.Errorf("the abandoned INCR ran: EXISTS = %d, %v", got, err)
+	}
+}
+
+// evalshaCalls returns how many EVALSHA commands server has run.
+func evalshaCalls(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
+// TestBatchMergesScriptCalls: the requests queued behind a pipeline leave
+// as one merged script call, decide as they would alone, and a request
+// whose key holds another type fails alone.
+func TestBatchMergesScriptCalls(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Standalone(t).Client(t)
+	b := newBackend(t, client, Options{Now: newClock().now})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.TokenBucket, 3)
+	bad := limit(dom, "bad", pol, 1)
+	if err := client.LPush(ctx, string(AppendKey(nil, bad)), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := evalshaCalls(t, client)
+
+	first := applyAsync(ctx, b, limit(dom, "first", pol, 1))
+	<-entered
+	// Five requests on one shared limit (3 admitted, in queue order), two
+	// on their own limits, one on the wrong-type key.
+	var results []<-chan result
+	queue := func(c algo.Check) {
+		results = append(results, applyAsync(ctx, b, c))
+		waitFor(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+	}
+	for range 5 {
+		queue(limit(dom, "shared", pol, 1))
+	}
+	queue(bad)
+	queue(limit(dom, "own1", pol, 2))
+	queue(limit(dom, "own2", pol, 3))
+	release()
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	var got []string
+	for i, ch := range results {
+		r := <-ch
+		switch {
+		case i == 5:
+			if !errors.Is(r.err, ErrWrongType) {
+				t.Errorf("request on the wrong-type key: %v, want ErrWrongType", r.err)
+			}
+			continue
+		case r.err != nil:
+			t.Fatalf("request %d: %v", i, r.err)
+		}
+		got = append(got, fmt.Sprintf("%v/%d", r.d[0].Allowed, r.d[0].Remaining))
+	}
+	want := "[true/2 true/1 true/0 false/0 false/0 true/1 true/0]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("merged decisions %v, want %s", got, want)
+	}
+	if n := evalshaCalls(t, client) - before; n != 2 {
+		t.Errorf("%d EVALSHA for 9 requests, want 2 (the first alone, then 8 merged)", n)
+	}
+}
+
+// TestBatchMergesPerSlot: on a cluster, queued requests merge per hash
+// slot; requests of different slots still travel in one pipeline.
+func TestBatchMergesPerSlot(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.SharedCluster(t)
+	b := newBackend(t, cl.ClusterClient(t), Options{Now: newClock().now})
+	entered, release := gateFirst(b)
+	defer release()
+	dom := redistest.KeyPrefix(t)
+	pol := perMinute(algo.FixedWindow, 2)
+	// Users whose keys land on distinct slots, three requests each.
+	users := []string{"a", "b", "c", "d"}
+	slots := map[int]bool{}
+	for _, u := range users {
+		slots[keySlot(AppendKey(nil, limit(dom, u, pol, 1)))] = true
+	}
+	evalsha := func() (n int64) {
+		for _, m := range cl.Masters(t) {
+			n += evalshaCalls(t, m.Client(t))
+		}
+		return n
+	}
+	before := evalsha()
+	first := applyAsync(ctx, b, limit(dom, "first", pol, 1))
+	<-entered
+	var results []<-chan result
+	for range 3 {
+		for _, u := range users {
+			results = append(results, applyAsync(ctx, b, limit(dom, u, pol, 1)))
+			waitFor(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+		}
+	}
+	release()
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	for i, ch := range results {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("request %d: %v", i, r.err)
+		}
+		round := i / len(users)
+		if want := round < 2; r.d[0].Allowed != want || r.d[0].Remaining != max(int64(1-round), 0) {
+			t.Errorf("request %d (user %s, round %d): %+v, want allowed=%v", i, users[i%len(users)], round, r.d[0], want)
+		}
+	}
+	if n := evalsha() - before; n != int64(1+len(slots)) {
+		t.Errorf("%d EVALSHA for %d requests on %d slots, want %d (the first alone, then one per slot)", n, 1+len(results), len(slots), 1+len(slots))
 	}
 }

@@ -68,7 +68,7 @@ end
 local function observeAll()
   local out = {}
   for i = 1, #KEYS do
-    out[i] = observeKey(KEYS[i], tonumber(ARGV[2 + 6 * (i - 1)]))
+    out[i] = observeKey(KEYS[i], tonumber(ARGV[3 + 6 * (i - 1)]))
   end
   return out
 end

@@ -11,8 +11,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// applyLua is the script that applies one request's limits all or nothing;
-// its header documents KEYS, ARGV, the reply and the storage per algorithm.
+// applyLua is the script that applies one or more requests' limits, each
+// request all or nothing; its header documents KEYS, ARGV, the reply and
+// the storage per algorithm.
 //
 //go:embed lua/apply.lua
 var applyLua string
@@ -24,15 +25,34 @@ var applyScript = redis.NewScript(applyLua)
 // argsPerLimit is the number of ARGV entries apply.lua takes per limit.
 const argsPerLimit = 6
 
-// ErrBadReply is wrapped by every error parseApplyReply returns: Redis
-// answered, but not what apply.lua returns (a different script under the
-// SHA, or a proxy in the way).
+// ErrBadReply is wrapped by every error parseApplyReply returns for a reply
+// that is not what apply.lua returns (a different script under the SHA, or
+// a proxy in the way).
 var ErrBadReply = errors.New("malformed apply.lua reply")
 
-// appendApplyArgs appends apply.lua's ARGV for checks to args: now (Unix µs,
-// 0 for the server's TIME), then per check its algorithm code, limit,
-// period µs, burst, hits and mode (0 consume, 1 refund). The keys go in KEYS
-// in the same order. The backend uses appendApplyInts, which boxes nothing.
+// ErrWrongType is returned for a request when one of its keys holds a value
+// that is not a rate-limit state (Redis's WRONGTYPE): something other than
+// envoy-rls wrote under its key prefix.
+var ErrWrongType = errors.New("a key of this request holds a value of another type (WRONGTYPE); something else writes under the rls: key prefix")
+
+// ErrScriptFailed is returned for a request that apply.lua could not apply
+// for a reason other than WRONGTYPE (Redis's log or its error stats say
+// which); only that request of a merged script call fails.
+var ErrScriptFailed = errors.New("apply.lua failed on this request (not WRONGTYPE; see Redis's errorstats)")
+
+// Request statuses in apply.lua's reply besides allowed_all's 0 and 1.
+const (
+	statusWrongType = 2
+	statusFailed    = 3
+)
+
+// appendApplyArgs appends apply.lua's ARGV for one request of checks to
+// args: now (Unix µs, 0 for the server's TIME), the number of checks, then
+// per check its algorithm code, limit, period µs, burst, hits and mode (0
+// consume, 1 refund). The keys go in KEYS in the same order. Several
+// requests' arguments (and keys) concatenated make one script call that
+// applies them in order. The backend uses appendApplyInts, which boxes
+// nothing.
 func appendApplyArgs(args []any, now int64, checks []algo.Check) []any {
 	ints := appendApplyInts(nil, now, checks)
 	args = slices.Grow(args, len(ints))
@@ -46,8 +66,8 @@ func appendApplyArgs(args []any, now int64, checks []algo.Check) []any {
 // Every ARGV entry is an integer, so the backend can pass them to go-redis
 // as *int64 without boxing each one.
 func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
-	dst = slices.Grow(dst, 1+argsPerLimit*len(checks))
-	dst = append(dst, now)
+	dst = slices.Grow(dst, 2+argsPerLimit*len(checks))
+	dst = append(dst, now, int64(len(checks)))
 	for i := range checks {
 		c := &checks[i]
 		var mode int64
@@ -59,11 +79,13 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 	return dst
 }
 
-// parseApplyReply decodes apply.lua's reply, as go-redis returns it for a
-// generic command, into out, which must have one element per limit of the
-// call, and returns the time the script evaluated at and whether every limit
-// that is not a refund allowed. An error names the element that is wrong and
-// wraps ErrBadReply; out is then partly written and must not be used.
+// parseApplyReply decodes apply.lua's reply to a one-request call, as
+// go-redis returns it for a generic command, into out, which must have one
+// element per limit of the request, and returns the time the script
+// evaluated at and whether every limit that is not a refund allowed. An
+// error names the element that is wrong and wraps ErrBadReply, or is
+// ErrWrongType or ErrScriptFailed; out is then partly written and must not
+// be used.
 func parseApplyReply(reply any, out []algo.Decision) (now int64, allowed bool, err error) {
 	vals, ok := reply.([]any)
 	if !ok {
@@ -83,9 +105,10 @@ func parseApplyReply(reply any, out []algo.Decision) (now int64, allowed bool, e
 	return parseApplyInts(ints, out)
 }
 
-// parseApplyInts is parseApplyReply for a reply read as integers (the
-// backend reads it with an IntSliceCmd, which boxes nothing). Error texts
-// are built only on failure: this runs once per script call.
+// parseApplyInts is parseApplyReply for one request's part of a reply read
+// as integers (the backend reads it with an IntSliceCmd, which boxes
+// nothing). Error texts are built only on failure: this runs once per
+// request.
 func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool, err error) {
 	if err := checkReplyLen(len(vals), len(out)); err != nil {
 		return 0, false, err
@@ -98,8 +121,14 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 	if !in(0, 1, maxInt) {
 		return 0, false, bad(0, 1, maxInt)
 	}
+	switch vals[1] {
+	case statusWrongType:
+		return 0, false, fmt.Errorf("redisalgo: %w", ErrWrongType)
+	case statusFailed:
+		return 0, false, fmt.Errorf("redisalgo: %w", ErrScriptFailed)
+	}
 	if !in(1, 0, 1) {
-		return 0, false, bad(1, 0, 1)
+		return 0, false, bad(1, 0, 3)
 	}
 	for k := range out {
 		i := 2 + 3*k
@@ -117,19 +146,22 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 }
 
 func checkReplyLen(n, limits int) error {
-	if want := 2 + 3*limits; n != want {
+	if want := replySize(limits); n != want {
 		return fmt.Errorf("redisalgo: %w: %d elements, want %d (now, allowed_all and 3 per limit for %d limits)", ErrBadReply, n, want, limits)
 	}
 	return nil
 }
 
-// replyElement names element i of the reply for error messages.
+// replySize is the length of one request's part of apply.lua's reply.
+func replySize(limits int) int { return 2 + 3*limits }
+
+// replyElement names element i of a request's reply for error messages.
 func replyElement(i int) string {
 	switch i {
 	case 0:
 		return "now µs"
 	case 1:
-		return "allowed_all"
+		return "status"
 	}
 	k, field := (i-2)/3+1, [...]string{"allowed", "remaining", "reset_after µs"}[(i-2)%3]
 	return fmt.Sprintf("limit %d %s", k, field)

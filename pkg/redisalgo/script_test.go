@@ -48,7 +48,7 @@ func TestAppendApplyArgs(t *testing.T) {
 		{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}, Hits: 2, Refund: true},
 	}
 	got := fmt.Sprint(appendApplyArgs([]any{"x"}, 42, checks))
-	want := fmt.Sprint([]any{"x", 42, 5, 10, algo.Minute, 20, 3, 0, 1, 5, algo.Second, 0, 2, 1})
+	want := fmt.Sprint([]any{"x", 42, 2, 5, 10, algo.Minute, 20, 3, 0, 1, 5, algo.Second, 0, 2, 1})
 	if got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
@@ -70,22 +70,29 @@ func TestParseApplyReply(t *testing.T) {
 		name  string
 		reply any
 		want  string
+		is    error // nil: ErrBadReply
 	}{
-		{"not_array", "OK", "got string, want an array"},
-		{"short", good[:7], "7 elements, want 8"},
-		{"long", append(append([]any(nil), good...), int64(1)), "9 elements, want 8"},
-		{"now_string", with(0, "7"), "element 0 (now µs) is string 7, want an integer"},
-		{"now_zero", with(0, int64(0)), "element 0 (now µs) is 0"},
-		{"allowed_all_2", with(1, int64(2)), "element 1 (allowed_all) is 2, want 0..1"},
-		{"allowed_nil", with(5, nil), "element 5 (limit 2 allowed) is <nil>"},
-		{"remaining_negative", with(3, int64(-1)), "element 3 (limit 1 remaining) is -1"},
-		{"reset_negative", with(7, int64(-5)), "element 7 (limit 2 reset_after µs) is -5"},
+		{"not_array", "OK", "got string, want an array", nil},
+		{"short", good[:7], "7 elements, want 8", nil},
+		{"long", append(append([]any(nil), good...), int64(1)), "9 elements, want 8", nil},
+		{"now_string", with(0, "7"), "element 0 (now µs) is string 7, want an integer", nil},
+		{"now_zero", with(0, int64(0)), "element 0 (now µs) is 0", nil},
+		{"status_4", with(1, int64(4)), "element 1 (status) is 4, want 0..3", nil},
+		{"status_wrongtype", with(1, int64(statusWrongType)), "WRONGTYPE", ErrWrongType},
+		{"status_failed", with(1, int64(statusFailed)), "apply.lua failed on this request", ErrScriptFailed},
+		{"allowed_nil", with(5, nil), "element 5 (limit 2 allowed) is <nil>", nil},
+		{"remaining_negative", with(3, int64(-1)), "element 3 (limit 1 remaining) is -1", nil},
+		{"reset_negative", with(7, int64(-5)), "element 7 (limit 2 reset_after µs) is -5", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			is := tt.is
+			if is == nil {
+				is = ErrBadReply
+			}
 			_, _, err := parseApplyReply(tt.reply, make([]algo.Decision, 2))
-			if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("got %v, want an ErrBadReply containing %q", err, tt.want)
+			if !errors.Is(err, is) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q containing %q", err, is, tt.want)
 			}
 		})
 	}
@@ -93,11 +100,141 @@ func TestParseApplyReply(t *testing.T) {
 
 func TestScriptArgumentCount(t *testing.T) {
 	client := redistest.SharedStandalone(t).Client(t)
-	keys := luaKeys(t, 2)
-	args := appendApplyArgs(nil, luaT0, []algo.Check{{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Second}, Hits: 1}})
-	err := applyScript.Run(context.Background(), client, keys, args...).Err()
-	if err == nil || !strings.Contains(err.Error(), "want 1 + 6 arguments per key") {
-		t.Fatalf("got %v, want the script's argument error", err)
+	one := appendApplyArgs(nil, luaT0, []algo.Check{{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Second}, Hits: 1}})
+	tests := []struct {
+		name string
+		keys int
+		args []any
+	}{
+		{"extra_key", 2, one},
+		{"missing_key", 0, one},
+		{"short_args", 1, one[:len(one)-1]},
+		{"n_zero", 0, []any{luaT0, 0}},
+		{"n_not_a_number", 1, append([]any{luaT0, "x"}, one[2:]...)},
+		{"now_not_a_number", 1, append([]any{"x"}, one[1:]...)},
+		{"second_request_short", 2, append(append([]any(nil), one...), one[:4]...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := applyScript.Run(context.Background(), client, luaKeys(t, tt.keys), tt.args...).Err()
+			if err == nil || !strings.Contains(err.Error(), "want now, n and 6 arguments per key for each request") {
+				t.Fatalf("got %v, want the script's argument error", err)
+			}
+		})
+	}
+}
+
+// TestScriptMergedRequests: requests merged into one script call decide
+// exactly as the same requests in separate calls, in order, each seeing
+// what the ones before it wrote, each all or nothing.
+func TestScriptMergedRequests(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 3, Period: algo.Minute}
+	narrow := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}
+	// Request k: [shared, own k] with hits; the 2nd request's narrow limit
+	// denies, so it must consume nothing from shared.
+	type req struct {
+		checks []algo.Check
+		names  []string
+	}
+	reqs := []req{
+		{[]algo.Check{{Policy: p, Hits: 2}, {Policy: narrow, Hits: 1}}, []string{"shared", "narrowA"}},
+		{[]algo.Check{{Policy: p, Hits: 1}, {Policy: narrow, Hits: 2}}, []string{"shared", "narrowB"}},
+		{[]algo.Check{{Policy: p, Hits: 1}}, []string{"shared"}},
+		{[]algo.Check{{Policy: p, Hits: 1}}, []string{"shared"}},
+	}
+	run := func(prefix string, merged bool) [][]algo.Decision {
+		t.Helper()
+		var keys []string
+		var args []any
+		out := make([][]algo.Decision, len(reqs))
+		var replies [][]any
+		for k, r := range reqs {
+			var rk []string
+			for _, n := range r.names {
+				rk = append(rk, prefix+n)
+			}
+			if !merged {
+				_, _, out[k] = luaApply(t, client, rk, luaT0, r.checks)
+				continue
+			}
+			keys = append(keys, rk...)
+			args = appendApplyArgs(args, luaT0, r.checks)
+		}
+		if !merged {
+			return out
+		}
+		reply, err := applyScript.Run(ctx, client, keys, args...).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, r := range reqs {
+			n := replySize(len(r.checks))
+			if len(reply) < n {
+				t.Fatalf("merged reply too short at request %d: %v", k, reply)
+			}
+			replies = append(replies, reply[:n])
+			reply = reply[n:]
+			out[k] = make([]algo.Decision, len(r.checks))
+			if _, _, err := parseApplyReply(replies[k], out[k]); err != nil {
+				t.Fatalf("request %d: %v", k, err)
+			}
+		}
+		if len(reply) != 0 {
+			t.Fatalf("%d reply elements left over", len(reply))
+		}
+		return out
+	}
+	prefix := redistest.KeyPrefix(t)
+	separate, merged := run(prefix+"separate:", false), run(prefix+"merged:", true)
+	if fmt.Sprint(separate) != fmt.Sprint(merged) {
+		t.Fatalf("merged decisions differ:\n separate %+v\n merged   %+v", separate, merged)
+	}
+	// 3 tokens: request 1 takes 2, request 2 is denied by narrow and takes
+	// none, request 3 takes the last, request 4 is denied.
+	if !merged[2][0].Allowed || merged[3][0].Allowed || merged[1][1].Allowed {
+		t.Fatalf("merged decisions %+v, want requests 1 and 3 admitted, 2 and 4 denied", merged)
+	}
+}
+
+// TestScriptRequestErrorIsolated: a request whose key holds another type
+// fails alone; the requests merged with it are applied.
+func TestScriptRequestErrorIsolated(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			keys := luaKeys(t, 3)
+			if err := client.LPush(ctx, keys[1], "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			checks := []algo.Check{{Policy: algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}, Hits: 1}}
+			var args []any
+			for range keys {
+				args = appendApplyArgs(args, luaT0, checks)
+			}
+			reply, err := applyScript.Run(ctx, client, keys, args...).Slice()
+			if err != nil || len(reply) != 3*replySize(1) {
+				t.Fatalf("reply %v, %v", reply, err)
+			}
+			for k := range keys {
+				out := make([]algo.Decision, 1)
+				_, allowed, err := parseApplyReply(reply[k*replySize(1):(k+1)*replySize(1)], out)
+				if k == 1 {
+					if !errors.Is(err, ErrWrongType) {
+						t.Fatalf("request on the list key: %v, want ErrWrongType", err)
+					}
+					continue
+				}
+				if err != nil || !allowed || out[0].Remaining != 4 {
+					t.Fatalf("request %d: %+v %v %v, want allowed with 4 left", k, out, allowed, err)
+				}
+			}
+			if typ, err := client.Type(ctx, keys[1]).Result(); err != nil || typ != "list" {
+				t.Fatalf("the list key is now %q (%v)", typ, err)
+			}
+		})
 	}
 }
 

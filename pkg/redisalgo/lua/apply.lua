@@ -1,17 +1,26 @@
--- apply.lua evaluates the rate limits of one request all or nothing. It is
--- algo.ApplyAll (pkg/algo) line by line: each function names the Go function
--- it mirrors and uses the same variable names, and a differential test holds
--- both to identical decisions and state.
+-- apply.lua evaluates the rate limits of one or more requests, each all or
+-- nothing. It is algo.ApplyAll (pkg/algo) line by line: each function names
+-- the Go function it mirrors and uses the same variable names, and a
+-- differential test holds both to identical decisions and state.
 --
--- KEYS[i]   the key of limit i (distinct keys; one key per limit)
--- ARGV[1]   now in Unix µs; 0 means the server's TIME (production). A
---           given now serves tests and refunds that must happen at the
---           time their consumption did.
--- ARGV[2+6(i-1)] .. ARGV[7+6(i-1)], limit i:
+-- One call carries one request, or several that the backend merged into
+-- one script call (requests sharing a round trip and a hash slot); they are
+-- applied in order, each seeing what the ones before it wrote.
+--
+-- KEYS      the keys of request 1's limits, then request 2's, and so on
+--           (distinct within a request; one key per limit)
+-- ARGV      per request: now in Unix µs (0 means the server's TIME, which
+--           production uses; a given now serves tests and refunds that must
+--           happen at the time their consumption did), n (its number of
+--           limits), then per limit:
 --           algorithm (1 fixed_window, 2 sliding_window, 3 sliding_log,
 --           4 token_bucket, 5 gcra), limit, period µs, burst (0 = limit),
 --           hits (0 = check only), mode (0 consume, 1 refund)
--- Reply     {now, allowed_all, then per limit: allowed, remaining, reset_after µs}
+-- Reply     per request: now, status, then per limit: allowed, remaining,
+--           reset_after µs. status is allowed_all (0 or 1), or 2 when a key
+--           of the request holds another type (WRONGTYPE), 3 for any other
+--           error; a failed request's limits read 0, and only that request
+--           fails.
 -- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
 --
 -- First every limit is decided without writing; then, if every limit that
@@ -488,56 +497,98 @@ local function commit(l, now)
   redis.call('PEXPIRE', key, ms)
 end
 
--- algo.ApplyAll
-local n = #KEYS
-if #ARGV ~= 1 + 6 * n then
-  return redis.error_reply('ERR apply.lua: want 1 + 6 arguments per key')
-end
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local limits = {}
-local allowed = true
-for i = 1, n do
-  local b = 1 + 6 * (i - 1)
-  local l = {
-    key = KEYS[i],
-    alg = tonumber(ARGV[b + 1]),
-    limit = tonumber(ARGV[b + 2]),
-    period = tonumber(ARGV[b + 3]),
-    burst = tonumber(ARGV[b + 4]),
-    hits = tonumber(ARGV[b + 5]),
-    refund = tonumber(ARGV[b + 6]) == 1,
-  }
-  if l.hits < 0 then
-    l.hits = 0
-  end
-  l.state = load(l)
-  l.ns, l.allowed, l.remaining, l.reset = step(l, now, l.hits, l.refund)
-  if l.refund then
-    commit(l, now)
-  elseif not l.allowed then
-    allowed = false
-  end
-  limits[i] = l
-end
-
-local reply = {now, allowed and 1 or 0}
-for i = 1, n do
-  local l = limits[i]
-  if not l.refund and l.hits > 0 and l.allowed then
-    if allowed then
+-- applyRequest is algo.ApplyAll for one request: its n limits have the keys
+-- KEYS[k0 + i] and the arguments from ARGV[a0 + 6(i-1) + 1]. It appends the
+-- request's {allowed_all, then per limit allowed, remaining, reset} to
+-- reply. It runs under pcall, so its errors (a key of another type, say)
+-- fail this request alone.
+local function applyRequest(k0, a0, n, now, reply)
+  local limits = {}
+  local allowed = true
+  for i = 1, n do
+    local b = a0 + 6 * (i - 1)
+    local l = {
+      key = KEYS[k0 + i],
+      alg = tonumber(ARGV[b + 1]),
+      limit = tonumber(ARGV[b + 2]),
+      period = tonumber(ARGV[b + 3]),
+      burst = tonumber(ARGV[b + 4]),
+      hits = tonumber(ARGV[b + 5]),
+      refund = tonumber(ARGV[b + 6]) == 1,
+    }
+    if l.hits < 0 then
+      l.hits = 0
+    end
+    l.state = load(l)
+    l.ns, l.allowed, l.remaining, l.reset = step(l, now, l.hits, l.refund)
+    if l.refund then
       commit(l, now)
-    else
-      local _
-      _, l.allowed, l.remaining, l.reset = step(l, now, 0, false)
+    elseif not l.allowed then
+      allowed = false
+    end
+    limits[i] = l
+  end
+  reply[#reply + 1] = allowed and 1 or 0
+  for i = 1, n do
+    local l = limits[i]
+    if not l.refund and l.hits > 0 and l.allowed then
+      if allowed then
+        commit(l, now)
+      else
+        local _
+        _, l.allowed, l.remaining, l.reset = step(l, now, 0, false)
+      end
+    end
+    reply[#reply + 1] = l.allowed and 1 or 0
+    reply[#reply + 1] = l.remaining
+    reply[#reply + 1] = l.reset
+  end
+end
+
+-- failed classifies an error raised while applying a request: 2 for a key
+-- holding another type (WRONGTYPE), 3 for anything else.
+local function failed(err)
+  if type(err) == 'table' then
+    err = err.err
+  end
+  if type(err) == 'string' and string.find(err, 'WRONGTYPE', 1, true) then
+    return 2
+  end
+  return 3
+end
+
+-- The requests, one after the other: each sees what the ones before it
+-- wrote, as if each had its own script call. Redis's TIME is read once.
+local reply = {}
+local serverNow = 0
+local k, a, nargs = 0, 0, #ARGV
+while a < nargs do
+  local now, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  if now == nil or n == nil or n < 1 or a + 2 + 6 * n > nargs or k + n > #KEYS then
+    return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
+  end
+  if now == 0 then
+    if serverNow == 0 then
+      local t = redis.call('TIME')
+      serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = serverNow
+  end
+  local base = #reply
+  reply[base + 1] = now
+  local ok, err = pcall(applyRequest, k, a + 2, n, now, reply)
+  if not ok then
+    for j = #reply, base + 2, -1 do
+      reply[j] = nil
+    end
+    reply[base + 2] = failed(err)
+    for j = 1, 3 * n do
+      reply[base + 2 + j] = 0
     end
   end
-  reply[#reply + 1] = l.allowed and 1 or 0
-  reply[#reply + 1] = l.remaining
-  reply[#reply + 1] = l.reset
+  k, a = k + n, a + 2 + 6 * n
+end
+if k ~= #KEYS then
+  return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
 end
 return reply
