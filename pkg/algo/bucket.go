@@ -16,10 +16,10 @@ package algo
 // the error would reach tens of percent.
 //
 // token_bucket and gcra are therefore one algorithm, decided by
-// stepTokenBucket; they differ only in how Redis stores the state:
-// token_bucket as a hash {t, f}, gcra as one string key holding Time when
+// stepTokenBucket, with the same Redis value: one string holding Time when
 // Frac is 0 (so whenever period is a multiple of limit, e.g. 100 per
-// second) and "<Time>:<Frac>" otherwise.
+// second) and "<Time>:<Frac>" otherwise. They differ in name (and so in
+// key) only.
 
 // mulDiv returns a·period/limit as q + r/limit with 0 ≤ r < limit, for
 // 0 ≤ a ≤ burst. With period = w·limit + m, a·period = a·w·limit + a·m and

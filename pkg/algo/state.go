@@ -2,19 +2,19 @@ package algo
 
 // State is the stored state of one limit for any algorithm. The zero value
 // means "no state yet" (a missing Redis key), and so does any state once
-// Expiry has passed. Each algorithm uses these fields (the names in
-// brackets are the Redis hash fields that hold them):
+// Expiry has passed. Each algorithm uses these fields (in brackets, the
+// Redis string value that holds them; apply.lua's header has the details):
 //
-//   - fixed_window: Time [t] = start of the window Count [c] belongs to.
-//   - sliding_window: Time [t] = start of the current window, Count [c] its
-//     hits, Prev [p] the hits of the window before it.
+//   - fixed_window: Time = start of the window Count belongs to
+//     ["<Time>:<Count>"].
+//   - sliding_window: Time = start of the current window, Count its hits,
+//     Prev the hits of the window before it ["<Time>:<Count>:<Prev>"].
 //   - sliding_log: Log = the times of the admitted hits, ascending, one
 //     entry per hit (a sorted set in Redis).
 //   - token_bucket: the time at which the bucket is full again (the
-//     theoretical arrival time, TAT), exactly: Time [t] + Frac [f]/Limit µs,
-//     with 0 ≤ Frac < Limit.
-//   - gcra: the same exact TAT as token_bucket, Time + Frac/Limit µs, held
-//     in one Redis string: "<Time>" when Frac is 0, else "<Time>:<Frac>".
+//     theoretical arrival time, TAT), exactly: Time + Frac/Limit µs, with
+//     0 ≤ Frac < Limit ["<Time>" when Frac is 0, else "<Time>:<Frac>"].
+//   - gcra: the same exact TAT and value as token_bucket.
 //
 // All times are Unix microseconds.
 type State struct {

@@ -43,7 +43,7 @@ func TestDifferential(t *testing.T) {
 // observedScript is apply.lua between a prologue that reads every key and an
 // epilogue that reads them again with their PTTL, extends their TTL to a
 // minute, and returns {apply.lua's reply, before, after, pttls, µs the
-// script ran}. A key reads as HGETALL, ZRANGE … WITHSCORES, or {GET value}
+// script ran}. A key reads as ZRANGE … WITHSCORES (sliding_log) or {GET value}
 // by algorithm.
 var observedScript = redis.NewScript(observePrologue + strings.Replace(applyLua, "\nreturn reply\n", "\nreturn observe(reply)\n", 1))
 
@@ -56,14 +56,12 @@ const observePrologue = `
 local function observeKey(key, alg)
   if alg == 3 then
     return redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  elseif alg == 5 then
-    local v = redis.call('GET', key)
-    if v then
-      return {v}
-    end
-    return {}
   end
-  return redis.call('HGETALL', key)
+  local v = redis.call('GET', key)
+  if v then
+    return {v}
+  end
+  return {}
 end
 local function observeAll()
   local out = {}
@@ -325,43 +323,41 @@ func parseState(key string, a algo.Algorithm, v any) (s algo.State, present bool
 			s.Log = append(s.Log, t)
 			n++
 		}
-	case algo.GCRA:
-		// "<t>" when the fraction is 0, else "<t>:<f>" with f > 0: one
-		// spelling per state, so the value must round-trip.
-		tat, frac, ok := strings.Cut(strs[0], ":")
-		if s.Time, err = integer("value", tat); err != nil {
-			return s, true, err
-		}
-		if ok {
-			if s.Frac, err = integer("value fraction", frac); err != nil {
+	default:
+		// One spelling per state, so the value must round-trip:
+		// fixed_window "<t>:<c>", sliding_window "<t>:<c>:<p>",
+		// token_bucket and gcra "<t>", or "<t>:<f>" with f > 0.
+		parts := strings.Split(strs[0], ":")
+		nums := make([]int64, len(parts))
+		for i, part := range parts {
+			if nums[i], err = integer(fmt.Sprintf("value part %d", i+1), part); err != nil {
 				return s, true, err
 			}
 		}
-		want := strconv.FormatInt(s.Time, 10)
-		if s.Frac != 0 {
-			want += ":" + strconv.FormatInt(s.Frac, 10)
+		var want string
+		switch a {
+		case algo.FixedWindow:
+			if len(nums) == 2 {
+				s.Time, s.Count = nums[0], nums[1]
+			}
+			want = fmt.Sprintf("%d:%d", s.Time, s.Count)
+		case algo.SlidingWindow:
+			if len(nums) == 3 {
+				s.Time, s.Count, s.Prev = nums[0], nums[1], nums[2]
+			}
+			want = fmt.Sprintf("%d:%d:%d", s.Time, s.Count, s.Prev)
+		default:
+			s.Time = nums[0]
+			if len(nums) == 2 {
+				s.Frac = nums[1]
+			}
+			want = strconv.FormatInt(s.Time, 10)
+			if s.Frac != 0 || len(nums) > 2 {
+				want += ":" + strconv.FormatInt(s.Frac, 10)
+			}
 		}
 		if strs[0] != want {
-			return s, true, fmt.Errorf("%s: gcra value %q, want %q", key, strs[0], want)
-		}
-	default:
-		for i := 0; i+1 < len(strs); i += 2 {
-			n, err := integer("field "+strs[i], strs[i+1])
-			if err != nil {
-				return s, true, err
-			}
-			switch strs[i] {
-			case "t":
-				s.Time = n
-			case "c":
-				s.Count = n
-			case "p":
-				s.Prev = n
-			case "f":
-				s.Frac = n
-			default:
-				return s, true, fmt.Errorf("%s: unexpected field %s", key, strs[i])
-			}
+			return s, true, fmt.Errorf("%s: %v value %q, want %q", key, a, strs[0], want)
 		}
 	}
 	return s, true, err

@@ -37,17 +37,18 @@
 -- Lua 5.1's %d first casts to a C long, whose width depends on the build.
 -- Only integers are stored.
 --
--- Storage, one key per limit (the fields of algo.State):
---   fixed_window    hash  t = window start, c = count
---   sliding_window  hash  t = current window start, c = its count, p = previous count
+-- Storage, one key per limit (the fields of algo.State), each a string but
+-- the sliding log's; numbers in decimal, parts joined by ':', so that one
+-- GET reads a state and one SET … PX writes it with its expiry:
+--   fixed_window    "<t>:<c>"      t = window start, c = count
+--   sliding_window  "<t>:<c>:<p>"  t = current window start, c = its count,
+--                                  p = previous count
 --   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
---   token_bucket    hash  t, f: TAT = t + f/limit µs
---   gcra            string "<t>" when f = 0, else "<t>:<f>": the same exact
---                   TAT as token_bucket in one small value (f = 0 whenever
---                   period is a multiple of limit; an integer-only value
---                   written by older versions reads as f = 0)
+--   token_bucket    "<t>" when f = 0, else "<t>:<f>": TAT = t + f/limit µs
+--   gcra            the same value as token_bucket (f = 0 whenever period
+--                   is a multiple of limit)
 -- Every written key expires after algo.Expiry rounded up to ms; a state
 -- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
 -- past its Expiry decides like no key.
@@ -351,22 +352,24 @@ local function expiryTokenBucket(s, now)
   return e
 end
 
--- loadGCRA parses a gcra value, "<t>" or "<t>:<f>" (see the header).
-local function loadGCRA(key)
+-- loadFields reads a state value, "<a>", "<a>:<b>" or "<a>:<b>:<c>" (see
+-- the header), as three numbers; missing parts and a missing key read as 0.
+local function loadFields(key)
   local v = redis.call('GET', key)
   if not v then
-    return {t = 0, f = 0}
+    return 0, 0, 0
   end
-  local colon = string.find(v, ':', 1, true)
-  if colon == nil then
-    return {t = tonumber(v) or 0, f = 0}
-  end
-  return {t = tonumber(string.sub(v, 1, colon - 1)) or 0, f = tonumber(string.sub(v, colon + 1)) or 0}
+  local a, b, c = string.match(v, '^(-?%d+):?(-?%d*):?(-?%d*)$')
+  return tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0
 end
 
--- gcraValue formats a gcra state for SET (the inverse of loadGCRA).
-local function gcraValue(s)
-  if s.f == 0 then
+-- stateValue formats limit l's new state for SET (the inverse of load).
+local function stateValue(a, s)
+  if a == 1 then
+    return string.format('%.0f:%.0f', s.t, s.c)
+  elseif a == 2 then
+    return string.format('%.0f:%.0f:%.0f', s.t, s.c, s.p)
+  elseif s.f == 0 then
     return string.format('%.0f', s.t)
   end
   return string.format('%.0f:%.0f', s.t, s.f)
@@ -376,19 +379,16 @@ end
 -- A sliding log is read by its step instead.
 local function load(l)
   local a = l.alg
-  if a == 1 then
-    local v = redis.call('HMGET', l.key, 't', 'c')
-    return {t = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0}
-  elseif a == 2 then
-    local v = redis.call('HMGET', l.key, 't', 'c', 'p')
-    return {t = tonumber(v[1]) or 0, c = tonumber(v[2]) or 0, p = tonumber(v[3]) or 0}
-  elseif a == 4 then
-    local v = redis.call('HMGET', l.key, 't', 'f')
-    return {t = tonumber(v[1]) or 0, f = tonumber(v[2]) or 0}
-  elseif a == 5 then
-    return loadGCRA(l.key)
+  if a == 3 then
+    return nil
   end
-  return nil
+  local x, y, z = loadFields(l.key)
+  if a == 1 then
+    return {t = x, c = y}
+  elseif a == 2 then
+    return {t = x, c = y, p = z}
+  end
+  return {t = x, f = y}
 end
 
 -- algo.step: returns the new state (nil: leave the key alone), allowed,
@@ -484,17 +484,7 @@ local function commit(l, now)
     redis.call('DEL', key)
     return
   end
-  if a == 1 then
-    redis.call('HSET', key, 't', ns.t, 'c', ns.c)
-  elseif a == 2 then
-    redis.call('HSET', key, 't', ns.t, 'c', ns.c, 'p', ns.p)
-  elseif a == 4 then
-    redis.call('HSET', key, 't', ns.t, 'f', ns.f)
-  else
-    redis.call('SET', key, gcraValue(ns), 'PX', ms)
-    return
-  end
-  redis.call('PEXPIRE', key, ms)
+  redis.call('SET', key, stateValue(a, ns), 'PX', ms)
 end
 
 -- applyRequest is algo.ApplyAll for one request: its n limits have the keys
