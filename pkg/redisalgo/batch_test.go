@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -472,22 +470,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 // evalshaCalls returns how many EVALSHA commands server has run.
 func evalshaCalls(t *testing.T, client *redis.Client) int64 {
 	t.Helper()
-	info, err := client.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		return n
-	}
-	return 0
+	return int64(infoSum(t, client, "commandstats", "cmdstat_evalsha:calls="))
 }
 
 // TestBatchMergesScriptCalls: the requests queued behind a pipeline leave
