@@ -3,6 +3,7 @@ package redisalgo
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -613,4 +614,69 @@ func infoSum(tb testing.TB, client *redis.Client, section string, prefixes ...st
 // redisCPU returns the CPU seconds the Redis server has used.
 func redisCPU(tb testing.TB, client *redis.Client) float64 {
 	return infoSum(tb, client, "cpu", "used_cpu_user:", "used_cpu_sys:")
+}
+
+// BenchmarkScript measures apply.lua alone, without the backend: one
+// request of one limit per decision, merged 10 to an EVALSHA (about what
+// 32 concurrent callers share), 4 connections each keeping 4 calls in
+// flight, 10 000 random users, at Redis's TIME. It reports Redis's CPU per
+// decision, the figure BENCHMARKS.md compares with the load runs: Redis
+// shares the machine with the benchmark, but here nothing else competes.
+func BenchmarkScript(b *testing.B) {
+	const perCall, conns, depth, users = 10, 4, 4, 10_000
+	client := redistest.SharedStandalone(b).Client(b)
+	ctx := context.Background()
+	if err := applyScript.Load(ctx, client).Err(); err != nil {
+		b.Fatal(err)
+	}
+	dom := redistest.KeyPrefix(b)
+	for _, a := range algo.Algorithms {
+		b.Run(a.String(), func(b *testing.B) {
+			p := algo.Policy{Algorithm: a, Limit: 1 << 20, Period: algo.Second}
+			if a == algo.SlidingLog {
+				p.Limit = 1000
+			}
+			calls := max(b.N/perCall, 1)
+			next := make(chan int, calls)
+			for i := range calls {
+				next <- i
+			}
+			close(next)
+			cpu0 := redisCPU(b, client)
+			var wg sync.WaitGroup
+			for range conns {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(len(next)), 7))
+					pipe := client.Pipeline()
+					for {
+						n := 0
+						for range depth {
+							if _, ok := <-next; !ok {
+								break
+							}
+							keys := make([]string, perCall)
+							var args []any
+							for k := range keys {
+								c := limit(dom, strconv.Itoa(r.IntN(users)), p, 1)
+								keys[k] = string(AppendKey(nil, c))
+								args = appendApplyArgs(args, 0, []algo.Check{c})
+							}
+							applyScript.EvalSha(ctx, pipe, keys, args...)
+							n++
+						}
+						if n == 0 {
+							return
+						}
+						if _, err := pipe.Exec(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric((redisCPU(b, client)-cpu0)*1e6/float64(calls*perCall), "redis-µs/decision")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
