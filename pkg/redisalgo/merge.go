@@ -162,13 +162,17 @@ func (m *merger) finish() {
 	m.sizes = m.sizes[:0]
 }
 
-// isApplyEvalSHA reports whether cmd is an EVALSHA of apply.lua built by
-// Backend.command.
+// isApplyEvalSHA reports whether cmd is an EVALSHA of apply.lua as
+// Backend.command builds it: its key count, then that many *string keys.
 func isApplyEvalSHA(cmd *redis.IntSliceCmd) bool {
 	args := cmd.Args()
 	if len(args) < 4 || args[0] != argEvalSHA || args[1] != argSHA {
 		return false
 	}
-	_, ok := args[2].(int)
+	n, ok := args[2].(int)
+	if !ok || n < 1 || 3+n > len(args) {
+		return false
+	}
+	_, ok = args[3].(*string)
 	return ok
 }
