@@ -33,12 +33,22 @@ var ErrBadReply = errors.New("malformed apply.lua reply")
 // ErrWrongType is returned for a request when one of its keys holds a value
 // that is not a rate-limit state (Redis's WRONGTYPE): something other than
 // envoy-rls wrote under its key prefix.
-var ErrWrongType = errors.New("a key of this request holds a value of another type (WRONGTYPE); something else writes under the rls: key prefix")
+var ErrWrongType error = replyError("a key of this request holds a value of another type (WRONGTYPE); something else writes under the rls: key prefix")
 
 // ErrScriptFailed is returned for a request that apply.lua could not apply
 // for a reason other than WRONGTYPE (Redis's log or its error stats say
 // which); only that request of a merged script call fails.
-var ErrScriptFailed = errors.New("apply.lua failed on this request (not WRONGTYPE; see Redis's errorstats)")
+var ErrScriptFailed error = replyError("apply.lua failed on this request (not WRONGTYPE; see Redis's errorstats)")
+
+// replyError is an error Redis reported for one request inside a merged
+// script call. Like go-redis's own error replies it has a RedisError
+// method, so callers classify both alike.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+
+// RedisError marks e as an error reply (go-redis's redis.Error).
+func (replyError) RedisError() {}
 
 // Request statuses in apply.lua's reply besides allowed_all's 0 and 1.
 const (

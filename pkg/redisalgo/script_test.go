@@ -387,3 +387,15 @@ func TestScriptGCRAValue(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestErrorsAreRedisErrors: a request's WRONGTYPE or script failure
+// inside a merged call is a Redis error reply to callers, as the same error
+// of a call of its own was.
+func TestRequestErrorsAreRedisErrors(t *testing.T) {
+	for _, err := range []error{ErrWrongType, ErrScriptFailed} {
+		var redisErr redis.Error
+		if wrapped := fmt.Errorf("redisalgo: %w", err); !errors.As(wrapped, &redisErr) {
+			t.Errorf("%v is not a redis.Error", err)
+		}
+	}
+}
