@@ -10,7 +10,7 @@
 // anything that knows about gRPC.
 //
 // Memory: a limit is stored under a 128-bit hash of its identity instead of
-// the identity itself, and its integers in a fixed 32-byte entry; only a
+// the identity itself, and its integers in a fixed 24-byte entry; only a
 // sliding log keeps a slice, in a side map. Two identities share a counter
 // only if their hashes collide, which for n live keys happens with
 // probability about n²/2¹²⁹ (for a billion keys, 1 in 10²¹).
@@ -54,31 +54,48 @@ type shard struct {
 // key is a 128-bit hash of a check's identity.
 type key [2]uint64
 
-// entry holds algo.State's integers. No algorithm uses both Frac and
-// Count (see algo.State), so one field holds whichever the limit's
-// algorithm uses, keeping an entry at 32 bytes.
+// entry holds algo.State's integers in 24 bytes: no algorithm uses both
+// Frac and Count (see algo.State), and instead of an expiry time the entry
+// keeps one field anchored so that the state is certainly past its
+// algo.Expiry once now > until, which Sweep checks without knowing the
+// limit's policy:
+//
+//	fixed_window    until = Time + Period (the window's end, its expiry)
+//	sliding_window  until = Time + 2·Period (its expiry when Count > 0, a
+//	                later one otherwise)
+//	sliding_log     until = the expiry; the log itself is in shard.logs
+//	token_bucket,   until = Time (the TAT; the expiry is at most 1 µs later)
+//	gcra
+//
+// Keeping a state past its expiry is harmless: it decides like no state.
 type entry struct {
-	time, fracOrCount, prev int64
-	expires                 int64 // unix µs; the state equals "no key" from then on
+	until, n, prev int64 // n is Count or Frac
 }
 
-// usesFrac reports whether a's state keeps a fraction rather than a count.
-func usesFrac(a algo.Algorithm) bool { return a == algo.TokenBucket || a == algo.GCRA }
-
-func toEntry(a algo.Algorithm, st *algo.State, expires int64) entry {
-	e := entry{time: st.Time, fracOrCount: st.Count, prev: st.Prev, expires: expires}
-	if usesFrac(a) {
-		e.fracOrCount = st.Frac
+// toEntry stores st, whose algo.Expiry at now is ttl > 0, under policy p.
+func toEntry(p algo.Policy, st *algo.State, now, ttl int64) entry {
+	switch p.Algorithm {
+	case algo.FixedWindow:
+		return entry{until: st.Time + p.Period, n: st.Count}
+	case algo.SlidingWindow:
+		return entry{until: st.Time + 2*p.Period, n: st.Count, prev: st.Prev}
+	case algo.TokenBucket, algo.GCRA:
+		return entry{until: st.Time, n: st.Frac}
 	}
-	return e
+	return entry{until: now + ttl - 1}
 }
 
-func (e entry) state(a algo.Algorithm, log []int64) algo.State {
-	st := algo.State{Time: e.time, Count: e.fracOrCount, Prev: e.prev, Log: log}
-	if usesFrac(a) {
-		st.Frac, st.Count = e.fracOrCount, 0
+// state is the inverse of toEntry.
+func (e entry) state(p algo.Policy, log []int64) algo.State {
+	switch p.Algorithm {
+	case algo.FixedWindow:
+		return algo.State{Time: e.until - p.Period, Count: e.n}
+	case algo.SlidingWindow:
+		return algo.State{Time: e.until - 2*p.Period, Count: e.n, Prev: e.prev}
+	case algo.TokenBucket, algo.GCRA:
+		return algo.State{Time: e.until, Frac: e.n}
 	}
-	return st
+	return algo.State{Log: log}
 }
 
 // scratch is the per-Apply working memory, pooled.
@@ -137,8 +154,8 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 	for i := range checks {
 		sh := &s.shards[sc.shard[i]]
 		e, ok := sh.m[sc.keys[i]]
-		if ok && e.expires > now {
-			sc.states[i] = e.state(checks[i].Policy.Algorithm, sh.logs[sc.keys[i]])
+		if ok && e.until >= now {
+			sc.states[i] = e.state(checks[i].Policy, sh.logs[sc.keys[i]])
 		} else {
 			sc.states[i] = algo.State{}
 		}
@@ -153,7 +170,7 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 			delete(sh.logs, k)
 			continue
 		}
-		sh.m[k] = toEntry(checks[i].Policy.Algorithm, st, now+ttl)
+		sh.m[k] = toEntry(checks[i].Policy, st, now, ttl)
 		if len(st.Log) > 0 {
 			sh.logs[k] = st.Log
 		} else {
@@ -189,7 +206,7 @@ func (s *Store) Sweep() int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			if e.expires <= now {
+			if e.until < now {
 				delete(sh.m, k)
 				delete(sh.logs, k)
 			}

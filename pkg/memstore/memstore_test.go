@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +59,38 @@ func BenchmarkApply(b *testing.B) {
 		if _, err := s.Apply(context.Background(), c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestEntryRoundTrip: every state the algorithms produce is stored and read
+// back unchanged (in the fields its algorithm uses), and the entry's until
+// never falls before the state's expiry, so Sweep drops nothing live.
+func TestEntryRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			for _, period := range []int64{algo.Second, 7 * algo.Second, algo.Minute, 86400 * algo.Second} {
+				p := algo.Policy{Algorithm: a, Limit: 1 + r.Int64N(20), Period: period}
+				var st algo.State
+				now := backendtest.Start
+				for step := range 2000 {
+					now += r.Int64N(period / 4)
+					st, _ = algo.Step(p, st, now, r.Int64N(3), r.IntN(10) == 0)
+					ttl := algo.Expiry(p, st, now)
+					if ttl <= 0 {
+						st = algo.State{}
+						continue
+					}
+					e := toEntry(p, &st, now, ttl)
+					if e.until+1 < now+ttl {
+						t.Fatalf("step %d: until %d before the expiry %d", step, e.until, now+ttl)
+					}
+					got := e.state(p, st.Log)
+					if got.Time != st.Time && a != algo.SlidingLog || got.Count != st.Count || got.Prev != st.Prev || got.Frac != st.Frac || len(got.Log) != len(st.Log) {
+						t.Fatalf("step %d: stored %+v, read back %+v", step, st, got)
+					}
+				}
+			}
+		})
 	}
 }
