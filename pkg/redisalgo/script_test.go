@@ -116,9 +116,17 @@ func TestScriptArgumentCount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := applyScript.Run(context.Background(), client, luaKeys(t, tt.keys), tt.args...).Err()
+			keys := luaKeys(t, tt.keys)
+			err := applyScript.Run(context.Background(), client, keys, tt.args...).Err()
 			if err == nil || !strings.Contains(err.Error(), "want now, n and 6 arguments per key for each request") {
 				t.Fatalf("got %v, want the script's argument error", err)
+			}
+			// A malformed call writes nothing, not even its well-formed
+			// first request.
+			if len(keys) > 0 {
+				if n, err := client.Exists(context.Background(), keys...).Result(); err != nil || n != 0 {
+					t.Fatalf("EXISTS after the malformed call = %d, %v; want 0", n, err)
+				}
 			}
 		})
 	}

@@ -547,16 +547,27 @@ local function failed(err)
   return 3
 end
 
--- The requests, one after the other: each sees what the ones before it
--- wrote, as if each had its own script call. Redis's TIME is read once.
-local reply = {}
-local serverNow = 0
+-- The framing of every request is checked before any is applied, so that a
+-- malformed call writes nothing.
 local k, a, nargs = 0, 0, #ARGV
 while a < nargs do
   local now, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   if now == nil or n == nil or n < 1 or a + 2 + 6 * n > nargs or k + n > #KEYS then
     return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
   end
+  k, a = k + n, a + 2 + 6 * n
+end
+if k ~= #KEYS then
+  return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
+end
+
+-- The requests, one after the other: each sees what the ones before it
+-- wrote, as if each had its own script call. Redis's TIME is read once.
+local reply = {}
+local serverNow = 0
+k, a = 0, 0
+while a < nargs do
+  local now, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   if now == 0 then
     if serverNow == 0 then
       local t = redis.call('TIME')
@@ -577,8 +588,5 @@ while a < nargs do
     end
   end
   k, a = k + n, a + 2 + 6 * n
-end
-if k ~= #KEYS then
-  return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
 end
 return reply
