@@ -542,7 +542,8 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := perMinute(algo.FixedWindow, 2)
-	// Users whose keys land on distinct slots, three requests each.
+	// Four users, three requests each; slots counts the distinct slots of
+	// their keys, one merged call each.
 	users := []string{"a", "b", "c", "d"}
 	slots := map[int]bool{}
 	for _, u := range users {
