@@ -30,6 +30,10 @@ type loadConfig struct {
 	warmup      time.Duration // unmeasured lead-in
 	duration    time.Duration // measured interval, at most
 	maxRequests int64         // calls over warmup and measurement, at most
+	// rate, when positive, paces the workers: call n (0-based, over all
+	// workers) is not sent before n/rate seconds after the start. A
+	// server that cannot keep up gets the closed loop's pace instead.
+	rate float64
 	// onStart and onEnd run right before and right after the measured
 	// interval; they take the CPU and Redis snapshots.
 	onStart, onEnd func()
@@ -66,7 +70,7 @@ type worker struct {
 }
 
 // runLoad drives a closed loop: every worker sends one request, waits for
-// the answer, and sends the next. It returns when duration has passed after
+// the answer, and sends the next (no sooner than cfg.rate allows). It returns when duration has passed after
 // warmup, when maxRequests calls were sent, or when ctx ends.
 func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, error) {
 	if cfg.concurrency < 1 || cfg.maxRequests < 1 {
@@ -92,6 +96,7 @@ func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, err
 		wg     sync.WaitGroup
 	)
 	workers := make([]*worker, cfg.concurrency)
+	paceStart := time.Now()
 	for i := range workers {
 		w := new(worker)
 		workers[i] = w
@@ -104,6 +109,12 @@ func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, err
 				seq := issued.Add(1)
 				if seq > cfg.maxRequests {
 					return
+				}
+				if cfg.rate > 0 {
+					due := paceStart.Add(time.Duration(float64(seq-1) / cfg.rate * float64(time.Second)))
+					if wait := time.Until(due); wait > 0 {
+						time.Sleep(wait)
+					}
 				}
 				req := next(rnd, seq-1)
 				t0 := time.Now()

@@ -205,7 +205,7 @@ const floorAgainName = "floor-again"
 func (b *bench) selected() []scenario {
 	var out []scenario
 	for _, s := range loadScenarios() {
-		if b.wants(s.name) {
+		if b.wants(s.name) && (s.pacedLike == "" || b.wants(s.pacedLike)) {
 			out = append(out, s)
 		}
 	}
@@ -253,9 +253,19 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 
 	var errs []error
 	res := &results{}
+	rates := map[string]float64{}
 	for _, sc := range scens {
 		b.logf("scenario %s", sc.name)
-		r, err := b.runScenario(ctx, sc)
+		var rate float64
+		if sc.pacedLike != "" {
+			if rate = rates[sc.pacedLike]; rate <= 0 {
+				err := fmt.Errorf("bench: %s has no throughput to pace to", sc.pacedLike)
+				errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
+				res.rows = append(res.rows, &row{name: sc.name, title: sc.title, err: err})
+				continue
+			}
+		}
+		r, err := b.runScenario(ctx, sc, rate)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("bench: interrupted during %s: %w", sc.name, ctx.Err())
 		}
@@ -265,6 +275,9 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 			r = &row{name: sc.name, title: sc.title, err: err}
 		}
 		res.rows = append(res.rows, r)
+		if err == nil {
+			rates[sc.name] = r.rps
+		}
 	}
 	if len(res.rows) > 0 {
 		writeLoadTables(stdout, res.rows)

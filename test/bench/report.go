@@ -291,6 +291,13 @@ func writeTargets(w io.Writer, o options, rows []*row, m *memResult, s *soakResu
 	cpuTarget("inproc", 1.2)
 	cpuTarget("redis-token-bucket", 1.4)
 	cpuTarget("redis-sliding-window", 1.4)
+	if r, paced := byName["redis-token-bucket"], byName[floorPacedName]; r != nil && paced != nil && paced.srvCPU > 0 {
+		lines = append(lines, line{
+			"(context, not a target) envoy-rls CPU/decision, Redis token_bucket, against the floor paced to its decisions/s",
+			fmt.Sprintf("%.1f µs vs %.1f µs (floor at %.0f/s) = %.2f×", r.srvCPU, paced.srvCPU, paced.rps, r.srvCPU/paced.srvCPU),
+			"—",
+		})
+	}
 	if r := byName["redis-token-bucket"]; r != nil {
 		lines = append(lines, line{
 			fmt.Sprintf("Redis CPU/decision ≤ 10 µs, token_bucket, c=32 (run at c=%d)", o.concurrency),

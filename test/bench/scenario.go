@@ -22,6 +22,9 @@ type scenario struct {
 	// prime, when set, runs first, unmeasured, with one call per user
 	// (the over-limit scenario uses it to exhaust its tight limits).
 	prime func(users []string) workload
+	// pacedLike names the scenario whose decisions/s this one is paced
+	// to; it runs only when that one runs, after it.
+	pacedLike string
 }
 
 // Limits high enough that nothing is ever denied, so every call does the
@@ -84,6 +87,12 @@ func loadScenarios() []scenario {
 			workload: func(u []string) workload { return singleKey("bench-tb", "user", u) }},
 		{name: "redis-token-bucket", title: "Redis, token_bucket", redis: true, rules: rulesTokenBucket,
 			workload: func(u []string) workload { return singleKey("bench-tb", "user", u) }},
+		// The floor at Redis token_bucket's throughput: on a saturated
+		// machine a gRPC server's CPU per call grows as its throughput
+		// falls, so this separates what envoy-rls adds from what the lower
+		// throughput costs any server.
+		{name: floorPacedName, title: "floor paced to Redis token_bucket's decisions/s", floor: true, pacedLike: "redis-token-bucket",
+			workload: func(u []string) workload { return singleKey("bench-floor", "user", u) }},
 		{name: "redis-sliding-window", title: "Redis, sliding_window", redis: true, rules: rulesSlidingWindow,
 			workload: func(u []string) workload { return singleKey("bench-sw", "user", u) }},
 		{name: "redis-3-descriptors", title: "Redis, 3 descriptors/request", redis: true, rules: rulesThree,
@@ -92,6 +101,9 @@ func loadScenarios() []scenario {
 			workload: overNinety, prime: primeOver},
 	}
 }
+
+// floorPacedName is the floor paced to Redis token_bucket's throughput.
+const floorPacedName = "floor-paced"
 
 // Names of the two phases that are not load rows.
 const (

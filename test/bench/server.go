@@ -128,7 +128,7 @@ func (b *bench) snap(ctx context.Context, s *server, withRedis, start bool) (sna
 
 // runScenario starts the scenario's server, primes it, measures one load
 // run and stops the server.
-func (b *bench) runScenario(ctx context.Context, sc scenario) (*row, error) {
+func (b *bench) runScenario(ctx context.Context, sc scenario, rate float64) (*row, error) {
 	if sc.redis {
 		if err := b.redis.flush(ctx); err != nil {
 			return nil, err
@@ -162,6 +162,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario) (*row, error) {
 	cfg.warmup = b.opts.warmup
 	cfg.duration = b.opts.duration
 	cfg.maxRequests = b.opts.maxRequests
+	cfg.rate = rate
 	cfg.onStart = func() { before, snapErr = b.snap(ctx, s, sc.redis, true) }
 	cfg.onEnd = func() {
 		var err error
