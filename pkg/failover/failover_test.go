@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
@@ -307,7 +308,7 @@ func TestBreaker(t *testing.T) {
 	}
 
 	f.set(nil, nil)
-	waitFor(t, "a probe closes the breaker", func() bool {
+	eventually.Holds(t, "a probe closes the breaker", func() bool {
 		_, err := b.Apply(context.Background(), c)
 		return err == nil && b.State() == StateClosed
 	})
@@ -323,7 +324,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	if _, err := b.Apply(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "half-open", func() bool { return b.State() == StateHalfOpen })
+	eventually.Holds(t, "half-open", func() bool { return b.State() == StateHalfOpen })
 
 	gate := make(chan struct{})
 	f.entered = make(chan struct{}, 16)
@@ -565,18 +566,5 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate: %v, want an error naming %s", err, tt.want)
 			}
 		})
-	}
-}
-
-// waitFor polls cond for at most 10 s; it bounds waits on the breaker's
-// wall-clock cool-down, it asserts nothing about durations.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
@@ -239,7 +240,7 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 
 	mend(srv, t)
 	answered := cnt.ok.Load()
-	waitFor(t, "Redis answers again through the breaker", func() bool {
+	eventually.Holds(t, "Redis answers again through the breaker", func() bool {
 		_, _, _ = call("probe")
 		return cnt.ok.Load() > answered
 	})
@@ -263,17 +264,4 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 	}
 	srv.Close()
 	goleak.VerifyNone(t, ignore)
-}
-
-// waitFor polls cond for at most 10 s; it bounds the wait for the breaker's
-// wall-clock cool-down and a restarted Redis, and asserts no duration.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -423,27 +424,24 @@ func load(t *testing.T, b *Backend, dom string, stop <-chan struct{}, workers, m
 	}
 }
 
-// eventually retries Apply until it succeeds, within a bounded number of
-// attempts, and returns its decisions.
-func eventually(t *testing.T, b *Backend, checks ...algo.Check) []algo.Decision {
+// applyEventually retries Apply until it succeeds (a failover in progress)
+// and returns its decisions.
+func applyEventually(t *testing.T, b *Backend, checks ...algo.Check) []algo.Decision {
 	t.Helper()
-	var err error
-	for range 100 {
-		var d []algo.Decision
-		if d, err = b.Apply(context.Background(), checks); err == nil {
-			return d
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("Apply kept failing: %v", err)
-	return nil
+	var d []algo.Decision
+	eventually.True(t, "Apply succeeds", func() (bool, string) {
+		var err error
+		d, err = b.Apply(context.Background(), checks)
+		return err == nil, fmt.Sprint(err)
+	})
+	return d
 }
 
 // exactAfter checks that a fresh limit of 3 admits exactly 3.
 func exactAfter(t *testing.T, b *Backend, c algo.Check) {
 	t.Helper()
 	for i := range 4 {
-		d := eventually(t, b, c)[0]
+		d := applyEventually(t, b, c)[0]
 		if want := i < 3; d.Allowed != want || (want && d.Remaining != int64(2-i)) {
 			t.Fatalf("hit %d after failover: %+v, want allowed=%v", i+1, d, want)
 		}
@@ -469,7 +467,7 @@ func TestClusterFailover(t *testing.T) {
 	apply(t, b, probe)
 	cl.Failover(t, slot)
 	// CLUSTER FAILOVER is lossless: the hit before it counts.
-	if d := eventually(t, b, probe)[0]; !d.Allowed || d.Remaining != 1 {
+	if d := applyEventually(t, b, probe)[0]; !d.Allowed || d.Remaining != 1 {
 		t.Errorf("after failover: %+v, want allowed with 1 left", d)
 	}
 	if b.noscript.Load() == 0 {

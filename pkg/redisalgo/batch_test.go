@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -15,6 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -44,19 +44,6 @@ func batchStats(t testing.TB, reg *prometheus.Registry) (pipelines uint64, cmds 
 		t.Fatalf("%d round trips timed for %d pipelines", trips.GetSampleCount(), sizes.GetSampleCount())
 	}
 	return sizes.GetSampleCount(), sizes.GetSampleSum()
-}
-
-// waitFor polls cond until it holds, failing after a bound. Only ordering
-// is awaited, never a duration.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 10_000 {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("timed out waiting until %s", what)
 }
 
 // gates holds pipelines back: after hold, the next pipeline b sends waits
@@ -211,7 +198,7 @@ func TestBatchForms(t *testing.T) {
 	for i := range waiting {
 		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 2)))
 	}
-	waitFor(t, "every request is queued", func() bool { return b.batch.pending() == waiting })
+	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == waiting })
 	release()
 	for i, ch := range append(results, first) {
 		r := <-ch
@@ -258,7 +245,7 @@ func TestBatchOverflow(t *testing.T) {
 	}
 	// Two full batches of 4 went out beside the blocked pipeline; 2
 	// commands wait for it.
-	waitFor(t, "two full batches are answered", func() bool { return done.Load() == 8 })
+	eventually.Holds(t, "two full batches are answered", func() bool { return done.Load() == 8 })
 	if got := b.batch.pending(); got != 2 {
 		t.Errorf("%d commands queued behind the blocked pipeline, want 2", got)
 	}
@@ -298,7 +285,7 @@ func TestBatchCancel(t *testing.T) {
 	<-entered1
 	ctxA, cancelA := context.WithCancel(context.Background())
 	a := applyAsync(ctxA, b, inFlight)
-	waitFor(t, "the in-flight request is queued", func() bool { return b.batch.pending() == 1 })
+	eventually.Holds(t, "the in-flight request is queued", func() bool { return b.batch.pending() == 1 })
 	// The flusher takes it into a shared pipeline, which is held.
 	entered2, release2 := g.hold()
 	defer release2()
@@ -310,7 +297,7 @@ func TestBatchCancel(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	qb := applyAsync(ctxB, b, queued)
 	c := applyAsync(context.Background(), b, bystander)
-	waitFor(t, "two requests are queued", func() bool { return b.batch.pending() == 2 })
+	eventually.Holds(t, "two requests are queued", func() bool { return b.batch.pending() == 2 })
 
 	cancelB()
 	if r := <-qb; !errors.Is(r.err, context.Canceled) {
@@ -360,10 +347,10 @@ func TestBatchClose(t *testing.T) {
 	for i := range 5 {
 		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 1)))
 	}
-	waitFor(t, "every request is queued", func() bool { return b.batch.pending() == 5 })
+	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == 5 })
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
-	waitFor(t, "Close has begun", func() bool {
+	eventually.Holds(t, "Close has begun", func() bool {
 		b.batch.mu.Lock()
 		defer b.batch.mu.Unlock()
 		return b.batch.closed
@@ -440,7 +427,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.roundTrip(cctx, s) }()
-	waitFor(t, "the first round trip is queued", func() bool { return b.batch.pending() == 1 })
+	eventually.Holds(t, "the first round trip is queued", func() bool { return b.batch.pending() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned round trip: %v, want context.Canceled", err)
@@ -451,7 +438,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	second := redis.NewIntCmd(ctx, "incr", dom+"second")
 	s.cmds = []redis.Cmder{second}
 	go func() { done <- b.roundTrip(ctx, s) }()
-	waitFor(t, "the second round trip is queued", func() bool { return b.batch.pending() == 2 })
+	eventually.Holds(t, "the second round trip is queued", func() bool { return b.batch.pending() == 2 })
 	release()
 	if err := <-done; err != nil || second.Val() != 1 {
 		t.Fatalf("second round trip: %v, INCR = %d; want 1", err, second.Val())
@@ -497,7 +484,7 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	var results []<-chan result
 	queue := func(c algo.Check) {
 		results = append(results, applyAsync(ctx, b, c))
-		waitFor(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+		eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
 	}
 	for range 5 {
 		queue(limit(dom, "shared", pol, 1))
@@ -562,7 +549,7 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	for range 3 {
 		for _, u := range users {
 			results = append(results, applyAsync(ctx, b, limit(dom, u, pol, 1)))
-			waitFor(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+			eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
 		}
 	}
 	release()

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -168,7 +170,7 @@ func TestClusterE2E(t *testing.T) {
 	stop = make(chan struct{})
 	wait = backgroundLoad(s, stop, 5000)
 	c.KillMaster(t, keySlot(t, cc, kmKey))
-	poll(t, "requests served after the master kill", func() (bool, string) {
+	eventually.True(t, "requests served after the master kill", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		_, err := s.rls().ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{checkOnly(desc("client", "km"))}})
@@ -193,7 +195,7 @@ func TestSentinelE2E(t *testing.T) {
 	runBurst(t, s, "sentinel")
 	killed, promoted := ss.KillMaster(t)
 	t.Logf("killed master %s, promoted %s", killed.Addr, promoted.Addr)
-	poll(t, "requests served by the new master", func() (bool, string) {
+	eventually.True(t, "requests served by the new master", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		_, err := s.rls().ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{checkOnly(desc("client", "probe"))}})
@@ -206,9 +208,6 @@ func TestSentinelE2E(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Errorf("the new master %s does not hold the new key: %v %v", promoted.Addr, n, err)
 	}
-	poll(t, "/readyz after failover", func() (bool, string) {
-		code, body := s.get("/readyz")
-		return code == 200, body
-	})
+	s.awaitReadyz(t, "/readyz after failover", http.StatusOK, "")
 	s.stop()
 }

@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -151,10 +152,7 @@ func TestRedisFailureModes(t *testing.T) {
 				if m.mode == "error" {
 					// Every call would fail here; another replica may
 					// have a working Redis.
-					poll(t, "/readyz reports the backend", func() (bool, string) {
-						code, body := s.get("/readyz")
-						return code == 503 && strings.Contains(body, "backend"), body
-					})
+					s.awaitReadyz(t, "/readyz reports the backend", http.StatusServiceUnavailable, "backend")
 				} else if code, body := s.get("/readyz"); code != 200 {
 					// The operator chose an answer without Redis, and all
 					// replicas share it: pulling them all out would
@@ -166,7 +164,7 @@ func TestRedisFailureModes(t *testing.T) {
 				broken = false
 				rc := r.Client(t)
 				n := 0
-				poll(t, "decisions come from Redis again", func() (bool, string) {
+				eventually.True(t, "decisions come from Redis again", func() (bool, string) {
 					n++
 					v := fmt.Sprintf("back%d", n)
 					got, err := callOutcome(s, v)
@@ -178,14 +176,8 @@ func TestRedisFailureModes(t *testing.T) {
 					keys, err := rc.Keys(ctx, "*client="+v+":*").Result()
 					return err == nil && len(keys) == 1, fmt.Sprintf("keys for %s: %v %v", v, keys, err)
 				})
-				poll(t, "/readyz recovers", func() (bool, string) {
-					code, body := s.get("/readyz")
-					return code == 200, body
-				})
-				poll(t, "goroutines return to their level before the outage", func() (bool, string) {
-					g := s.scrape().get("go_goroutines", nil)
-					return g <= baseGoroutines+20, fmt.Sprintf("go_goroutines %v, before %v", g, baseGoroutines)
-				})
+				s.awaitReadyz(t, "/readyz recovers", http.StatusOK, "")
+				s.awaitGoroutines(t, baseGoroutines, 20)
 				s.stop()
 			})
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -137,7 +139,7 @@ func TestFailureModeBreaker(t *testing.T) {
 
 				o.mend(r, t)
 				n := 0
-				poll(t, "decisions come from Redis again", func() (bool, string) {
+				eventually.True(t, "decisions come from Redis again", func() (bool, string) {
 					n++
 					v := fmt.Sprintf("back-%s-%d", o.name, n)
 					got, err := bmCall(s, v)
@@ -159,15 +161,9 @@ func TestFailureModeBreaker(t *testing.T) {
 						t.Fatalf("after Redis %s returned, call %d: %v, %v; want %s", o.name, i, got, err, want)
 					}
 				}
-				poll(t, "/readyz is 200 with Redis back", func() (bool, string) {
-					code, body := s.get("/readyz")
-					return code == 200, body
-				})
+				s.awaitReadyz(t, "/readyz is 200 with Redis back", http.StatusOK, "")
 			}
-			poll(t, "goroutines return to their level before the outages", func() (bool, string) {
-				g := s.scrape().get("go_goroutines", nil)
-				return g <= baseGoroutines+10, fmt.Sprintf("go_goroutines %v, before %v", g, baseGoroutines)
-			})
+			s.awaitGoroutines(t, baseGoroutines, 10)
 			s.stop()
 		})
 	}

@@ -172,9 +172,6 @@ func TestReadyzWithoutRules(t *testing.T) {
 		t.Errorf("/readyz with no rule files: %d %q, want 503 naming the missing rules", status, body)
 	}
 	writeFile(t, filepath.Join(dir, "shop.yaml"), shopRules)
-	poll(t, "/readyz once rules arrive", func() (bool, string) {
-		status, body := s.get("/readyz")
-		return status == http.StatusOK, body
-	})
+	s.awaitReadyz(t, "/readyz once rules arrive", http.StatusOK, "")
 	s.stop()
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -156,7 +158,7 @@ func TestRedisShutdownInFlight(t *testing.T) {
 	// The call was sent before SIGTERM and the delay keeps accepting calls,
 	// so it is in the server by the time the listener closes.
 	s.signal(syscall.SIGTERM)
-	poll(t, "gRPC listener closes", func() (bool, string) { return listenerClosed(s.GRPCAddr) })
+	eventually.True(t, "gRPC listener closes", func() (bool, string) { return listenerClosed(s.GRPCAddr) })
 	select {
 	case res := <-done:
 		t.Fatalf("call finished while Redis was paused: %v, %v", res.resp, res.err)
@@ -181,16 +183,10 @@ func TestRedisReadiness(t *testing.T) {
 	t.Parallel()
 	s, r := startOnRedis(t, map[string]string{"shop.yaml": shopRules})
 	r.Stop(t)
-	poll(t, "/readyz fails without Redis", func() (bool, string) {
-		code, body := s.get("/readyz")
-		return code == 503 && strings.Contains(body, "backend"), body
-	})
+	s.awaitReadyz(t, "/readyz fails without Redis", http.StatusServiceUnavailable, "backend")
 	r.Start(t)
-	poll(t, "/readyz recovers with Redis", func() (bool, string) {
-		code, body := s.get("/readyz")
-		return code == 200, body
-	})
-	poll(t, "requests are served again", func() (bool, string) {
+	s.awaitReadyz(t, "/readyz recovers with Redis", http.StatusOK, "")
+	eventually.True(t, "requests are served again", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		resp, err := s.rls().ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "back")}})

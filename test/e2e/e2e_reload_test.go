@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 )
 
 // apiRules returns a one-rule domain "api" whose limit is n per hour.
@@ -38,7 +40,7 @@ descriptors:
 // route=value reports requests_per_unit n.
 func waitLimit(t *testing.T, s *server, value string, n uint32) {
 	t.Helper()
-	poll(t, fmt.Sprintf("limit %d applies", n), func() (bool, string) {
+	eventually.True(t, fmt.Sprintf("limit %d applies", n), func() (bool, string) {
 		st := s.ask("api", checkOnly(desc("route", value))).GetStatuses()[0]
 		return st.GetCurrentLimit().GetRequestsPerUnit() == n, st.String()
 	})
@@ -77,7 +79,7 @@ func TestReloadReplaceAndInvalid(t *testing.T) {
 
 	before := s.scrape()
 	writeFile(t, filepath.Join(dir, "api.yaml"), badRules)
-	poll(t, "reload error counted", func() (bool, string) {
+	eventually.True(t, "reload error counted", func() (bool, string) {
 		m := s.scrape()
 		return reloads(m, "error") > reloads(before, "error"), fmt.Sprintf("reloads error=%v", reloads(m, "error"))
 	})
@@ -98,7 +100,7 @@ func TestReloadReplaceAndInvalid(t *testing.T) {
 	// A new file with a new domain is picked up too.
 	writeFile(t, filepath.Join(dir, "api.yaml"), apiRules(4))
 	writeFile(t, filepath.Join(dir, "extra.yml"), strings.ReplaceAll(apiRules(1), "domain: api", "domain: extra"))
-	poll(t, "new domain loaded", func() (bool, string) {
+	eventually.True(t, "new domain loaded", func() (bool, string) {
 		st := s.ask("extra", checkOnly(desc("route", "x"))).GetStatuses()[0]
 		return st.GetCurrentLimit().GetRequestsPerUnit() == 1, st.String()
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	refpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 )
 
 // openStream starts a reflection stream: an RPC that stays in flight until
@@ -68,10 +71,7 @@ func TestShutdownDrains(t *testing.T) {
 	s.ask("shop", desc("client", "warm")) // the unary client connection is up
 
 	s.signal(syscall.SIGTERM)
-	poll(t, "/readyz fails after SIGTERM", func() (bool, string) {
-		code, body := s.get("/readyz")
-		return code == 503, body
-	})
+	s.awaitReadyz(t, "/readyz fails after SIGTERM", http.StatusServiceUnavailable, "")
 	if _, body := s.get("/readyz"); !strings.Contains(body, "shutting down") {
 		t.Errorf("/readyz body %q, want it to say it is shutting down", body)
 	}
@@ -90,7 +90,7 @@ func TestShutdownDrains(t *testing.T) {
 		t.Errorf("grpc health during shutdown: %v, %v; want NOT_SERVING", hr, err)
 	}
 
-	poll(t, "gRPC listener closes after the delay", func() (bool, string) { return listenerClosed(s.GRPCAddr) })
+	eventually.True(t, "gRPC listener closes after the delay", func() (bool, string) { return listenerClosed(s.GRPCAddr) })
 	select {
 	case <-s.done:
 		t.Fatalf("envoy-rls exited with an RPC still in flight; logs:\n%s", s.logs)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/testcert"
 )
 
@@ -139,7 +140,7 @@ func TestMTLS(t *testing.T) {
 	writeBytes(t, filepath.Join(dir, "server.key"), newKey)
 	writeBytes(t, filepath.Join(dir, "server.pem"), newCert)
 	client := keyPair(t, cliCert, cliKey)
-	poll(t, "rotated server certificate served", func() (bool, string) {
+	eventually.True(t, "rotated server certificate served", func() (bool, string) {
 		serial, err := peerSerial(s.GRPCAddr, ca, client)
 		if err != nil {
 			return false, err.Error()

@@ -35,6 +35,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 )
 
 // testVersion is stamped into the binary TestMain builds; "" when the binary
@@ -196,10 +198,7 @@ func startServer(t *testing.T, o serveOpts) *server {
 		s.GRPCAddr, s.HTTPAddr = servingAddrs(s.logs.String())
 	}
 	if !o.NoReadyWait {
-		poll(t, "/readyz answers 200", func() (bool, string) {
-			code, body := s.get("/readyz")
-			return code == http.StatusOK, fmt.Sprintf("status %d: %s", code, body)
-		})
+		s.awaitReadyz(t, "/readyz answers 200", http.StatusOK, "")
 	}
 	return s
 }
@@ -363,21 +362,24 @@ func (s *server) post(path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// poll calls cond until it reports true, failing t with cond's last
-// message after pollTimeout.
-func poll(t *testing.T, what string, cond func() (bool, string)) {
+// awaitReadyz waits until /readyz answers code with a body containing want
+// ("" for any body).
+func (s *server) awaitReadyz(t *testing.T, why string, code int, want string) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last: %s", what, pollTimeout, msg)
-		}
-		time.Sleep(pollInterval)
-	}
+	eventually.True(t, fmt.Sprintf("%s: /readyz %d %q", why, code, want), func() (bool, string) {
+		got, body := s.get("/readyz")
+		return got == code && strings.Contains(body, want), fmt.Sprintf("status %d: %s", got, body)
+	})
+}
+
+// awaitGoroutines waits until go_goroutines is back within slack of base
+// (a leak keeps it above).
+func (s *server) awaitGoroutines(t *testing.T, base, slack float64) {
+	t.Helper()
+	eventually.True(t, "goroutines return to their level before", func() (bool, string) {
+		g := s.scrape().get("go_goroutines", nil)
+		return g <= base+slack, fmt.Sprintf("go_goroutines %v, before %v", g, base)
+	})
 }
 
 // rulesDir writes files (name → YAML) into a fresh directory.
