@@ -44,16 +44,28 @@ func check(domain string, pol algo.Policy, hits int64, kv ...string) algo.Check 
 	return c
 }
 
-func apply(t *testing.T, b Backend, checks ...algo.Check) []algo.Decision {
-	t.Helper()
+// Apply applies checks on b, failing tb on an error or a decision count
+// other than one per check. The backends' own tests use it too.
+func Apply(tb testing.TB, b Backend, checks ...algo.Check) []algo.Decision {
+	tb.Helper()
 	d, err := b.Apply(context.Background(), checks)
 	if err != nil {
-		t.Fatalf("Apply: %v", err)
+		tb.Fatalf("Apply: %v", err)
 	}
 	if len(d) != len(checks) {
-		t.Fatalf("Apply returned %d decisions for %d checks", len(d), len(checks))
+		tb.Fatalf("Apply returned %d decisions for %d checks", len(d), len(checks))
 	}
 	return d
+}
+
+// UserCheck is a check of hits on the counter (user, user) of domain.
+func UserCheck(domain, user string, pol algo.Policy, hits int64) algo.Check {
+	return algo.Check{Domain: domain, Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: pol, Hits: hits}
+}
+
+// PerMinute is a policy of n per minute.
+func PerMinute(a algo.Algorithm, n int64) algo.Policy {
+	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Minute}
 }
 
 func expect(t *testing.T, got algo.Decision, allowed bool, remaining int64) {
@@ -80,19 +92,19 @@ func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64)
 	b := f(t, &now)
 	c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Second}, 1, "k", "v")
 	for i := range limit {
-		expect(t, apply(t, b, c)[0], true, limit-1-i)
+		expect(t, Apply(t, b, c)[0], true, limit-1-i)
 	}
-	d := apply(t, b, c)[0]
+	d := Apply(t, b, c)[0]
 	expect(t, d, false, 0)
 	if d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Second {
 		t.Fatalf("ResetAfter %d µs out of (0, 2s]", d.ResetAfter)
 	}
 	now.Add(d.ResetAfter - 1)
-	if apply(t, b, c)[0].Allowed {
+	if Apply(t, b, c)[0].Allowed {
 		t.Fatalf("admitted 1µs before ResetAfter (%d µs)", d.ResetAfter)
 	}
 	now.Add(1)
-	if !apply(t, b, c)[0].Allowed {
+	if !Apply(t, b, c)[0].Allowed {
 		t.Fatalf("denied at ResetAfter (%d µs)", d.ResetAfter)
 	}
 }
@@ -106,13 +118,13 @@ func allOrNothing(t *testing.T, f Factory) {
 			b := f(t, &now)
 			wide := check(t.Name(), algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
 			narrow := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
-			ds := apply(t, b, wide, narrow)
+			ds := Apply(t, b, wide, narrow)
 			expect(t, ds[0], true, 9)
 			expect(t, ds[1], true, 0)
-			ds = apply(t, b, wide, narrow)
+			ds = Apply(t, b, wide, narrow)
 			expect(t, ds[1], false, 0)
 			expect(t, ds[0], true, 9) // reported as a check: nothing consumed
-			expect(t, apply(t, b, wide)[0], true, 8)
+			expect(t, Apply(t, b, wide)[0], true, 8)
 		})
 	}
 }
@@ -124,13 +136,13 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 			now.Store(Start)
 			b := f(t, &now)
 			pol := algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}
-			expect(t, apply(t, b, check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
-			expect(t, apply(t, b, check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
 			refund := check(t.Name(), pol, 2, "k", "v")
 			refund.Refund = true
-			expect(t, apply(t, b, refund)[0], true, 4)
-			expect(t, apply(t, b, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
-			expect(t, apply(t, b, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
+			expect(t, Apply(t, b, refund)[0], true, 4)
+			expect(t, Apply(t, b, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
+			expect(t, Apply(t, b, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
 		})
 	}
 }
@@ -154,7 +166,7 @@ func distinctCounters(t *testing.T, f Factory) {
 		check(d, algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
 	}
 	for i, c := range variants {
-		if !apply(t, b, c)[0].Allowed {
+		if !Apply(t, b, c)[0].Allowed {
 			t.Fatalf("variant %d (%+v) shares a counter with an earlier one", i, c)
 		}
 	}

@@ -97,15 +97,7 @@ func Cluster(t testing.TB) *ClusterSet {
 }
 
 // Close kills every node. It is idempotent.
-func (c *ClusterSet) Close() {
-	var wg sync.WaitGroup
-	for _, n := range c.Nodes {
-		if n != nil {
-			wg.Go(n.Close)
-		}
-	}
-	wg.Wait()
-}
+func (c *ClusterSet) Close() { closeAll(c.Nodes) }
 
 // ClusterClient returns a cluster client seeded with every node, closed at
 // the end of the test.

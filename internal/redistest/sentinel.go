@@ -129,15 +129,7 @@ func Sentinel(t testing.TB) *SentinelSet {
 }
 
 // Close kills every process. It is idempotent.
-func (s *SentinelSet) Close() {
-	var wg sync.WaitGroup
-	for _, n := range append(append([]*Server(nil), s.Data...), s.Sentinels...) {
-		if n != nil {
-			wg.Go(n.Close)
-		}
-	}
-	wg.Wait()
-}
+func (s *SentinelSet) Close() { closeAll(s.Data, s.Sentinels) }
 
 // FailoverClient returns a Sentinel-backed client for the master, closed at
 // the end of the test.

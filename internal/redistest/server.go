@@ -347,6 +347,20 @@ func (s *Server) Close() {
 	}
 }
 
+// closeAll closes every server of sets in parallel, skipping nil ones
+// (servers a failed start never made).
+func closeAll(sets ...[]*Server) {
+	var wg sync.WaitGroup
+	for _, set := range sets {
+		for _, n := range set {
+			if n != nil {
+				wg.Go(n.Close)
+			}
+		}
+	}
+	wg.Wait()
+}
+
 // Client returns a client connected to this server alone, closed at the
 // end of the test.
 func (s *Server) Client(t testing.TB) *redis.Client {

@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/randsteps"
 )
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
@@ -22,45 +24,6 @@ func randPolicy(r *rand.Rand, a Algorithm) Policy {
 	return p
 }
 
-// randGap returns a time step scaled to the policy's rate: often none, often
-// about one emission interval, sometimes whole periods.
-func randGap(r *rand.Rand, p Policy) int64 {
-	interval := max(p.Period/max(p.Limit, 1), 1)
-	switch n := r.IntN(100); {
-	case n < 20:
-		return 0
-	case n < 25:
-		return 1
-	case n < 65:
-		return r.Int64N(2 * interval)
-	case n < 85:
-		return r.Int64N(p.Period/4 + 1)
-	case n < 95:
-		return r.Int64N(2 * p.Period)
-	default:
-		return r.Int64N(10 * p.Period)
-	}
-}
-
-// randHits returns a request's hits: mostly 1, sometimes 0, a few, the whole
-// capacity, more than it, or a refund.
-func randHits(r *rand.Rand, capacity int64) (hits int64, refund bool) {
-	switch n := r.IntN(100); {
-	case n < 60:
-		return 1, false
-	case n < 70:
-		return 0, false
-	case n < 82:
-		return 2 + r.Int64N(4), false
-	case n < 85:
-		return capacity, false
-	case n < 88:
-		return capacity + 1, false
-	default:
-		return 1 + r.Int64N(3), true
-	}
-}
-
 type event struct {
 	now, hits int64
 	refund    bool
@@ -75,10 +38,10 @@ func simulate(p Policy, r *rand.Rand, n int, withRefunds bool) []event {
 	now := t0 + r.Int64N(10*Second)
 	evs := make([]event, 0, n)
 	for range n {
-		now += randGap(r, p)
-		hits, refund := randHits(r, p.Capacity())
+		now += randsteps.Gap(r, p.Period, p.Limit)
+		hits, refund := randsteps.Hits(r, p.Capacity())
 		for refund && !withRefunds {
-			hits, refund = randHits(r, p.Capacity())
+			hits, refund = randsteps.Hits(r, p.Capacity())
 		}
 		ev := event{now: now, hits: hits, refund: refund, before: s}
 		s, ev.d = Step(p, s, now, hits, refund)
@@ -86,6 +49,17 @@ func simulate(p Policy, r *rand.Rand, n int, withRefunds bool) []event {
 		evs = append(evs, ev)
 	}
 	return evs
+}
+
+// admittedPerWindow sums the admitted hits of evs by epoch-aligned window.
+func admittedPerWindow(evs []event, period int64) map[int64]int64 {
+	perWindow := map[int64]int64{}
+	for _, ev := range evs {
+		if ev.d.Allowed {
+			perWindow[windowStart(ev.now, period)] += ev.hits
+		}
+	}
+	return perWindow
 }
 
 func seeds(n int) []uint64 {
@@ -112,12 +86,7 @@ func TestBoundFixedWindow(t *testing.T) {
 		p := randPolicy(r, FixedWindow)
 		evs := simulate(p, r, 3000, false)
 		checkBasics(t, p, evs)
-		perWindow := map[int64]int64{}
-		for _, ev := range evs {
-			if ev.d.Allowed {
-				perWindow[windowStart(ev.now, p.Period)] += ev.hits
-			}
-		}
+		perWindow := admittedPerWindow(evs, p.Period)
 		for w, n := range perWindow {
 			if n > p.Limit {
 				t.Fatalf("seed %d %+v: window %d admitted %d", seed, p, w, n)
@@ -132,12 +101,7 @@ func TestBoundSlidingWindow(t *testing.T) {
 		p := randPolicy(r, SlidingWindow)
 		evs := simulate(p, r, 3000, false)
 		checkBasics(t, p, evs)
-		perWindow := map[int64]int64{}
-		for _, ev := range evs {
-			if ev.d.Allowed {
-				perWindow[windowStart(ev.now, p.Period)] += ev.hits
-			}
-		}
+		perWindow := admittedPerWindow(evs, p.Period)
 		for j, ev := range evs {
 			if !ev.d.Allowed || ev.hits == 0 {
 				continue
@@ -270,9 +234,9 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 			if r.IntN(50) == 0 {
 				now -= r.Int64N(p.Period/max(p.Limit, 1) + 2)
 			} else {
-				now += randGap(r, p)
+				now += randsteps.Gap(r, p.Period, p.Limit)
 			}
-			hits, refund := randHits(r, p.Capacity())
+			hits, refund := randsteps.Hits(r, p.Capacity())
 			var db, dg Decision
 			sb, db = Step(p, sb, now, hits, refund)
 			sg, dg = Step(g, sg, now, hits, refund)
@@ -374,8 +338,8 @@ func TestDecisionsExact(t *testing.T) {
 						q := randPolicy(r, a)
 						p.Limit, p.Burst = q.Limit, q.Burst
 					}
-					now += randGap(r, p)
-					hits, refund := randHits(r, p.Capacity())
+					now += randsteps.Gap(r, p.Period, p.Limit)
+					hits, refund := randsteps.Hits(r, p.Capacity())
 					checkExact(t, p, s, now, hits, refund)
 					s, _ = Step(p, s, now, hits, refund)
 					_ = i

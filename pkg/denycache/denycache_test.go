@@ -74,26 +74,6 @@ func newRedis(t *testing.T, client redis.UniversalClient, now *atomic.Int64) Bac
 	return b
 }
 
-func check(domain, user string, pol algo.Policy, hits int64) algo.Check {
-	return algo.Check{Domain: domain, Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: pol, Hits: hits}
-}
-
-func perMinute(a algo.Algorithm, n int64) algo.Policy {
-	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Minute}
-}
-
-func apply(t *testing.T, b Backend, checks ...algo.Check) []algo.Decision {
-	t.Helper()
-	d, err := b.Apply(context.Background(), checks)
-	if err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	if len(d) != len(checks) {
-		t.Fatalf("%d decisions for %d checks", len(d), len(checks))
-	}
-	return d
-}
-
 // TestBackendSuite: the cache in front of each backend behaves as a
 // backend.
 func TestBackendSuite(t *testing.T) {
@@ -138,10 +118,10 @@ func TestShortCircuit(t *testing.T) {
 					cnt := &counting{next: next}
 					reg := prometheus.NewRegistry()
 					c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: reg})
-					ch := check(dom, "alice", perMinute(a, 2), 1)
-					apply(t, c, ch)
-					apply(t, c, ch)
-					first := apply(t, c, ch)[0]
+					ch := backendtest.UserCheck(dom, "alice", backendtest.PerMinute(a, 2), 1)
+					backendtest.Apply(t, c, ch)
+					backendtest.Apply(t, c, ch)
+					first := backendtest.Apply(t, c, ch)[0]
 					if first.Allowed || first.ResetAfter <= 0 {
 						t.Fatalf("third request: %+v, want denied by the backend", first)
 					}
@@ -150,7 +130,7 @@ func TestShortCircuit(t *testing.T) {
 					}
 					for _, step := range []int64{0, 1, first.ResetAfter/2 - 1, first.ResetAfter/2 - 1} {
 						now.Add(step)
-						d := apply(t, c, ch)[0]
+						d := backendtest.Apply(t, c, ch)[0]
 						elapsed := now.Load() - backendtest.Start
 						if d.Allowed || d.Remaining != 0 || d.ResetAfter != first.ResetAfter-elapsed {
 							t.Fatalf("at +%dµs: %+v, want denied with ResetAfter %d", elapsed, d, first.ResetAfter-elapsed)
@@ -160,7 +140,7 @@ func TestShortCircuit(t *testing.T) {
 						t.Errorf("%d backend calls, want 3: the cached denials must not reach the backend", got)
 					}
 					now.Store(backendtest.Start + first.ResetAfter)
-					if d := apply(t, c, ch)[0]; !d.Allowed {
+					if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
 						t.Errorf("at ResetAfter: %+v, want admitted by the backend", d)
 					}
 					if got := cnt.calls.Load(); got != 4 {
@@ -188,15 +168,15 @@ func TestCachedAnswer(t *testing.T) {
 	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
 	c := newCache(t, cnt, Options{Now: clockOf(&now)})
 	bucket := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute, Burst: 20}
-	narrow := check(t.Name(), "narrow", bucket, 15)
-	wide := check(t.Name(), "wide", perMinute(algo.SlidingWindow, 100), 1)
-	apply(t, c, narrow, wide) // 5 tokens left
-	d := apply(t, c, narrow, wide)
+	narrow := backendtest.UserCheck(t.Name(), "narrow", bucket, 15)
+	wide := backendtest.UserCheck(t.Name(), "wide", backendtest.PerMinute(algo.SlidingWindow, 100), 1)
+	backendtest.Apply(t, c, narrow, wide) // 5 tokens left
+	d := backendtest.Apply(t, c, narrow, wide)
 	if d[0].Allowed {
 		t.Fatalf("second 15-hit request: %+v, want denied", d[0])
 	}
 	calls := cnt.calls.Load()
-	d = apply(t, c, narrow, wide)
+	d = backendtest.Apply(t, c, narrow, wide)
 	if cnt.calls.Load() != calls {
 		t.Fatal("the known denial reached the backend")
 	}
@@ -209,7 +189,7 @@ func TestCachedAnswer(t *testing.T) {
 	// Fewer hits than the known denial: the backend decides, and admits.
 	small := narrow
 	small.Hits = 5
-	if d := apply(t, c, small, wide); !d[0].Allowed || d[0].Remaining != 0 {
+	if d := backendtest.Apply(t, c, small, wide); !d[0].Allowed || d[0].Remaining != 0 {
 		t.Errorf("5-hit request: %+v, want admitted with 0 left", d[0])
 	}
 	if cnt.calls.Load() != calls+1 {
@@ -218,7 +198,7 @@ func TestCachedAnswer(t *testing.T) {
 	// A check-only request below it too.
 	probe := narrow
 	probe.Hits = 0
-	apply(t, c, probe)
+	backendtest.Apply(t, c, probe)
 	if cnt.calls.Load() != calls+2 {
 		t.Error("a check-only request did not reach the backend")
 	}
@@ -234,21 +214,21 @@ func TestRefundEvicts(t *testing.T) {
 			next, dom := bk.make(t, &now)
 			cnt := &counting{next: next}
 			c := newCache(t, cnt, Options{Now: clockOf(&now)})
-			ch := check(dom, "u", perMinute(algo.FixedWindow, 1), 1)
-			apply(t, c, ch)
-			apply(t, c, ch) // denied, remembered
+			ch := backendtest.UserCheck(dom, "u", backendtest.PerMinute(algo.FixedWindow, 1), 1)
+			backendtest.Apply(t, c, ch)
+			backendtest.Apply(t, c, ch) // denied, remembered
 			if c.Len() != 1 {
 				t.Fatalf("Len = %d after a denial, want 1", c.Len())
 			}
 			back := ch
 			back.Refund = true
-			other := check(dom, "other", perMinute(algo.FixedWindow, 5), 1)
-			apply(t, c, back, other)
+			other := backendtest.UserCheck(dom, "other", backendtest.PerMinute(algo.FixedWindow, 5), 1)
+			backendtest.Apply(t, c, back, other)
 			if c.Len() != 0 {
 				t.Errorf("Len = %d after the refund, want 0", c.Len())
 			}
 			calls := cnt.calls.Load()
-			if d := apply(t, c, ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
 				t.Errorf("after the refund: %+v, want admitted", d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -273,18 +253,18 @@ func TestPolicyChange(t *testing.T) {
 		pol    algo.Policy
 		change func(*algo.Policy)
 	}{
-		{"limit", perMinute(algo.FixedWindow, 1), func(p *algo.Policy) { p.Limit = 5 }},
-		{"burst", perMinute(algo.TokenBucket, 1), func(p *algo.Policy) { p.Burst = 5 }},
+		{"limit", backendtest.PerMinute(algo.FixedWindow, 1), func(p *algo.Policy) { p.Limit = 5 }},
+		{"burst", backendtest.PerMinute(algo.TokenBucket, 1), func(p *algo.Policy) { p.Burst = 5 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ch := check(t.Name(), "u", tc.pol, 1)
-			apply(t, c, ch)
-			if d := apply(t, c, ch)[0]; d.Allowed {
+			ch := backendtest.UserCheck(t.Name(), "u", tc.pol, 1)
+			backendtest.Apply(t, c, ch)
+			if d := backendtest.Apply(t, c, ch)[0]; d.Allowed {
 				t.Fatalf("second request: %+v, want denied", d)
 			}
 			calls := cnt.calls.Load()
 			tc.change(&ch.Policy)
-			if d := apply(t, c, ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
 				t.Errorf("after the %s changed: %+v, want admitted", tc.name, d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -304,7 +284,7 @@ func TestBounded(t *testing.T) {
 	c := newCache(t, memstore.New(memstore.Options{Now: clockOf(&now)}), Options{Now: clockOf(&now), MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
 	blocked := algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Hour}
 	for i := range 5000 {
-		apply(t, c, check("d", fmt.Sprint("u", i), blocked, 1))
+		backendtest.Apply(t, c, backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
 		if i%50 == 0 {
 			now.Add(algo.Second)
 		}
@@ -315,9 +295,9 @@ func TestBounded(t *testing.T) {
 	if got := testutil.ToFloat64(c.evictC); got == 0 {
 		t.Error("no eviction counted")
 	}
-	long := check("d", strings.Repeat("x", 100), blocked, 1)
+	long := backendtest.UserCheck("d", strings.Repeat("x", 100), blocked, 1)
 	before := c.Len()
-	apply(t, c, long)
+	backendtest.Apply(t, c, long)
 	if c.Len() > before {
 		t.Error("a counter with a 100-byte value was cached with MaxKeyBytes 64")
 	}
@@ -328,7 +308,7 @@ func TestBounded(t *testing.T) {
 func TestErrorPassesThrough(t *testing.T) {
 	boom := errors.New("boom")
 	c := newCache(t, failing{boom}, Options{})
-	if _, err := c.Apply(context.Background(), []algo.Check{check("d", "u", perMinute(algo.GCRA, 1), 1)}); !errors.Is(err, boom) {
+	if _, err := c.Apply(context.Background(), []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 	if c.Len() != 0 {
@@ -388,7 +368,7 @@ func TestNeverOverAdmits(t *testing.T) {
 							if (a == algo.TokenBucket || a == algo.GCRA) && rng.IntN(10) == 0 {
 								pol.Burst = 6
 							}
-							ch := check(domA, fmt.Sprint("u", u), pol, int64(rng.IntN(4)))
+							ch := backendtest.UserCheck(domA, fmt.Sprint("u", u), pol, int64(rng.IntN(4)))
 							if rng.IntN(12) == 0 && ch.Hits > 0 {
 								ch.Refund = true
 							}
@@ -396,8 +376,8 @@ func TestNeverOverAdmits(t *testing.T) {
 							ch.Domain = domB
 							reqB = append(reqB, ch)
 						}
-						dA := apply(t, plain, reqA...)
-						dB := apply(t, c, reqB...)
+						dA := backendtest.Apply(t, plain, reqA...)
+						dB := backendtest.Apply(t, c, reqB...)
 						if overall(reqA, dA) != overall(reqB, dB) {
 							t.Fatalf("step %d: plain %v, cached %v for %+v", step, dA, dB, reqA)
 						}
@@ -441,7 +421,7 @@ func TestConcurrent(t *testing.T) {
 			cnt := &counting{next: next}
 			c := newCache(t, cnt, Options{Now: clockOf(&now)})
 			const workers, each, limit = 8, 50, 40
-			ch := check(dom, "hot", perMinute(algo.SlidingWindow, limit), 1)
+			ch := backendtest.UserCheck(dom, "hot", backendtest.PerMinute(algo.SlidingWindow, limit), 1)
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for range workers {
@@ -475,8 +455,8 @@ func TestConcurrent(t *testing.T) {
 func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
 	store := memstore.New(memstore.Options{})
-	admit := []algo.Check{check("d", "ok", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1)}
-	deny := []algo.Check{check("d", "over", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1)}
+	admit := []algo.Check{backendtest.UserCheck("d", "ok", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1)}
+	deny := []algo.Check{backendtest.UserCheck("d", "over", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1)}
 	for _, bc := range []struct {
 		name   string
 		prime  bool

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -46,32 +47,11 @@ func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backe
 	return b
 }
 
-// limit builds a check of hits on the limit "<domain> user=<user>".
-func limit(domain, user string, p algo.Policy, hits int64) algo.Check {
-	return algo.Check{Domain: domain, Entries: entries("user", user), HashTag: -1, Policy: p, Hits: hits}
-}
-
-func perMinute(a algo.Algorithm, n int64) algo.Policy {
-	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Minute}
-}
-
-func apply(t testing.TB, b *Backend, checks ...algo.Check) []algo.Decision {
-	t.Helper()
-	d, err := b.Apply(context.Background(), checks)
-	if err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	if len(d) != len(checks) {
-		t.Fatalf("Apply returned %d decisions for %d checks", len(d), len(checks))
-	}
-	return d
-}
-
 // remaining probes a limit without consuming (hits 0).
 func remaining(t testing.TB, b *Backend, c algo.Check) int64 {
 	t.Helper()
 	c.Hits, c.Refund = 0, false
-	return apply(t, b, c)[0].Remaining
+	return backendtest.Apply(t, b, c)[0].Remaining
 }
 
 // standaloneAndCluster runs f against the shared standalone server and the
@@ -87,14 +67,14 @@ func TestApplyBurstThenDeny(t *testing.T) {
 			t.Run(a.String(), func(t *testing.T) {
 				clk := newClock()
 				b := newBackend(t, client, clk.opts())
-				c := limit(redistest.KeyPrefix(t), "alice", perMinute(a, 3), 1)
+				c := backendtest.UserCheck(redistest.KeyPrefix(t), "alice", backendtest.PerMinute(a, 3), 1)
 				for i := range 3 {
-					d := apply(t, b, c)[0]
+					d := backendtest.Apply(t, b, c)[0]
 					if !d.Allowed || d.Remaining != int64(2-i) {
 						t.Fatalf("hit %d: %+v, want allowed with remaining %d", i+1, d, 2-i)
 					}
 				}
-				d := apply(t, b, c)[0]
+				d := backendtest.Apply(t, b, c)[0]
 				// A sliding window may wait into the next window while the
 				// previous one still weighs, so up to two periods.
 				if d.Allowed || d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Minute {
@@ -102,7 +82,7 @@ func TestApplyBurstThenDeny(t *testing.T) {
 				}
 				// Two windows later every algorithm admits again.
 				clk.add(2 * time.Minute)
-				if d := apply(t, b, c)[0]; !d.Allowed {
+				if d := backendtest.Apply(t, b, c)[0]; !d.Allowed {
 					t.Fatalf("after 2m: %+v, want allowed", d)
 				}
 			})
@@ -114,14 +94,14 @@ func TestApplyOrderAndAllOrNothing(t *testing.T) {
 	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
 		b := newBackend(t, client, newClock().opts())
 		dom := redistest.KeyPrefix(t)
-		wide := limit(dom, "wide", perMinute(algo.TokenBucket, 5), 1)
-		narrow := limit(dom, "narrow", perMinute(algo.FixedWindow, 1), 1)
+		wide := backendtest.UserCheck(dom, "wide", backendtest.PerMinute(algo.TokenBucket, 5), 1)
+		narrow := backendtest.UserCheck(dom, "narrow", backendtest.PerMinute(algo.FixedWindow, 1), 1)
 
-		d := apply(t, b, wide, narrow)
+		d := backendtest.Apply(t, b, wide, narrow)
 		if !d[0].Allowed || d[0].Remaining != 4 || !d[1].Allowed || d[1].Remaining != 0 {
 			t.Fatalf("first request: %+v, want wide 4 left, narrow 0 left", d)
 		}
-		d = apply(t, b, wide, narrow)
+		d = backendtest.Apply(t, b, wide, narrow)
 		if d[1].Allowed {
 			t.Fatalf("second request: narrow %+v, want denied", d[1])
 		}
@@ -146,8 +126,8 @@ func TestApplyEmpty(t *testing.T) {
 // Redis server's TIME.
 func TestApplyServerTime(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
-	c := limit(redistest.KeyPrefix(t), "u", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 2, Period: algo.Hour}, 1)
-	got := []bool{apply(t, b, c)[0].Allowed, apply(t, b, c)[0].Allowed, apply(t, b, c)[0].Allowed}
+	c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 2, Period: algo.Hour}, 1)
+	got := []bool{backendtest.Apply(t, b, c)[0].Allowed, backendtest.Apply(t, b, c)[0].Allowed, backendtest.Apply(t, b, c)[0].Allowed}
 	if want := []bool{true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("allowed = %v, want %v", got, want)
 	}
@@ -163,7 +143,7 @@ func TestApplySpreadsOverSlots(t *testing.T) {
 	slots := map[int]bool{}
 	masters := map[string]bool{}
 	for i := range 40 {
-		c := limit(dom, fmt.Sprint("user", i), perMinute(algo.Algorithms[i%len(algo.Algorithms)], 2), 1)
+		c := backendtest.UserCheck(dom, fmt.Sprint("user", i), backendtest.PerMinute(algo.Algorithms[i%len(algo.Algorithms)], 2), 1)
 		checks = append(checks, c)
 		slot := keySlot(AppendKey(nil, c))
 		slots[slot] = true
@@ -173,13 +153,13 @@ func TestApplySpreadsOverSlots(t *testing.T) {
 		t.Fatalf("test limits span %d slots on %d masters; want ≥30 slots on 3", len(slots), len(masters))
 	}
 	for round, want := range []int64{1, 0} {
-		for i, d := range apply(t, b, checks...) {
+		for i, d := range backendtest.Apply(t, b, checks...) {
 			if !d.Allowed || d.Remaining != want {
 				t.Fatalf("round %d check %d: %+v, want allowed with %d left", round, i, d, want)
 			}
 		}
 	}
-	for i, d := range apply(t, b, checks...) {
+	for i, d := range backendtest.Apply(t, b, checks...) {
 		if d.Allowed {
 			t.Fatalf("round 3 check %d: %+v, want denied", i, d)
 		}
@@ -199,7 +179,7 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 			Domain:  dom,
 			Entries: entries("user", "alice", "path", fmt.Sprint("/p", i)),
 			HashTag: 0,
-			Policy:  perMinute(a, int64(i+1)),
+			Policy:  backendtest.PerMinute(a, int64(i+1)),
 			Hits:    1,
 		})
 	}
@@ -211,8 +191,8 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 	}
 	// The first policy admits one hit; the second request is denied by it
 	// alone and must leave every other limit untouched.
-	apply(t, b, checks...)
-	d := apply(t, b, checks...)
+	backendtest.Apply(t, b, checks...)
+	d := backendtest.Apply(t, b, checks...)
 	if d[0].Allowed {
 		t.Fatalf("second request: %+v, want the 1/min limit to deny", d[0])
 	}
@@ -231,19 +211,19 @@ func TestClusterRefund(t *testing.T) {
 	dom := redistest.KeyPrefix(t)
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			wide := limit(dom, "wide-"+a.String(), perMinute(a, 10), 2)
-			narrow := limit(dom, "narrow-"+a.String(), perMinute(a, 1), 1)
+			wide := backendtest.UserCheck(dom, "wide-"+a.String(), backendtest.PerMinute(a, 10), 2)
+			narrow := backendtest.UserCheck(dom, "narrow-"+a.String(), backendtest.PerMinute(a, 1), 1)
 			if keySlot(AppendKey(nil, wide)) == keySlot(AppendKey(nil, narrow)) {
 				t.Fatal("test limits share a slot; pick other names")
 			}
-			if d := apply(t, b, wide, narrow); !d[0].Allowed || !d[1].Allowed {
+			if d := backendtest.Apply(t, b, wide, narrow); !d[0].Allowed || !d[1].Allowed {
 				t.Fatalf("first request: %+v, want both allowed", d)
 			}
 			before := remaining(t, b, wide)
 			// Both orders: the denying group may come first or last in the
 			// pipeline.
 			for _, req := range [][]algo.Check{{wide, narrow}, {narrow, wide}} {
-				d := apply(t, b, req...)
+				d := backendtest.Apply(t, b, req...)
 				if d[0].Allowed && d[1].Allowed {
 					t.Fatalf("request %v: %+v, want narrow denied", req, d)
 				}
@@ -262,12 +242,12 @@ func TestClusterRefundKeepsRequestRefunds(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	given := limit(dom, "given", perMinute(algo.FixedWindow, 10), 3)
-	narrow := limit(dom, "narrow", perMinute(algo.FixedWindow, 1), 1)
-	apply(t, b, given, narrow)
+	given := backendtest.UserCheck(dom, "given", backendtest.PerMinute(algo.FixedWindow, 10), 3)
+	narrow := backendtest.UserCheck(dom, "narrow", backendtest.PerMinute(algo.FixedWindow, 1), 1)
+	backendtest.Apply(t, b, given, narrow)
 	back := given
 	back.Refund, back.Hits = true, 2
-	apply(t, b, back, narrow) // narrow denies
+	backendtest.Apply(t, b, back, narrow) // narrow denies
 	if got := remaining(t, b, given); got != 9 {
 		t.Errorf("remaining = %d, want 9 (10 - 3 + 2)", got)
 	}
@@ -276,7 +256,7 @@ func TestClusterRefundKeepsRequestRefunds(t *testing.T) {
 func TestApplyScriptError(t *testing.T) {
 	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
 		b := newBackend(t, client, newClock().opts())
-		c := limit(redistest.KeyPrefix(t), "u", perMinute(algo.TokenBucket, 3), 1)
+		c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 		// A key of the wrong type makes the script fail inside Redis.
 		if err := client.LPush(context.Background(), string(AppendKey(nil, c)), "x").Err(); err != nil {
 			t.Fatal(err)
@@ -292,7 +272,7 @@ func TestApplyCanceled(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := b.Apply(ctx, []algo.Check{limit("d", "u", perMinute(algo.GCRA, 1), 1)}); err == nil {
+	if _, err := b.Apply(ctx, []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); err == nil {
 		t.Error("Apply with a canceled context succeeded")
 	}
 }
@@ -316,7 +296,7 @@ func TestScriptFlushAndRestart(t *testing.T) {
 			// The restart also loses the counters (no persistence).
 			srv.Restart(t)
 		}
-		c := limit(dom, fmt.Sprint("u", i/20), perMinute(algo.TokenBucket, 5), 1)
+		c := backendtest.UserCheck(dom, fmt.Sprint("u", i/20), backendtest.PerMinute(algo.TokenBucket, 5), 1)
 		d, err := b.Apply(ctx, []algo.Check{c})
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -343,9 +323,9 @@ func TestClusterScriptFlush(t *testing.T) {
 	dom := redistest.KeyPrefix(t)
 	var checks []algo.Check
 	for i := range 12 {
-		checks = append(checks, limit(dom, fmt.Sprint("u", i), perMinute(algo.SlidingWindow, 3), 1))
+		checks = append(checks, backendtest.UserCheck(dom, fmt.Sprint("u", i), backendtest.PerMinute(algo.SlidingWindow, 3), 1))
 	}
-	for i, d := range apply(t, b, checks...) {
+	for i, d := range backendtest.Apply(t, b, checks...) {
 		if !d.Allowed || d.Remaining != 2 {
 			t.Errorf("check %d after SCRIPT FLUSH: %+v, want allowed with 2 left", i, d)
 		}
@@ -370,7 +350,7 @@ func TestLazyLoad(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 	// The script was never loaded; the first request loads it.
-	if d := apply(t, b, limit(redistest.KeyPrefix(t), "u", perMinute(algo.GCRA, 1), 1)); !d[0].Allowed {
+	if d := backendtest.Apply(t, b, backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.GCRA, 1), 1)); !d[0].Allowed {
 		t.Errorf("first request: %+v, want allowed", d[0])
 	}
 	if n := b.noscript.Load(); n != 1 {
@@ -406,8 +386,8 @@ func load(t *testing.T, b *Backend, dom string, stop <-chan struct{}, workers, m
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				c1 := limit(dom, fmt.Sprintf("w%d-%d", w, i), perMinute(algo.TokenBucket, 100), 1)
-				c2 := limit(dom, fmt.Sprintf("w%d", w), algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Hour}, 1)
+				c1 := backendtest.UserCheck(dom, fmt.Sprintf("w%d-%d", w, i), backendtest.PerMinute(algo.TokenBucket, 100), 1)
+				c2 := backendtest.UserCheck(dom, fmt.Sprintf("w%d", w), algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Hour}, 1)
 				if _, err := b.Apply(ctx, []algo.Check{c1, c2}); err != nil {
 					failedN.Add(1)
 					time.Sleep(20 * time.Millisecond)
@@ -455,7 +435,7 @@ func TestClusterFailover(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	probe := limit(dom, "probe", perMinute(algo.TokenBucket, 3), 1)
+	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 	slot := keySlot(AppendKey(nil, probe))
 	replica := cl.ReplicaOf(t, cl.MasterForSlot(t, slot))
 	if err := replica.Client(t).ScriptFlush(ctx).Err(); err != nil {
@@ -464,7 +444,7 @@ func TestClusterFailover(t *testing.T) {
 
 	stop := make(chan struct{})
 	wait := load(t, b, dom+"load", stop, 4, 2000)
-	apply(t, b, probe)
+	backendtest.Apply(t, b, probe)
 	cl.Failover(t, slot)
 	// CLUSTER FAILOVER is lossless: the hit before it counts.
 	if d := applyEventually(t, b, probe)[0]; !d.Allowed || d.Remaining != 1 {
@@ -479,7 +459,7 @@ func TestClusterFailover(t *testing.T) {
 	if ok == 0 {
 		t.Error("no request succeeded during the failover run")
 	}
-	exactAfter(t, b, limit(dom, "fresh", perMinute(algo.TokenBucket, 3), 1))
+	exactAfter(t, b, backendtest.UserCheck(dom, "fresh", backendtest.PerMinute(algo.TokenBucket, 3), 1))
 }
 
 // TestClusterKillMaster: a master dies under load; after its replica is
@@ -488,7 +468,7 @@ func TestClusterKillMaster(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	probe := limit(dom, "probe", perMinute(algo.TokenBucket, 3), 1)
+	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 	slot := keySlot(AppendKey(nil, probe))
 
 	stop := make(chan struct{})
@@ -499,7 +479,7 @@ func TestClusterKillMaster(t *testing.T) {
 	ok, failed := wait()
 	t.Logf("load during master kill: %d ok, %d failed", ok, failed)
 	cl.Rejoin(t, killed)
-	exactAfter(t, b, limit(dom, "fresh", perMinute(algo.GCRA, 3), 1))
+	exactAfter(t, b, backendtest.UserCheck(dom, "fresh", backendtest.PerMinute(algo.GCRA, 3), 1))
 }
 
 // TestSentinelFailover: the master dies; the failover client follows the
@@ -508,18 +488,18 @@ func TestSentinelFailover(t *testing.T) {
 	se := redistest.SharedSentinel(t)
 	b := newBackend(t, se.FailoverClient(t), newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	if d := apply(t, b, limit(dom, "before", perMinute(algo.TokenBucket, 3), 1)); !d[0].Allowed {
+	if d := backendtest.Apply(t, b, backendtest.UserCheck(dom, "before", backendtest.PerMinute(algo.TokenBucket, 3), 1)); !d[0].Allowed {
 		t.Fatalf("before failover: %+v", d[0])
 	}
 	stop := make(chan struct{})
 	wait := load(t, b, dom+"load", stop, 2, 2000)
 	killed, promoted := se.KillMaster(t)
-	exactAfter(t, b, limit(dom, "after", perMinute(algo.TokenBucket, 3), 1))
+	exactAfter(t, b, backendtest.UserCheck(dom, "after", backendtest.PerMinute(algo.TokenBucket, 3), 1))
 	close(stop)
 	ok, failed := wait()
 	t.Logf("load during sentinel failover: %d ok, %d failed", ok, failed)
 	// The counter lives on the new master.
-	key := string(AppendKey(nil, limit(dom, "after", perMinute(algo.TokenBucket, 3), 1)))
+	key := string(AppendKey(nil, backendtest.UserCheck(dom, "after", backendtest.PerMinute(algo.TokenBucket, 3), 1)))
 	if n, err := promoted.Client(t).Exists(context.Background(), key).Result(); err != nil || n != 1 {
 		t.Errorf("EXISTS on promoted master %s = %d, %v; want the limit's key", promoted.Addr, n, err)
 	}
@@ -537,8 +517,8 @@ func BenchmarkApply(b *testing.B) {
 	client := redistest.SharedStandalone(b).Client(b)
 	dom := redistest.KeyPrefix(b)
 	checks := []algo.Check{
-		limit(dom, "bench", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1),
-		limit(dom, "bench", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 30, Period: algo.Minute}, 1),
+		backendtest.UserCheck(dom, "bench", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1),
+		backendtest.UserCheck(dom, "bench", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 30, Period: algo.Minute}, 1),
 	}
 	ctx := context.Background()
 	for _, bc := range []struct {
@@ -655,7 +635,7 @@ func BenchmarkScript(b *testing.B) {
 							keys := make([]string, perCall)
 							var args []any
 							for k := range keys {
-								c := limit(dom, strconv.Itoa(r.IntN(users)), p, 1)
+								c := backendtest.UserCheck(dom, strconv.Itoa(r.IntN(users)), p, 1)
 								keys[k] = string(AppendKey(nil, c))
 								args = appendApplyArgs(args, 0, []algo.Check{c})
 							}

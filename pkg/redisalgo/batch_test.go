@@ -14,6 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -91,12 +92,18 @@ func gateFirst(b *Backend) (entered <-chan struct{}, release func()) {
 	return newGates(b).hold()
 }
 
-// leakCheck fails the test if goroutines started after it outlive the
-// test; the client is created (and used) before, so its own are ignored.
-func leakCheck(t *testing.T) {
+// leakCheckedClient returns a connected client of the shared standalone
+// server and fails the test if goroutines started after it outlive the
+// test; the client's own, started by its first command, are ignored.
+func leakCheckedClient(t *testing.T) *redis.Client {
 	t.Helper()
+	client := redistest.SharedStandalone(t).Client(t)
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	return client
 }
 
 type result struct {
@@ -125,9 +132,9 @@ func TestBatchConcurrentExact(t *testing.T) {
 		b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 16})
 		dom := redistest.KeyPrefix(t)
 		const workers, each, shared = 48, 20, 300
-		sharedLimit := algo.Check{Domain: dom, Entries: entries("tenant", "t"), HashTag: 0, Policy: perMinute(algo.SlidingWindow, shared), Hits: 1}
+		sharedLimit := algo.Check{Domain: dom, Entries: entries("tenant", "t"), HashTag: 0, Policy: backendtest.PerMinute(algo.SlidingWindow, shared), Hits: 1}
 		own := func(w int) algo.Check {
-			return algo.Check{Domain: dom, Entries: entries("tenant", "t", "user", fmt.Sprint(w)), HashTag: 0, Policy: perMinute(algo.TokenBucket, each/2), Hits: 1}
+			return algo.Check{Domain: dom, Entries: entries("tenant", "t", "user", fmt.Sprint(w)), HashTag: 0, Policy: backendtest.PerMinute(algo.TokenBucket, each/2), Hits: 1}
 		}
 		var admitted atomic.Int64
 		perWorker := make([]atomic.Int64, workers)
@@ -179,24 +186,20 @@ func TestBatchConcurrentExact(t *testing.T) {
 // TestBatchForms: requests that arrive while a pipeline is in flight
 // leave together in the next one, as soon as it returns.
 func TestBatchForms(t *testing.T) {
-	client := redistest.SharedStandalone(t).Client(t)
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	leakCheck(t)
+	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.FixedWindow, 5)
+	pol := backendtest.PerMinute(algo.FixedWindow, 5)
 
-	first := applyAsync(context.Background(), b, limit(dom, "first", pol, 1))
+	first := applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))
 	<-entered
 	const waiting = 10
 	var results []<-chan result
 	for i := range waiting {
-		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 2)))
+		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 2)))
 	}
 	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == waiting })
 	release()
@@ -218,26 +221,22 @@ func TestBatchForms(t *testing.T) {
 // TestBatchOverflow: with a pipeline in flight, every MaxBatch queued
 // commands leave at once instead of waiting for it.
 func TestBatchOverflow(t *testing.T) {
-	client := redistest.SharedStandalone(t).Client(t)
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	leakCheck(t)
+	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 4})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.GCRA, 5)
+	pol := backendtest.PerMinute(algo.GCRA, 5)
 
-	first := applyAsync(context.Background(), b, limit(dom, "first", pol, 1))
+	first := applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))
 	<-entered
 	const more = 10
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	for i := range more {
 		wg.Go(func() {
-			if d, err := b.Apply(context.Background(), []algo.Check{limit(dom, fmt.Sprint("u", i), pol, 1)}); err != nil || !d[0].Allowed {
+			if d, err := b.Apply(context.Background(), []algo.Check{backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)}); err != nil || !d[0].Allowed {
 				t.Errorf("request %d: %+v, %v", i, d, err)
 			}
 			done.Add(1)
@@ -263,25 +262,21 @@ func TestBatchOverflow(t *testing.T) {
 // queued, its commands are never sent; in flight in a shared pipeline, they
 // complete in the background. Neither disturbs the other requests.
 func TestBatchCancel(t *testing.T) {
-	client := redistest.SharedStandalone(t).Client(t)
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	leakCheck(t)
+	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
 	g := newGates(b)
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.SlidingLog, 3)
-	inFlight := limit(dom, "in-flight", pol, 1)
-	queued := limit(dom, "queued", pol, 1)
-	bystander := limit(dom, "bystander", pol, 1)
+	pol := backendtest.PerMinute(algo.SlidingLog, 3)
+	inFlight := backendtest.UserCheck(dom, "in-flight", pol, 1)
+	queued := backendtest.UserCheck(dom, "queued", pol, 1)
+	bystander := backendtest.UserCheck(dom, "bystander", pol, 1)
 
 	// A first request goes out inline and is held, so that the next ones
 	// queue.
 	entered1, release1 := g.hold()
 	defer release1()
-	blocker := applyAsync(context.Background(), b, limit(dom, "blocker", pol, 1))
+	blocker := applyAsync(context.Background(), b, backendtest.UserCheck(dom, "blocker", pol, 1))
 	<-entered1
 	ctxA, cancelA := context.WithCancel(context.Background())
 	a := applyAsync(ctxA, b, inFlight)
@@ -332,20 +327,16 @@ func TestBatchCancel(t *testing.T) {
 // TestBatchClose: Close waits for queued and in-flight requests, which
 // all get their decisions; later calls fail with ErrClosed.
 func TestBatchClose(t *testing.T) {
-	client := redistest.SharedStandalone(t).Client(t)
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	leakCheck(t)
+	client := leakCheckedClient(t)
 	b := newBackend(t, client, Options{Now: newClock().now})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.TokenBucket, 5)
-	results := []<-chan result{applyAsync(context.Background(), b, limit(dom, "first", pol, 1))}
+	pol := backendtest.PerMinute(algo.TokenBucket, 5)
+	results := []<-chan result{applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))}
 	<-entered
 	for i := range 5 {
-		results = append(results, applyAsync(context.Background(), b, limit(dom, fmt.Sprint("u", i), pol, 1)))
+		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)))
 	}
 	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == 5 })
 	closed := make(chan struct{})
@@ -355,7 +346,7 @@ func TestBatchClose(t *testing.T) {
 		defer b.batch.mu.Unlock()
 		return b.batch.closed
 	})
-	if _, err := b.Apply(context.Background(), []algo.Check{limit(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
+	if _, err := b.Apply(context.Background(), []algo.Check{backendtest.UserCheck(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Apply during Close: %v, want ErrClosed", err)
 	}
 	select {
@@ -381,8 +372,8 @@ func TestBatchMetricsShared(t *testing.T) {
 	b1 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
 	b2 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
 	dom := redistest.KeyPrefix(t)
-	apply(t, b1, limit(dom, "a", perMinute(algo.FixedWindow, 1), 1))
-	apply(t, b2, limit(dom, "b", perMinute(algo.FixedWindow, 1), 1))
+	backendtest.Apply(t, b1, backendtest.UserCheck(dom, "a", backendtest.PerMinute(algo.FixedWindow, 1), 1))
+	backendtest.Apply(t, b2, backendtest.UserCheck(dom, "b", backendtest.PerMinute(algo.FixedWindow, 1), 1))
 	if n, _ := batchStats(t, reg); n < 2 {
 		t.Errorf("%d pipelines counted, want ≥ 2", n)
 	}
@@ -394,9 +385,9 @@ func TestNoBatch(t *testing.T) {
 	if b.batch != nil {
 		t.Fatal("NoBatch backend has a batcher")
 	}
-	c := limit(redistest.KeyPrefix(t), "u", perMinute(algo.FixedWindow, 2), 1)
+	c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.FixedWindow, 2), 1)
 	for i, want := range []bool{true, true, false} {
-		if d := apply(t, b, c)[0]; d.Allowed != want {
+		if d := backendtest.Apply(t, b, c)[0]; d.Allowed != want {
 			t.Errorf("request %d: %+v, want allowed=%v", i, d, want)
 		}
 	}
@@ -408,17 +399,13 @@ func TestNoBatch(t *testing.T) {
 // be sent twice.
 func TestAbandonedJobNotReused(t *testing.T) {
 	ctx := context.Background()
-	client := redistest.SharedStandalone(t).Client(t)
-	if err := client.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	leakCheck(t)
+	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{Registerer: reg})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	blocker := applyAsync(ctx, b, limit(dom, "blocker", perMinute(algo.FixedWindow, 1), 1))
+	blocker := applyAsync(ctx, b, backendtest.UserCheck(dom, "blocker", backendtest.PerMinute(algo.FixedWindow, 1), 1))
 	<-entered
 
 	s := &scratch{job: newJob()}
@@ -470,14 +457,14 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.TokenBucket, 3)
-	bad := limit(dom, "bad", pol, 1)
+	pol := backendtest.PerMinute(algo.TokenBucket, 3)
+	bad := backendtest.UserCheck(dom, "bad", pol, 1)
 	if err := client.LPush(ctx, string(AppendKey(nil, bad)), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before := evalshaCalls(t, client)
 
-	first := applyAsync(ctx, b, limit(dom, "first", pol, 1))
+	first := applyAsync(ctx, b, backendtest.UserCheck(dom, "first", pol, 1))
 	<-entered
 	// Five requests on one shared limit (3 admitted, in queue order), two
 	// on their own limits, one on the wrong-type key.
@@ -487,11 +474,11 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 		eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
 	}
 	for range 5 {
-		queue(limit(dom, "shared", pol, 1))
+		queue(backendtest.UserCheck(dom, "shared", pol, 1))
 	}
 	queue(bad)
-	queue(limit(dom, "own1", pol, 2))
-	queue(limit(dom, "own2", pol, 3))
+	queue(backendtest.UserCheck(dom, "own1", pol, 2))
+	queue(backendtest.UserCheck(dom, "own2", pol, 3))
 	release()
 	if r := <-first; r.err != nil {
 		t.Fatal(r.err)
@@ -528,13 +515,13 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	pol := perMinute(algo.FixedWindow, 2)
+	pol := backendtest.PerMinute(algo.FixedWindow, 2)
 	// Four users, three requests each; slots counts the distinct slots of
 	// their keys, one merged call each.
 	users := []string{"a", "b", "c", "d"}
 	slots := map[int]bool{}
 	for _, u := range users {
-		slots[keySlot(AppendKey(nil, limit(dom, u, pol, 1)))] = true
+		slots[keySlot(AppendKey(nil, backendtest.UserCheck(dom, u, pol, 1)))] = true
 	}
 	evalsha := func() (n int64) {
 		for _, m := range cl.Masters(t) {
@@ -543,12 +530,12 @@ func TestBatchMergesPerSlot(t *testing.T) {
 		return n
 	}
 	before := evalsha()
-	first := applyAsync(ctx, b, limit(dom, "first", pol, 1))
+	first := applyAsync(ctx, b, backendtest.UserCheck(dom, "first", pol, 1))
 	<-entered
 	var results []<-chan result
 	for range 3 {
 		for _, u := range users {
-			results = append(results, applyAsync(ctx, b, limit(dom, u, pol, 1)))
+			results = append(results, applyAsync(ctx, b, backendtest.UserCheck(dom, u, pol, 1)))
 			eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/randsteps"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -176,11 +177,12 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		pick := r.Perm(len(limits))[:1+r.IntN(4)]
 		for _, i := range pick {
 			l := limits[i]
-			hits, refund := diffHits(r, l.p.Capacity())
+			hits, refund := randsteps.Hits(r, l.p.Capacity())
 			checks = append(checks, algo.Check{Policy: l.p, Hits: hits, Refund: refund})
 			keys = append(keys, l.key)
 		}
-		now += diffGap(r, limits[pick[0]].p)
+		first := limits[pick[0]].p
+		now += randsteps.Gap(r, first.Period, first.Limit)
 
 		res, err := observedScript.Run(ctx, client, keys, appendApplyArgs(nil, now, checks)...).Slice()
 		if err != nil || len(res) != 5 {
@@ -239,47 +241,6 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		t.Errorf("gcra values written: %d plain, %d with a fraction; want both spellings exercised", gcraForms[0], gcraForms[1])
 	}
 	t.Logf("gcra values written: %d plain, %d with a fraction", gcraForms[0], gcraForms[1])
-}
-
-// diffGap scales a time step to p: often none or one emission interval,
-// sometimes whole periods.
-func diffGap(r *rand.Rand, p algo.Policy) int64 {
-	interval := max(p.Period/max(p.Limit, 1), 1)
-	switch n := r.IntN(100); {
-	case n < 20:
-		return 0
-	case n < 25:
-		return 1
-	case n < 65:
-		return r.Int64N(2 * interval)
-	case n < 85:
-		return r.Int64N(p.Period/4 + 1)
-	case n < 97:
-		return r.Int64N(2 * p.Period)
-	default:
-		return r.Int64N(10 * p.Period)
-	}
-}
-
-func diffHits(r *rand.Rand, capacity int64) (hits int64, refund bool) {
-	switch n := r.IntN(100); {
-	case n < 55:
-		return 1, false
-	case n < 65:
-		return 0, false
-	case n < 75:
-		return 2 + r.Int64N(4), false
-	case n < 80:
-		return r.Int64N(capacity + 1), false
-	case n < 83:
-		return capacity, false
-	case n < 86:
-		return capacity + 1, false
-	case n < 88:
-		return 1 + r.Int64N(capacity+1), true
-	default:
-		return 1 + r.Int64N(3), true
-	}
 }
 
 // parseState decodes one key's state as observedScript reads it; present is
