@@ -33,6 +33,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, f) })
 	t.Run("CheckOnlyAndRefund", func(t *testing.T) { checkOnlyAndRefund(t, f) })
 	t.Run("DistinctCounters", func(t *testing.T) { distinctCounters(t, f) })
+	t.Run("SharedCounter", func(t *testing.T) { sharedCounter(t, f) })
 	t.Run("ConcurrentExact", func(t *testing.T) { concurrentExact(t, f) })
 }
 
@@ -168,6 +169,54 @@ func distinctCounters(t *testing.T, f Factory) {
 	for i, c := range variants {
 		if !Apply(t, b, c)[0].Allowed {
 			t.Fatalf("variant %d (%+v) shares a counter with an earlier one", i, c)
+		}
+	}
+}
+
+// sharedCounter: one request that carries the same descriptor twice (Envoy
+// sends one from the route and one from the virtual host, or a client adds
+// a limit override of the rule's period) names one counter twice. Both
+// checks must count: a limit of 5 admits at most 5 hits however the request
+// repeats the descriptor, and the repeats report one decision.
+func sharedCounter(t *testing.T, f Factory) {
+	cases := []struct {
+		name          string
+		first, second int64 // the limits of the two copies
+		wantLimit     int64 // the limit the merged checks obey
+	}{
+		{name: "same limit", first: 5, second: 5, wantLimit: 5},
+		{name: "override lowers", first: 10, second: 5, wantLimit: 5},
+		{name: "override raises", first: 5, second: 10, wantLimit: 5},
+	}
+	for _, a := range algo.Algorithms {
+		for _, tc := range cases {
+			t.Run(a.String()+"/"+tc.name, func(t *testing.T) {
+				var now atomic.Int64
+				now.Store(Start)
+				b := f(t, &now)
+				first := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.first, Period: algo.Minute}, 1, "user", "a")
+				second := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.second, Period: algo.Minute}, 1, "user", "a")
+				admitted := int64(0)
+				for range 2 * tc.wantLimit {
+					ds := Apply(t, b, first, second)
+					if ds[0] != ds[1] {
+						t.Fatalf("one counter, two decisions: %+v and %+v", ds[0], ds[1])
+					}
+					if ds[0].Allowed {
+						admitted += 2
+					}
+				}
+				// Requests of 2 hits: the most that fits is the limit rounded
+				// down to even.
+				if want := tc.wantLimit / 2 * 2; admitted != want {
+					t.Fatalf("%d hits admitted through a limit of %d, want %d", admitted, tc.wantLimit, want)
+				}
+				// A check-only probe under the limit obeyed sees every hit.
+				probe := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.wantLimit, Period: algo.Minute}, 0, "user", "a")
+				if d := Apply(t, b, probe)[0]; d.Remaining != tc.wantLimit-admitted {
+					t.Fatalf("after %d admitted hits the counter reports remaining %d, want %d", admitted, d.Remaining, tc.wantLimit-admitted)
+				}
+			})
 		}
 	}
 }

@@ -105,8 +105,10 @@ func Expiry(p Policy, s State, now int64) int64 {
 
 // ApplyAll applies every check of one request at time now, all or nothing.
 // states[i] is the state of checks[i] (the zero State for a missing key) and
-// out[i] receives its decision; both must have len(checks). Keys must be
-// distinct.
+// out[i] receives its decision; both must have len(checks). Checks on one
+// counter (SameCounter) must be given the same state: they are merged (see
+// Merge), and each of them receives the merged counter's new state and
+// decision.
 //
 // allowed is false when any check that is not a refund is denied (a
 // check-only check included: the request is then answered OVER_LIMIT, so it
@@ -116,9 +118,29 @@ func Expiry(p Policy, s State, now int64) int64 {
 // check's state is replaced by its new state. Refunds always apply; a
 // check-only check's state is never replaced.
 //
-// This is the function the Lua script apply.lua mirrors. ApplyAll does not
-// allocate except when a sliding log grows.
+// For distinct counters this is the function the Lua script apply.lua
+// mirrors (pkg/redisalgo merges before it calls the script). ApplyAll does
+// not allocate except when a sliding log grows or two checks share a
+// counter.
 func ApplyAll(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
+	merged, owner := Merge(checks)
+	if merged == nil {
+		return applyDistinct(checks, states, now, out)
+	}
+	mstates := make([]State, len(merged))
+	mout := make([]Decision, len(merged))
+	for i := len(owner) - 1; i >= 0; i-- {
+		mstates[owner[i]] = states[i]
+	}
+	allowed = applyDistinct(merged, mstates, now, mout)
+	for i, j := range owner {
+		states[i], out[i] = mstates[j], mout[j]
+	}
+	return allowed
+}
+
+// applyDistinct is ApplyAll for checks on distinct counters.
+func applyDistinct(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
 	allowed = true
 	for i := range checks {
 		c := &checks[i]

@@ -194,8 +194,8 @@ func TestApplyAll(t *testing.T) {
 	for _, a := range Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
 			checks := []Check{
-				{Policy: perSec(a, 10), Hits: 3},
-				{Policy: perSec(FixedWindow, 2), Hits: 3},
+				{Entries: []Entry{{"k", "first"}}, Policy: perSec(a, 10), Hits: 3},
+				{Entries: []Entry{{"k", "second"}}, Policy: perSec(FixedWindow, 2), Hits: 3},
 			}
 			states := make([]State, 2)
 			out := make([]Decision, 2)
@@ -303,9 +303,9 @@ func TestValidate(t *testing.T) {
 func TestAppendIdentity(t *testing.T) {
 	base := Check{Domain: "d", Entries: []Entry{{"a", "b"}}, HashTag: -1, Policy: Policy{Algorithm: FixedWindow, Limit: 1, Period: Second}}
 	same := base
-	same.Policy.Limit, same.Policy.Burst, same.Hits, same.Refund, same.HashTag = 99, 7, 5, true, 0
+	same.Policy.Limit, same.Policy.Burst, same.Hits, same.Refund, same.HashTag = 99, 7, 5, true, 3
 	if string(base.AppendIdentity(nil)) != string(same.AppendIdentity(nil)) {
-		t.Error("limit, burst, hits, refund or hash tag changed the identity")
+		t.Error("limit, burst, hits, refund or an out-of-range hash tag changed the identity")
 	}
 	variants := []Check{
 		base,
@@ -316,6 +316,7 @@ func TestAppendIdentity(t *testing.T) {
 		{Domain: "d", Entries: []Entry{{"a", "b"}}, Policy: Policy{Algorithm: FixedWindow, Limit: 1, Period: Minute}},
 		{Domain: "d", Entries: []Entry{{"a", "b"}, {"", ""}}, Policy: base.Policy},
 		{Domain: "", Entries: []Entry{{"d", "a"}, {"b", ""}}, Policy: base.Policy},
+		{Domain: "d", Entries: []Entry{{"a", "b"}}, HashTag: 0, Policy: base.Policy},
 	}
 	seen := map[string]int{}
 	for i, c := range variants {

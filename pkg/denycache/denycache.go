@@ -28,7 +28,7 @@
 //     refund always go to the backend, so the refund is applied;
 //   - a changed limit (a reload, or a per-request override) does not match
 //     the entry, whose key is the counter's identity (algo.Check
-//     .AppendIdentity and the hash tag) and which stores the limit and the
+//     .AppendIdentity) and which stores the limit and the
 //     burst: a mismatch goes to the backend and replaces the entry;
 //   - a refund on another replica, or counter state lost in Redis (restart
 //     without persistence, eviction), is not seen here: this replica then
@@ -54,7 +54,6 @@ package denycache
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -263,7 +262,7 @@ func (c *Cache) keys(s *scratch, checks []algo.Check) {
 	s.keys, s.starts, s.ends, s.shards = s.keys[:0], s.starts[:0], s.ends[:0], s.shards[:0]
 	for i := range checks {
 		start := len(s.keys)
-		s.keys = appendKey(s.keys, &checks[i])
+		s.keys = checks[i].AppendIdentity(s.keys)
 		s.starts = append(s.starts, start)
 		if len(s.keys)-start > c.maxKey {
 			s.keys = s.keys[:start]
@@ -274,15 +273,6 @@ func (c *Cache) keys(s *scratch, checks []algo.Check) {
 		s.ends = append(s.ends, len(s.keys))
 		s.shards = append(s.shards, int(maphash.Bytes(c.seed, s.keys[start:])%shardCount))
 	}
-}
-
-// appendKey appends the identity of the counter ch applies to: what
-// algo.Check.AppendIdentity encodes (domain, entries, algorithm, period)
-// and the hash tag, which picks a different Redis key for the same
-// identity.
-func appendKey(dst []byte, ch *algo.Check) []byte {
-	dst = ch.AppendIdentity(dst)
-	return binary.AppendVarint(dst, int64(ch.HashTag))
 }
 
 // key returns check i's key; ends[i] must be ≥ 0.

@@ -242,6 +242,19 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	if len(checks) == 0 {
 		return nil, nil
 	}
+	// Two checks on one counter would be two writes of one key in one
+	// script, the second losing the first's hits: apply them merged.
+	if merged, owner := algo.Merge(checks); merged != nil {
+		d, err := b.Apply(ctx, merged)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]algo.Decision, len(checks))
+		for i, j := range owner {
+			out[i] = d[j]
+		}
+		return out, nil
+	}
 	s := b.bufs.Get().(*scratch)
 	defer func() {
 		if !s.lost {

@@ -41,15 +41,15 @@ const digestBytes = 16
 // the state means.
 //
 // Escaped parts contain none of ':', '=', '/', '{', '}' and '#', so the
-// layout parses back uniquely: two Checks with a different domain, entries,
-// algorithm, period or hash-tag entry never share a key, and no value can
-// close or open the hash tag. A HashTag index out of range is treated as -1.
+// layout parses back uniquely: two checks share a key exactly when they
+// apply to one counter (algo.SameCounter), and no value can close or open
+// the hash tag.
 func AppendKey(dst []byte, c algo.Check) []byte {
 	dst = append(dst, KeyPrefix...)
 	dst = append(dst, '{')
 	dst = appendPart(dst, c.Domain)
-	if c.HashTag >= 0 && c.HashTag < len(c.Entries) {
-		e := c.Entries[c.HashTag]
+	if t := c.TagIndex(); t >= 0 {
+		e := c.Entries[t]
 		dst = append(dst, '/')
 		dst = appendPart(dst, e.Key)
 		dst = append(dst, '=')

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -384,6 +385,41 @@ func TestAppendKeyAllocs(t *testing.T) {
 	for _, tc := range keyCases {
 		if n := testing.AllocsPerRun(20, func() { buf = AppendKey(buf[:0], tc.check) }); n != 0 {
 			t.Errorf("%s: AppendKey allocates %v times", tc.name, n)
+		}
+	}
+}
+
+// TestKeyIsCounterIdentity proves the Redis key names exactly the counter
+// algo.SameCounter defines: two checks share a key if and only if they
+// share a counter.
+func TestKeyIsCounterIdentity(t *testing.T) {
+	pol := algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}
+	base := algo.Check{Domain: "d", Entries: []algo.Entry{{Key: "user", Value: "a"}, {Key: "path", Value: "/x"}}, HashTag: -1, Policy: pol}
+	with := func(f func(*algo.Check)) algo.Check {
+		c := base
+		c.Entries = slices.Clone(base.Entries)
+		f(&c)
+		return c
+	}
+	vs := []algo.Check{
+		base,
+		with(func(c *algo.Check) { c.Domain = "e" }),
+		with(func(c *algo.Check) { c.Entries[0].Value = "b" }),
+		with(func(c *algo.Check) { c.Entries = c.Entries[:1] }),
+		with(func(c *algo.Check) { c.HashTag = 0 }),
+		with(func(c *algo.Check) { c.HashTag = 1 }),
+		with(func(c *algo.Check) { c.HashTag = 9 }),
+		with(func(c *algo.Check) { c.Policy.Algorithm = algo.GCRA }),
+		with(func(c *algo.Check) { c.Policy.Period = algo.Hour }),
+		with(func(c *algo.Check) { c.Policy.Limit, c.Policy.Burst = 50, 60 }),
+		with(func(c *algo.Check) { c.Hits, c.Refund = 4, true }),
+	}
+	for i := range vs {
+		for j := range vs {
+			sameKey := string(AppendKey(nil, vs[i])) == string(AppendKey(nil, vs[j]))
+			if same := algo.SameCounter(&vs[i], &vs[j]); same != sameKey {
+				t.Errorf("variants %d and %d: SameCounter %v, same key %v", i, j, same, sameKey)
+			}
 		}
 	}
 }

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"fmt"
-	"slices"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -52,9 +51,8 @@ type plan struct {
 	descs      []descInfo
 	rules      []*rules.Rule
 	replaced   []string
-	// batch is what goes to the backend: the selected checks, with checks
-	// on the same counter merged; owner maps each check to its batch entry
-	// (-1 when not selected).
+	// batch is what goes to the backend: the selected checks; owner maps
+	// each check to its batch entry (-1 when not selected).
 	batch []algo.Check
 	owner []int
 }
@@ -171,11 +169,9 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 	return nil
 }
 
-// selectChecks fills batch with the checks keep selects. Two checks on one
-// counter (Envoy can send the same descriptor twice, from route and virtual
-// host actions) become one check with their hits added: evaluated apart,
-// both would read the same stored state and the second write would lose
-// the first's hits.
+// selectChecks fills batch with the checks keep selects. Checks on one
+// counter stay apart: every backend merges them (algo.Merge), so each
+// reports the merged decision.
 func (p *plan) selectChecks(keep func(int) bool) {
 	p.batch = p.batch[:0]
 	p.owner = p.owner[:0]
@@ -184,31 +180,9 @@ func (p *plan) selectChecks(keep func(int) bool) {
 			p.owner = append(p.owner, -1)
 			continue
 		}
-		c := &p.checks[i]
-		j := p.batchIndex(c)
-		if j >= 0 {
-			p.batch[j].Hits += c.Hits
-			p.owner = append(p.owner, j)
-			continue
-		}
-		p.batch = append(p.batch, *c)
+		p.batch = append(p.batch, p.checks[i])
 		p.owner = append(p.owner, len(p.batch)-1)
 	}
-}
-
-// batchIndex returns the batch entry on c's counter, or -1.
-func (p *plan) batchIndex(c *algo.Check) int {
-	for j := range p.batch {
-		if sameCounter(&p.batch[j], c) {
-			return j
-		}
-	}
-	return -1
-}
-
-func sameCounter(a, b *algo.Check) bool {
-	return a.Policy == b.Policy && a.Refund == b.Refund && a.HashTag == b.HashTag &&
-		a.Domain == b.Domain && slices.Equal(a.Entries, b.Entries)
 }
 
 func (p *plan) isReplaced(name string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -406,4 +407,43 @@ func TestSameDescriptorTwice(t *testing.T) {
 	expectStatus(t, resp.Statuses[0], want{pb.RateLimitResponse_OK, 3})
 	expectStatus(t, resp.Statuses[1], want{pb.RateLimitResponse_OK, 3})
 	expectStatus(t, call(t, s, request("d", desc("a=1"))).Statuses[0], want{pb.RateLimitResponse_OK, 2})
+}
+
+// TestRepeatedDescriptorWithOverride is issue 10's over-admission: one
+// request carries user=a twice, one copy with a limit override of 5 per
+// minute, the rule's own period. Both copies name one counter, so a 2-hit
+// request moves it by 2, and 5 requests can put at most 5 hits through.
+func TestRepeatedDescriptorWithOverride(t *testing.T) {
+	const yaml = `
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
+`
+	for _, be := range compatBackends {
+		t.Run(be.name, func(t *testing.T) {
+			clk := &clock{t: epoch}
+			backend, prefix := be.new(t, clk.Now)
+			snap := mustSnapshot(t, strings.Replace(yaml, "domain: d", "domain: "+strconv.Quote(prefix+"d"), 1))
+			s, err := New(Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			override := desc("user=a")
+			override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+			admitted := 0
+			for range 5 {
+				resp := call(t, s, request(prefix+"d", desc("user=a"), override))
+				if resp.GetOverallCode() == pb.RateLimitResponse_OK {
+					admitted += 2
+				}
+				if a, b := resp.Statuses[0], resp.Statuses[1]; a.GetCode() != b.GetCode() || a.GetLimitRemaining() != b.GetLimitRemaining() {
+					t.Fatalf("one counter, two answers: %v and %v", a, b)
+				}
+			}
+			if admitted != 4 {
+				t.Fatalf("%d hits admitted through an override of 5 (requests of 2 hits: want 4)", admitted)
+			}
+		})
+	}
 }

@@ -608,7 +608,7 @@ func (p *parser) limitList(n *yaml.Node, path string, r *Rule) bool {
 			ok = false
 		} else {
 			for j, prev := range r.Limits {
-				if prev.Policy.Algorithm == l.Policy.Algorithm && prev.Policy.Period == l.Policy.Period {
+				if prev.Policy.SharesCounter(l.Policy) {
 					p.errorf(m.Line, ip, "same algorithm (%s) and period as %s[%d], so both would count in one key (want a different algorithm or period, or one limit)",
 						l.Policy.Algorithm, path, positions[j])
 					ok = false

@@ -1,0 +1,129 @@
+package algo
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// A counter is the stored state that checks share. This file is its one
+// definition: two checks apply to the same counter exactly when they have
+// the same domain, entries (keys and values, in order), hash-tag entry,
+// algorithm and period. The rules parser (two limits of one rule), the
+// request plan, the in-process store, the deny cache and the Redis key all
+// name counters through SameCounter, SharesCounter or AppendIdentity.
+//
+// Limit and Burst are not part of it, so raising requests_per_unit keeps the
+// counts (DESIGN §5); the algorithm and period are, because they change what
+// the state means. The hash-tag entry is, because it picks a different
+// Redis key for the same entries. Hits and Refund are what a check does to
+// its counter, not which counter it is.
+
+// SharesCounter reports whether two limits on the same descriptor would
+// count in one counter: they have the same algorithm and period.
+func (p Policy) SharesCounter(q Policy) bool {
+	return p.Algorithm == q.Algorithm && p.Period == q.Period
+}
+
+// TagIndex returns the index of the entry that is c's hash tag, or -1 when
+// the tag is the counter's whole identity (HashTag is -1 or names no
+// entry).
+func (c *Check) TagIndex() int {
+	if c.HashTag >= 0 && c.HashTag < len(c.Entries) {
+		return c.HashTag
+	}
+	return -1
+}
+
+// SameCounter reports whether a and b apply to one counter.
+func SameCounter(a, b *Check) bool {
+	return a.Policy.SharesCounter(b.Policy) && a.TagIndex() == b.TagIndex() &&
+		a.Domain == b.Domain && slices.Equal(a.Entries, b.Entries)
+}
+
+// AppendIdentity appends an encoding of the counter c applies to: the
+// domain, every entry's key and value (each length-prefixed, so no two
+// different descriptors encode alike), the hash-tag index, the algorithm
+// and the period. Two checks encode alike exactly when SameCounter holds.
+// It allocates nothing when dst has room.
+func (c Check) AppendIdentity(dst []byte) []byte {
+	dst = appendLenString(dst, c.Domain)
+	dst = binary.AppendUvarint(dst, uint64(len(c.Entries)))
+	for _, e := range c.Entries {
+		dst = appendLenString(dst, e.Key)
+		dst = appendLenString(dst, e.Value)
+	}
+	dst = binary.AppendVarint(dst, int64(c.TagIndex()))
+	dst = append(dst, byte(c.Policy.Algorithm))
+	return binary.AppendVarint(dst, c.Policy.Period)
+}
+
+func appendLenString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// SharedCounters reports whether two of checks apply to one counter.
+func SharedCounters(checks []Check) bool {
+	for i := 1; i < len(checks); i++ {
+		for j := range i {
+			if SameCounter(&checks[i], &checks[j]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Merge returns one check per counter of checks, in order of first
+// appearance, and owner, where owner[i] is the index in merged of the check
+// that checks[i] became part of. It returns nil, nil when no two checks
+// share a counter, which is the common case and allocates nothing.
+//
+// Evaluated apart, two checks on one counter would both read the same
+// stored state and the second write would lose the first's hits: a request
+// could then put twice its hits through a limit. Merged, their hits are
+// summed (a refund counts negative, and a negative sum is a refund), and
+// the sum is tested against the most restrictive of their policies: the
+// smallest Limit, then the smallest Capacity. For fixed_window,
+// sliding_window and sliding_log the stored state does not depend on the
+// limit, so admitting under the smallest limit is admitting under every
+// one; every check on the counter reports the merged decision.
+func Merge(checks []Check) (merged []Check, owner []int) {
+	if !SharedCounters(checks) {
+		return nil, nil
+	}
+	owner = make([]int, len(checks))
+	net := make([]int64, 0, len(checks))
+	for i := range checks {
+		c := &checks[i]
+		j := slices.IndexFunc(merged, func(m Check) bool { return SameCounter(&m, c) })
+		if j < 0 {
+			merged = append(merged, *c)
+			net = append(net, 0)
+			j = len(merged) - 1
+		} else if stricter(c.Policy, merged[j].Policy) {
+			merged[j].Policy = c.Policy
+		}
+		owner[i] = j
+		if c.Refund {
+			net[j] -= max(c.Hits, 0)
+		} else {
+			net[j] += max(c.Hits, 0)
+		}
+	}
+	for j := range merged {
+		merged[j].Hits, merged[j].Refund = net[j], false
+		if net[j] < 0 {
+			merged[j].Hits, merged[j].Refund = -net[j], true
+		}
+	}
+	return merged, owner
+}
+
+// stricter reports whether p admits less than q on the same counter.
+func stricter(p, q Policy) bool {
+	if p.Limit != q.Limit {
+		return p.Limit < q.Limit
+	}
+	return p.Capacity() < q.Capacity()
+}
