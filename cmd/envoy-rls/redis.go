@@ -123,7 +123,7 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 	}
 	// LazyLoad lets the service start while Redis is down; the failure mode
 	// answers until it is back, and NOSCRIPT handling loads the script then.
-	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg})
+	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg, MaxCallCost: cfg.maxRequestCost})
 	if err != nil {
 		client.Close()
 		return nil, nil, err

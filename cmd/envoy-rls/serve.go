@@ -45,6 +45,8 @@ type serveConfig struct {
 	shutdownDelay    time.Duration
 	shutdownTimeout  time.Duration
 	limits           rls.RequestLimits
+	maxRequestCost   int64
+	limitOverrides   string
 	redis            redisFlags
 	tls              tlsFlags
 }
@@ -61,7 +63,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json|console")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
-	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule may have (its memory is O(limit))")
+	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest wait for in-flight requests to finish at shutdown")
@@ -69,6 +71,8 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.IntVar(&c.limits.MaxEntries, "max-entries", rls.DefaultRequestLimits.MaxEntries, "most entries one descriptor may carry")
 	fs.IntVar(&c.limits.MaxKeyBytes, "max-key-bytes", rls.DefaultRequestLimits.MaxKeyBytes, "longest descriptor entry key in bytes")
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
+	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
+	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
 	c.redis.register(fs)
 	c.tls.register(fs)
 	return c, func(args []string) error { return parseFlags(fs, args) }
@@ -134,6 +138,13 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	if cfg.slidingLogCap < 1 || int64(cfg.slidingLogCap) > algo.MaxSlidingLogCap {
 		return fmt.Errorf("--sliding-log-cap: %d must be between 1 and %d", cfg.slidingLogCap, algo.MaxSlidingLogCap)
 	}
+	if cfg.maxRequestCost < 1 {
+		return fmt.Errorf("--max-request-cost: %d must be at least 1", cfg.maxRequestCost)
+	}
+	overrides, err := rls.ParseOverridePolicy(cfg.limitOverrides)
+	if err != nil {
+		return fmt.Errorf("--limit-overrides: %w", err)
+	}
 	if _, err := cfg.redis.validate(); err != nil {
 		return err
 	}
@@ -180,6 +191,9 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 		ShadowMode:       cfg.shadowMode,
 		Headers:          headers,
 		Limits:           cfg.limits,
+		MaxRequestCost:   cfg.maxRequestCost,
+		SlidingLogCap:    int64(cfg.slidingLogCap),
+		Overrides:        overrides,
 		Metrics:          rls.NewMetrics(reg),
 		Logger:           log,
 	})

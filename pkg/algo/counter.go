@@ -127,3 +127,21 @@ func stricter(p, q Policy) bool {
 	}
 	return p.Capacity() < q.Capacity()
 }
+
+// DefaultMaxCost is the default bound on the Cost of one request, and of
+// one Redis script call that merges several requests. At about 2 µs of
+// Redis time per sliding-log entry it keeps a script call near a
+// millisecond, so one request cannot stall Redis for everyone else.
+const DefaultMaxCost int64 = 1000
+
+// Cost returns how many state writes c can cause: one for its counter,
+// and for a sliding log one per logged hit, which is one sorted-set member
+// each (at most Limit: more hits than that are denied and write nothing).
+// A request's cost is the sum over its checks; it bounds the time a script
+// runs and the memory one request can claim.
+func (c *Check) Cost() int64 {
+	if c.Policy.Algorithm == SlidingLog {
+		return max(1, min(c.Hits, c.Policy.Limit))
+	}
+	return 1
+}

@@ -147,3 +147,24 @@ func TestApplyAllSharedCounter(t *testing.T) {
 		})
 	}
 }
+
+func TestCost(t *testing.T) {
+	tests := []struct {
+		alg         Algorithm
+		limit, hits int64
+		want        int64
+	}{
+		{FixedWindow, 10, 500, 1},
+		{TokenBucket, 10, 0, 1},
+		{SlidingLog, 100, 0, 1},
+		{SlidingLog, 100, 1, 1},
+		{SlidingLog, 100, 60, 60},
+		{SlidingLog, 100, 10_000, 100}, // denied: writes nothing past the limit
+	}
+	for _, tt := range tests {
+		c := Check{Policy: Policy{Algorithm: tt.alg, Limit: tt.limit, Period: Minute}, Hits: tt.hits}
+		if got := c.Cost(); got != tt.want {
+			t.Errorf("Cost(%s, limit %d, hits %d) = %d, want %d", tt.alg, tt.limit, tt.hits, got, tt.want)
+		}
+	}
+}

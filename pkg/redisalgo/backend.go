@@ -10,6 +10,7 @@
 package redisalgo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,10 @@ type Options struct {
 	// MaxBatch is the number of queued commands at which a pipeline leaves
 	// without waiting for the one in flight; 0 means DefaultMaxBatch.
 	MaxBatch int
+	// MaxCallCost bounds the summed algo.Check.Cost of the requests one
+	// merged script call carries; 0 means algo.DefaultMaxCost. A request
+	// costing more than it runs alone (pkg/rls refuses such requests).
+	MaxCallCost int64
 	// Registerer receives the batch-size histogram
 	// (envoy_rls_redis_batch_size); nil means no metrics.
 	Registerer prometheus.Registerer
@@ -63,6 +68,8 @@ type Backend struct {
 	bufs       sync.Pool
 	// noscript counts calls resent as EVAL after NOSCRIPT.
 	noscript atomic.Uint64
+	// maxCallCost is Options.MaxCallCost with its default.
+	maxCallCost int64
 }
 
 // New returns a Backend over client and, unless opts.LazyLoad, loads the
@@ -72,7 +79,10 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redisalgo: New: nil client")
 	}
-	b := &Backend{client: client, now: opts.Now, log: opts.Logger}
+	if opts.MaxCallCost < 0 {
+		return nil, fmt.Errorf("redisalgo: New: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
+	}
+	b := &Backend{client: client, now: opts.Now, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
@@ -521,7 +531,7 @@ func (b *Backend) send(ctx context.Context, cmds []redis.Cmder) {
 	m := mergers.Get().(*merger)
 	defer mergers.Put(m)
 	defer m.finish()
-	cmds = m.merge(ctx, cmds, b.cluster != nil)
+	cmds = m.merge(ctx, cmds, b.cluster != nil, b.maxCallCost)
 	if len(cmds) == 1 {
 		_ = b.client.Process(ctx, cmds[0])
 		return

@@ -178,7 +178,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		for _, i := range pick {
 			l := limits[i]
 			hits, refund := randsteps.Hits(r, l.p.Capacity())
-			checks = append(checks, algo.Check{Policy: l.p, Hits: hits, Refund: refund})
+			// The entry names the limit's own key, so that ApplyAll sees
+			// distinct counters as the script does.
+			checks = append(checks, algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund})
 			keys = append(keys, l.key)
 		}
 		first := limits[pick[0]].p

@@ -13,11 +13,14 @@ package redisalgo
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // mergedCall is one EVALSHA standing for parts, the requests' own commands.
@@ -41,16 +44,19 @@ type merger struct {
 type candidate struct {
 	cmd  *redis.IntSliceCmd
 	slot int
+	cost int64
 }
 
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
 // merge returns the commands to send for cmds: each group of apply.lua
 // EVALSHAs that share a slot (cluster) or all of them (otherwise) replaced
-// by one merged EVALSHA; every other command as it is. After the round
-// trip, finish hands each merged call's result to its parts. The merger
-// must not be reused before finish has run.
-func (m *merger) merge(ctx context.Context, cmds []redis.Cmder, cluster bool) []redis.Cmder {
+// by merged EVALSHAs, each carrying requests whose summed cost
+// (algo.Check.Cost) stays within maxCost, so that no merged script holds
+// Redis much longer than one request may; every other command as it is.
+// After the round trip, finish hands each merged call's result to its
+// parts. The merger must not be reused before finish has run.
+func (m *merger) merge(ctx context.Context, cmds []redis.Cmder, cluster bool, maxCost int64) []redis.Cmder {
 	m.cands = m.cands[:0]
 	m.out = m.out[:0]
 	for _, c := range cmds {
@@ -64,7 +70,7 @@ func (m *merger) merge(ctx context.Context, cmds []redis.Cmder, cluster bool) []
 			key := *cmd.Args()[3].(*string)
 			slot = keySlot(unsafe.Slice(unsafe.StringData(key), len(key)))
 		}
-		m.cands = append(m.cands, candidate{cmd: cmd, slot: slot})
+		m.cands = append(m.cands, candidate{cmd: cmd, slot: slot, cost: callCost(cmd)})
 	}
 	if len(m.cands) < 2 {
 		if len(m.cands) == 1 {
@@ -81,12 +87,14 @@ func (m *merger) merge(ctx context.Context, cmds []redis.Cmder, cluster bool) []
 	m.parts = m.parts[:0]
 	m.sizes = m.sizes[:0]
 	lo := 0
+	var cost int64
 	for i := range m.cands {
-		if i+1 < len(m.cands) && m.cands[i+1].slot == m.cands[i].slot {
+		cost += m.cands[i].cost
+		if i+1 < len(m.cands) && m.cands[i+1].slot == m.cands[i].slot && cost+m.cands[i+1].cost <= maxCost {
 			continue
 		}
 		group := m.cands[lo : i+1]
-		lo = i + 1
+		lo, cost = i+1, 0
 		if len(group) == 1 {
 			m.out = append(m.out, group[0].cmd)
 			continue
@@ -175,4 +183,34 @@ func isApplyEvalSHA(cmd *redis.IntSliceCmd) bool {
 	}
 	_, ok = args[3].(*string)
 	return ok
+}
+
+// callCost is the summed algo.Check.Cost of the limits an apply.lua
+// EVALSHA (as isApplyEvalSHA accepts it) carries, read back from its
+// arguments: after the keys, per request now and its limit count, then per
+// limit its algorithm, limit, period, burst, hits and mode. A call it
+// cannot read costs math.MaxInt64, so it is never merged.
+func callCost(cmd *redis.IntSliceCmd) int64 {
+	args := cmd.Args()
+	ints := args[3+args[2].(int):]
+	var sum int64
+	for len(ints) > 0 {
+		count, ok := ints[min(1, len(ints)-1)].(*int64)
+		if len(ints) < 2 || !ok || *count < 0 || *count > int64(len(ints)-2)/argsPerLimit {
+			return math.MaxInt64
+		}
+		for i := range int(*count) {
+			l := ints[2+i*argsPerLimit:]
+			alg, aok := l[0].(*int64)
+			limit, lok := l[1].(*int64)
+			hits, hok := l[4].(*int64)
+			if !aok || !lok || !hok {
+				return math.MaxInt64
+			}
+			c := algo.Check{Policy: algo.Policy{Algorithm: algo.Algorithm(*alg), Limit: *limit}, Hits: *hits}
+			sum += c.Cost()
+		}
+		ints = ints[2+int(*count)*argsPerLimit:]
+	}
+	return sum
 }

@@ -3,25 +3,66 @@ package redisalgo
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // applyCmd builds an apply.lua EVALSHA of n limits on key the way
 // Backend.command does (the argument values do not matter to merge).
 func applyCmd(key string, n int) *redis.IntSliceCmd {
-	args := []any{argEvalSHA, argSHA, n}
-	for range n {
+	checks := make([]algo.Check, n)
+	for i := range checks {
+		checks[i] = algo.Check{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: 1}, Hits: 1}
+	}
+	return applyCmdOf(key, checks...)
+}
+
+// applyCmdOf builds an apply.lua EVALSHA of checks, all on key.
+func applyCmdOf(key string, checks ...algo.Check) *redis.IntSliceCmd {
+	args := []any{argEvalSHA, argSHA, len(checks)}
+	for range checks {
 		args = append(args, &key)
 	}
-	now, count := int64(0), int64(n)
-	args = append(args, &now, &count)
-	for range n * argsPerLimit {
-		v := int64(1)
+	for _, v := range appendApplyInts(nil, 0, checks) {
 		args = append(args, &v)
 	}
 	return redis.NewIntSliceCmd(context.Background(), args...)
+}
+
+// TestMergeBoundsCost: requests join a merged call only while the call's
+// summed cost stays within the bound, so no merged script runs much longer
+// than one request may; a request above the bound goes alone.
+func TestMergeBoundsCost(t *testing.T) {
+	ctx := context.Background()
+	log := func(hits int64) algo.Check {
+		return algo.Check{Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 10_000, Period: algo.Minute}, Hits: hits}
+	}
+	cmds := []redis.Cmder{
+		applyCmdOf("a", log(400)), applyCmdOf("b", log(400)), applyCmdOf("c", log(400)),
+		applyCmdOf("d", log(5000)), applyCmdOf("e", log(100), log(100)), applyCmdOf("f", log(1)),
+	}
+	var m merger
+	out := m.merge(ctx, cmds, false, 1000)
+	defer m.finish()
+	var got []int
+	for _, c := range out {
+		got = append(got, c.Args()[2].(int))
+	}
+	// Keys per call: a+b (800), c alone (c+d would be 5400), d alone
+	// (5000, above the bound), then e+f (201).
+	if want := []int{2, 1, 1, 3}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("merged calls carry %v keys, want %v", got, want)
+	}
+	for i, c := range out {
+		if cost := callCost(c.(*redis.IntSliceCmd)); cost == math.MaxInt64 || (cost > 1000 && c.Args()[2].(int) > 1) {
+			t.Errorf("call %d merges requests costing %d, above 1000", i, cost)
+		}
+	}
 }
 
 func TestIsApplyEvalSHA(t *testing.T) {
@@ -58,7 +99,7 @@ func TestMergeSplitsReply(t *testing.T) {
 	a, b := applyCmd("a", 1), applyCmd("b", 2)
 	other := redis.NewIntCmd(ctx, "incr", "x")
 	var m merger
-	out := m.merge(ctx, []redis.Cmder{a, other, b}, false)
+	out := m.merge(ctx, []redis.Cmder{a, other, b}, false, algo.DefaultMaxCost)
 	if len(out) != 2 || out[0] != other {
 		t.Fatalf("merge gave %d commands, first %v; want the INCR, then one merged call", len(out), out[0])
 	}
@@ -81,7 +122,7 @@ func TestMergeSplitsReply(t *testing.T) {
 	}
 
 	a, b = applyCmd("a", 1), applyCmd("b", 2)
-	merged = m.merge(ctx, []redis.Cmder{a, b}, false)[0].(*redis.IntSliceCmd)
+	merged = m.merge(ctx, []redis.Cmder{a, b}, false, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd)
 	merged.SetVal(reply[:12])
 	m.finish()
 	for _, p := range []*redis.IntSliceCmd{a, b} {
@@ -91,7 +132,7 @@ func TestMergeSplitsReply(t *testing.T) {
 	}
 
 	a, b = applyCmd("a", 1), applyCmd("b", 2)
-	merged = m.merge(ctx, []redis.Cmder{a, b}, false)[0].(*redis.IntSliceCmd)
+	merged = m.merge(ctx, []redis.Cmder{a, b}, false, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd)
 	merged.SetErr(redis.ErrClosed)
 	m.finish()
 	for _, p := range []*redis.IntSliceCmd{a, b} {

@@ -26,6 +26,7 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	ignored   *prometheus.CounterVec
 
 	// The children of the vectors above, by label values: WithLabelValues
 	// hashes and validates every label on each call, several times per
@@ -95,8 +96,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to answer ShouldRateLimit, including the backend.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"domain"}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_limit_overrides_ignored_total",
+			Help: "Per-request limit overrides ignored by the server's --limit-overrides policy (the configured limits applied instead), by domain.",
+		}, []string{"domain"}),
 	}
-	reg.MustRegister(m.requests, m.decisions, m.duration)
+	reg.MustRegister(m.requests, m.decisions, m.duration, m.ignored)
 	return m
 }
 
@@ -138,4 +143,10 @@ func (m *Metrics) decisionCounter(k decisionLabels) prometheus.Counter {
 		shadow = "true"
 	}
 	return m.decisions.WithLabelValues(k.domain, k.rule, k.algorithm.String(), code, shadow)
+}
+
+// observeIgnoredOverrides counts n overrides the policy ignored. It is
+// rare, so it skips the series cache.
+func (m *Metrics) observeIgnoredOverrides(domain string, n int) {
+	m.ignored.WithLabelValues(domain).Add(float64(n))
 }

@@ -5,7 +5,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -34,6 +33,13 @@ type checkMeta struct {
 	soft bool
 }
 
+// overridden is a descriptor's limit override as a check, when ok.
+type overridden struct {
+	check algo.Check
+	meta  checkMeta
+	ok    bool
+}
+
 // descInfo locates a descriptor's checks in plan.checks.
 type descInfo struct {
 	first, n  int
@@ -51,6 +57,9 @@ type plan struct {
 	descs      []descInfo
 	rules      []*rules.Rule
 	replaced   []string
+	// overrides[i] is descriptor i's limit override, when it applies.
+	overrides        []overridden
+	overridesIgnored int
 	// batch is what goes to the backend: the selected checks; owner maps
 	// each check to its batch entry (-1 when not selected).
 	batch []algo.Check
@@ -71,6 +80,9 @@ func (p *plan) reset() {
 	clear(p.rules)
 	p.rules = p.rules[:0]
 	p.replaced = p.replaced[:0]
+	clear(p.overrides)
+	p.overrides = p.overrides[:0]
+	p.overridesIgnored = 0
 	clear(p.batch)
 	p.batch = p.batch[:0]
 	p.owner = p.owner[:0]
@@ -90,10 +102,10 @@ func hitsFor(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64
 
 // build matches every descriptor and fills checks, meta and descs. The
 // request must already be validated.
-func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, defaultAlgo algo.Algorithm) error {
+func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, or overrideRules) error {
 	domain := req.GetDomain()
 	rulesByDesc := p.rules[:0]
-	for _, d := range req.GetDescriptors() {
+	for i, d := range req.GetDescriptors() {
 		start := len(p.reqEntries)
 		for _, e := range d.GetEntries() {
 			p.reqEntries = append(p.reqEntries, algo.Entry{Key: e.GetKey(), Value: e.GetValue()})
@@ -103,7 +115,19 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 			r = snap.Match(domain, p.reqEntries[start:])
 		}
 		rulesByDesc = append(rulesByDesc, r)
-		if r != nil && d.GetLimit() == nil {
+		over := overridden{}
+		if known && d.GetLimit() != nil {
+			c, m, ok, err := or.check(domain, p.reqEntries[start:len(p.reqEntries):len(p.reqEntries)], d.GetLimit(), r)
+			if err != nil {
+				return fmt.Errorf("descriptors[%d].limit: %w", i, err)
+			}
+			if !ok {
+				p.overridesIgnored++
+			}
+			over = overridden{check: c, meta: m, ok: ok}
+		}
+		p.overrides = append(p.overrides, over)
+		if r != nil && !over.ok {
 			p.replaced = append(p.replaced, r.Replaces...)
 		}
 	}
@@ -121,11 +145,8 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 		switch {
 		case !known:
 			// Unknown domain: no limit applies, as envoyproxy/ratelimit does.
-		case d.GetLimit() != nil:
-			c, m, err := overrideCheck(domain, entries, d.GetLimit(), r, defaultAlgo)
-			if err != nil {
-				return fmt.Errorf("descriptors[%d].limit: %w", i, err)
-			}
+		case p.overrides[i].ok:
+			c, m := p.overrides[i].check, p.overrides[i].meta
 			c.Hits, c.Refund, m.desc = hits, refund, i
 			p.checks = append(p.checks, c)
 			p.meta = append(p.meta, m)
@@ -133,31 +154,7 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 		case r.Unlimited:
 			info.unlimited = true
 		default:
-			ks := len(p.keyEntries)
-			p.keyEntries = r.KeyEntries(entries, p.keyEntries)
-			keyEntries := p.keyEntries[ks:len(p.keyEntries):len(p.keyEntries)]
-			for li := range r.Limits {
-				l := &r.Limits[li]
-				if l.Name != "" && p.isReplaced(l.Name) {
-					continue
-				}
-				p.checks = append(p.checks, algo.Check{
-					Domain:  domain,
-					Entries: keyEntries,
-					HashTag: r.HashTag,
-					Policy:  l.Policy,
-					Hits:    hits,
-					Refund:  refund,
-				})
-				p.meta = append(p.meta, checkMeta{
-					desc:   i,
-					limit:  limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
-					ruleID: r.ID,
-					shadow: r.ShadowMode,
-					quota:  r.QuotaMode,
-					soft:   r.ShadowMode || r.QuotaMode,
-				})
-			}
+			p.addRuleChecks(domain, entries, r, i, hits, refund)
 		}
 		info.n = len(p.checks) - info.first
 		p.descs = append(p.descs, info)
@@ -167,6 +164,46 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 	}
 	p.decisions = p.decisions[:len(p.checks)]
 	return nil
+}
+
+// addRuleChecks adds one check per limit of rule r that no other
+// descriptor of the request replaces.
+func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule, desc int, hits int64, refund bool) {
+	ks := len(p.keyEntries)
+	p.keyEntries = r.KeyEntries(entries, p.keyEntries)
+	keyEntries := p.keyEntries[ks:len(p.keyEntries):len(p.keyEntries)]
+	for li := range r.Limits {
+		l := &r.Limits[li]
+		if l.Name != "" && p.isReplaced(l.Name) {
+			continue
+		}
+		p.checks = append(p.checks, algo.Check{
+			Domain:  domain,
+			Entries: keyEntries,
+			HashTag: r.HashTag,
+			Policy:  l.Policy,
+			Hits:    hits,
+			Refund:  refund,
+		})
+		p.meta = append(p.meta, checkMeta{
+			desc:   desc,
+			limit:  limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
+			ruleID: r.ID,
+			shadow: r.ShadowMode,
+			quota:  r.QuotaMode,
+			soft:   r.ShadowMode || r.QuotaMode,
+		})
+	}
+}
+
+// cost is the sum of the checks' costs (algo.Check.Cost): the state writes
+// the request can cause.
+func (p *plan) cost() int64 {
+	var sum int64
+	for i := range p.checks {
+		sum += p.checks[i].Cost()
+	}
+	return sum
 }
 
 // selectChecks fills batch with the checks keep selects. Checks on one
@@ -208,51 +245,6 @@ func (p *plan) onlySoftDenied(soft func(int) bool) bool {
 		denied = true
 	}
 	return denied
-}
-
-// overrideCheck turns a descriptor's own limit into a check. It keeps the
-// matched rule's algorithm, when there is one, so that an override only
-// changes the numbers.
-func overrideCheck(domain string, entries []algo.Entry, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, r *rules.Rule, defaultAlgo algo.Algorithm) (algo.Check, checkMeta, error) {
-	unitUS, respUnit, ok := overrideUnit(o.GetUnit())
-	if !ok {
-		return algo.Check{}, checkMeta{}, fmt.Errorf("unknown unit %s (want SECOND|MINUTE|HOUR|DAY|MONTH|YEAR)", o.GetUnit())
-	}
-	mult := uint32(1)
-	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
-		mult = m.GetValue()
-	}
-	alg := defaultAlgo
-	ruleID := overrideRuleID
-	if r != nil && len(r.Limits) > 0 {
-		alg = r.Limits[0].Policy.Algorithm
-		ruleID = r.ID
-	}
-	pol := algo.Policy{Algorithm: alg, Limit: int64(o.GetRequestsPerUnit()), Period: unitUS * int64(mult)}
-	if err := pol.Validate(); err != nil {
-		return algo.Check{}, checkMeta{}, err
-	}
-	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol},
-		checkMeta{limit: limitView{unit: respUnit, multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID},
-		nil
-}
-
-func overrideUnit(u typev3.RateLimitUnit) (int64, pb.RateLimitResponse_RateLimit_Unit, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return algo.Second, pb.RateLimitResponse_RateLimit_SECOND, true
-	case typev3.RateLimitUnit_MINUTE:
-		return algo.Minute, pb.RateLimitResponse_RateLimit_MINUTE, true
-	case typev3.RateLimitUnit_HOUR:
-		return algo.Hour, pb.RateLimitResponse_RateLimit_HOUR, true
-	case typev3.RateLimitUnit_DAY:
-		return algo.Day, pb.RateLimitResponse_RateLimit_DAY, true
-	case typev3.RateLimitUnit_MONTH:
-		return algo.Month, pb.RateLimitResponse_RateLimit_MONTH, true
-	case typev3.RateLimitUnit_YEAR:
-		return algo.Year, pb.RateLimitResponse_RateLimit_YEAR, true
-	}
-	return 0, 0, false
 }
 
 // responseUnit maps the rules' Envoy unit name ("MINUTE") to the enum.

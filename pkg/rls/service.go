@@ -35,6 +35,16 @@ type Config struct {
 	Headers HeaderOptions
 	// Limits bounds the size of accepted requests.
 	Limits RequestLimits
+	// MaxRequestCost bounds the state writes one request may cause (the
+	// sum of algo.Check.Cost over its checks); a request above it gets
+	// INVALID_ARGUMENT before anything is written. 0 means
+	// algo.DefaultMaxCost.
+	MaxRequestCost int64
+	// SlidingLogCap is the largest sliding_log limit, for rules and
+	// per-request overrides alike; 0 means algo.DefaultSlidingLogCap.
+	SlidingLogCap int64
+	// Overrides says what a descriptor's own limit override may do.
+	Overrides OverridePolicy
 	// Metrics receives per-request observations; nil disables them.
 	Metrics *Metrics
 	// Logger is named "rls" by New; nil means no logging.
@@ -103,6 +113,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DefaultAlgorithm == 0 {
 		cfg.DefaultAlgorithm = algo.SlidingWindow
 	}
+	if cfg.MaxRequestCost < 0 || cfg.SlidingLogCap < 0 || cfg.SlidingLogCap > algo.MaxSlidingLogCap {
+		return nil, fmt.Errorf("rls: max request cost %d and sliding-log cap %d must be 0 (default) or positive, the cap at most %d",
+			cfg.MaxRequestCost, cfg.SlidingLogCap, algo.MaxSlidingLogCap)
+	}
+	if cfg.MaxRequestCost == 0 {
+		cfg.MaxRequestCost = algo.DefaultMaxCost
+	}
+	if cfg.SlidingLogCap == 0 {
+		cfg.SlidingLogCap = algo.DefaultSlidingLogCap
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -148,8 +168,16 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	p := s.plans.Get().(*plan)
 	defer func() { p.reset(); s.plans.Put(p) }()
 
-	if err := p.build(req, snap, known, s.cfg.DefaultAlgorithm); err != nil {
+	if err := p.build(req, snap, known, s.overrides()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
+	}
+	if cost := p.cost(); cost > s.cfg.MaxRequestCost {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"rls: invalid request: cost %d above the limit %d (one per limit, and one per hit on a sliding_log limit; the server's --max-request-cost)",
+			cost, s.cfg.MaxRequestCost)
+	}
+	if s.cfg.Metrics != nil && p.overridesIgnored > 0 {
+		s.cfg.Metrics.observeIgnoredOverrides(domainLabel, p.overridesIgnored)
 	}
 	if len(p.checks) > 0 {
 		if err := s.apply(ctx, p); err != nil {
@@ -171,6 +199,11 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 			zap.Int("descriptors", len(req.GetDescriptors())))
 	}
 	return resp, nil
+}
+
+// overrides is how plan.build treats limit overrides.
+func (s *Service) overrides() overrideRules {
+	return overrideRules{policy: s.cfg.Overrides, defaultAlgo: s.cfg.DefaultAlgorithm, logCap: s.cfg.SlidingLogCap}
 }
 
 // apply runs the plan's checks on the backend. A soft limit (shadow or
