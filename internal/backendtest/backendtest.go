@@ -76,8 +76,8 @@ func expect(t *testing.T, got algo.Decision, allowed bool, remaining int64) {
 	}
 }
 
-// burstDenyRecover: limit hits pass, the next is denied, and ResetAfter is
-// exact: 1µs earlier still denied, at ResetAfter admitted. A limit of 3 per
+// burstDenyRecover: limit hits pass, the next is denied, and RetryAfter is
+// exact: 1µs earlier still denied, at RetryAfter admitted. A limit of 3 per
 // second makes the emission interval a fraction of a microsecond.
 func burstDenyRecover(t *testing.T, f Factory) {
 	for _, a := range algo.Algorithms {
@@ -97,16 +97,19 @@ func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64)
 	}
 	d := Apply(t, b, c)[0]
 	expect(t, d, false, 0)
-	if d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Second {
-		t.Fatalf("ResetAfter %d µs out of (0, 2s]", d.ResetAfter)
+	if d.RetryAfter <= 0 || d.RetryAfter > 2*algo.Second {
+		t.Fatalf("RetryAfter %d µs out of (0, 2s]", d.RetryAfter)
 	}
-	now.Add(d.ResetAfter - 1)
+	if d.ResetAfter < d.RetryAfter && a != algo.SlidingWindow || d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Second {
+		t.Fatalf("ResetAfter %d µs out of [RetryAfter %d, 2s]", d.ResetAfter, d.RetryAfter)
+	}
+	now.Add(d.RetryAfter - 1)
 	if Apply(t, b, c)[0].Allowed {
-		t.Fatalf("admitted 1µs before ResetAfter (%d µs)", d.ResetAfter)
+		t.Fatalf("admitted 1µs before RetryAfter (%d µs)", d.RetryAfter)
 	}
 	now.Add(1)
 	if !Apply(t, b, c)[0].Allowed {
-		t.Fatalf("denied at ResetAfter (%d µs)", d.ResetAfter)
+		t.Fatalf("denied at RetryAfter (%d µs)", d.RetryAfter)
 	}
 }
 

@@ -90,8 +90,19 @@ type Decision struct {
 	// Remaining is how many more hits the limit would admit right now, after
 	// this step's hits were consumed (or not, when denied).
 	Remaining int64
-	// ResetAfter is in microseconds. When Allowed, it is the time until the
-	// full limit is available again; when denied, it is the time until this
-	// same request would be admitted (the Retry-After value).
+	// ResetAfter is in microseconds and means the same whatever the
+	// decision: the time until the limit next resets if nothing else
+	// arrives. For fixed_window and sliding_window that is the end of the
+	// current window (a sliding window's hits then fade out over the next
+	// one); for sliding_log, token_bucket and gcra, the time until the
+	// whole capacity is available again. 0 when the limit holds no hits.
 	ResetAfter int64
+	// RetryAfter is in microseconds: 0 when Allowed; when denied, the time
+	// until this same request would be admitted if nothing else arrives,
+	// or Never when no wait would admit it (more hits than the capacity,
+	// or a limit of 0).
+	RetryAfter int64
 }
+
+// Never is the RetryAfter of a denial that no wait would lift.
+const Never int64 = -1

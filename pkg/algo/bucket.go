@@ -115,7 +115,7 @@ func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, De
 		}
 		hits = 0
 	} else if hits > burst {
-		return State{Time: tat, Frac: frac}, never(p)
+		return State{Time: tat, Frac: frac}, never(fracCeil(tat-now, frac))
 	}
 	bq, br := mulDiv(burst, period, limit)
 	// The hits fit if the debt TAT − now ≤ (burst − hits)·T.
@@ -123,7 +123,7 @@ func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, De
 	if !fracLE(tat-now, frac, q, r) {
 		sq, sf := fracSub(bq, br, tat-now, frac, limit)
 		wq, wf := fracSub(tat-now, frac, q, r, limit)
-		return State{Time: tat, Frac: frac}, Decision{Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: fracCeil(wq, wf)}
+		return State{Time: tat, Frac: frac}, Decision{Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: fracCeil(tat-now, frac), RetryAfter: fracCeil(wq, wf)}
 	}
 	if hits > 0 {
 		q, r = mulDiv(hits, period, limit)

@@ -22,17 +22,18 @@ func stepSlidingLog(p Policy, s State, now, hits int64, refund, build bool) (Sta
 		count -= min(hits, count)
 		live = live[:count]
 		hits = 0
-	} else if hits > limit {
-		return State{Log: live}, never(p)
-	}
-	if count+hits > limit {
-		// The (count+hits−limit)-th oldest entry must expire first.
-		k := count + hits - limit
-		return State{Log: live}, Decision{Remaining: max(limit-count, 0), ResetAfter: live[k-1] + period - now}
 	}
 	newest := int64(0)
 	if count > 0 {
 		newest = live[count-1]
+	}
+	if hits > limit {
+		return State{Log: live}, never(logReset(count, newest, period, now))
+	}
+	if count+hits > limit {
+		// The (count+hits−limit)-th oldest entry must expire first.
+		k := count + hits - limit
+		return State{Log: live}, Decision{Remaining: max(limit-count, 0), ResetAfter: logReset(count, newest, period, now), RetryAfter: live[k-1] + period - now}
 	}
 	if hits > 0 && (count == 0 || now > newest) {
 		newest = now
@@ -41,11 +42,16 @@ func stepSlidingLog(p Policy, s State, now, hits int64, refund, build bool) (Sta
 		live = insertTimes(live, now, hits)
 	}
 	count += hits
-	reset := int64(0)
-	if count > 0 {
-		reset = newest + period - now
+	return State{Log: live}, Decision{Allowed: true, Remaining: limit - count, ResetAfter: logReset(count, newest, period, now)}
+}
+
+// logReset is a log's ResetAfter: when its newest of count entries
+// expires, 0 for an empty log.
+func logReset(count, newest, period, now int64) int64 {
+	if count == 0 {
+		return 0
 	}
-	return State{Log: live}, Decision{Allowed: true, Remaining: limit - count, ResetAfter: reset}
+	return newest + period - now
 }
 
 // insertTimes returns log with n copies of t inserted in order. Appending

@@ -184,12 +184,14 @@ func (b *refBucket) step(now, hits int64, refund bool) Decision {
 			b.tokens.Set(burst)
 		}
 		hits = 0
-	} else if hits > b.p.Capacity() {
-		return Decision{ResetAfter: b.p.Period}
+	}
+	full := ceilTime(new(big.Rat).Sub(burst, b.tokens))
+	if !refund && hits > b.p.Capacity() {
+		return Decision{ResetAfter: full, RetryAfter: Never}
 	}
 	h := big.NewRat(hits, 1)
 	if b.tokens.Cmp(h) < 0 {
-		return Decision{Remaining: floor(b.tokens), ResetAfter: ceilTime(new(big.Rat).Sub(h, b.tokens))}
+		return Decision{Remaining: floor(b.tokens), ResetAfter: full, RetryAfter: ceilTime(new(big.Rat).Sub(h, b.tokens))}
 	}
 	b.tokens.Sub(b.tokens, h)
 	return Decision{Allowed: true, Remaining: floor(b.tokens), ResetAfter: ceilTime(new(big.Rat).Sub(burst, b.tokens))}
@@ -320,9 +322,11 @@ func TestSteadyStreamNeverDenied(t *testing.T) {
 
 // TestDecisionsExact checks, for every algorithm and random sequences with
 // refunds and limit changes:
-//   - a denial's ResetAfter is the first µs at which the same request passes;
-//   - an admission's ResetAfter is the first µs at which the whole capacity is
-//     back, and equals Expiry of the new state;
+//   - a denial's RetryAfter is the first µs at which the same request
+//     passes, or Never exactly when the hits exceed the capacity;
+//   - ResetAfter, allowed or denied, is the first µs at which the whole
+//     capacity is back, and equals Expiry of the new state; except for
+//     sliding_window, where it is the end of the current window;
 //   - after Expiry the state decides like no state at all;
 //   - hits pass exactly when they are at most the check-only Remaining.
 func TestDecisionsExact(t *testing.T) {
@@ -358,8 +362,11 @@ func checkExact(t *testing.T, p Policy, s State, now, hits int64, refund bool) {
 		t.Helper()
 		t.Fatalf("%+v state %+v now %d hits %d refund %v → %+v: %s", p, s, now, hits, refund, d, fmt.Sprintf(format, args...))
 	}
-	if d.Remaining < 0 || d.Remaining > capacity || d.ResetAfter < 0 {
+	if d.Remaining < 0 || d.Remaining > capacity || d.ResetAfter < 0 || d.RetryAfter < Never || (d.Allowed && d.RetryAfter != 0) {
 		fail("out of range")
+	}
+	if never := d.RetryAfter == Never; never != (!d.Allowed && !refund && hits > capacity) {
+		fail("RetryAfter Never for %d hits on capacity %d", hits, capacity)
 	}
 	if c.Remaining > 0 && c.Remaining <= capacity {
 		if _, d := Step(p, s, now, c.Remaining, false); !d.Allowed {
@@ -369,19 +376,29 @@ func checkExact(t *testing.T, p Policy, s State, now, hits int64, refund bool) {
 	if _, d := Step(p, s, now, c.Remaining+1, false); d.Allowed {
 		fail("remaining %d, yet %d hits pass", c.Remaining, c.Remaining+1)
 	}
-	switch {
-	case !d.Allowed && !refund && hits <= capacity:
-		if _, d2 := Step(p, s, now+d.ResetAfter, hits, false); !d2.Allowed {
-			fail("still denied after ResetAfter: %+v", d2)
+	if !d.Allowed && !refund && hits <= capacity {
+		if _, d2 := Step(p, s, now+d.RetryAfter, hits, false); !d2.Allowed {
+			fail("still denied after RetryAfter: %+v", d2)
 		}
-		if _, d2 := Step(p, s, now+d.ResetAfter-1, hits, false); d2.Allowed {
-			fail("ResetAfter not the first µs: passes 1 µs earlier")
+		if _, d2 := Step(p, s, now+d.RetryAfter-1, hits, false); d2.Allowed {
+			fail("RetryAfter not the first µs: passes 1 µs earlier")
 		}
-	case d.Allowed:
+	}
+	if p.Algorithm == SlidingWindow {
+		if ns.Count > 0 || ns.Prev > 0 {
+			if end := ns.Time + p.Period - now; d.ResetAfter != end {
+				fail("ResetAfter %d, want the window's end %d", d.ResetAfter, end)
+			}
+		} else if d.ResetAfter != 0 {
+			fail("ResetAfter %d of an empty window", d.ResetAfter)
+		}
+		return
+	}
+	if e := Expiry(p, ns, now); e != d.ResetAfter {
+		fail("Expiry %d ≠ ResetAfter", e)
+	}
+	{
 		w := d.ResetAfter
-		if e := Expiry(p, ns, now); e != w {
-			fail("Expiry %d ≠ ResetAfter", e)
-		}
 		if _, d2 := Step(p, ns, now+w, 0, false); d2.Remaining != capacity {
 			fail("capacity not back after ResetAfter: %+v", d2)
 		}

@@ -39,9 +39,9 @@ type State struct {
 //     hits·period/limit (not before now; at most burst tokens). The decision
 //     is then the check-only decision of the refunded state.
 //
-// Hits larger than the capacity are denied with Remaining 0 and ResetAfter
-// one period: they would never fit. A Limit of 0 (or a non-positive Period
-// or an unknown algorithm) denies every hit and leaves s unchanged.
+// Hits larger than the capacity are denied with Remaining 0 and RetryAfter
+// Never: they would never fit. A Limit of 0 (or a non-positive Period or an
+// unknown algorithm) denies every hit the same way and leaves s unchanged.
 // Negative hits count as 0.
 func Step(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
 	return step(p, s, now, hits, refund, true)
@@ -54,7 +54,7 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 		hits = 0
 	}
 	if p.Limit <= 0 || p.Period <= 0 {
-		return s, blocked(p, hits, refund)
+		return s, blocked(hits, refund)
 	}
 	switch p.Algorithm {
 	case FixedWindow:
@@ -67,21 +67,21 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 		// One bucket; only the Redis storage differs (see bucket.go).
 		return stepTokenBucket(p, s, now, hits, refund)
 	}
-	return s, blocked(p, hits, refund)
+	return s, blocked(hits, refund)
 }
 
 // blocked is the decision of a policy that admits nothing.
-func blocked(p Policy, hits int64, refund bool) Decision {
+func blocked(hits int64, refund bool) Decision {
 	if hits == 0 || refund {
 		return Decision{Allowed: true}
 	}
-	return never(p)
+	return never(0)
 }
 
-// never is the decision for hits that can never fit: no Retry-After would
-// be true, so it reports one period.
-func never(p Policy) Decision {
-	return Decision{ResetAfter: max(p.Period, 0)}
+// never is the decision for hits that can never fit, on a limit that
+// resets after reset µs.
+func never(reset int64) Decision {
+	return Decision{ResetAfter: reset, RetryAfter: Never}
 }
 
 // Expiry returns how many µs after now s becomes equivalent to no state at

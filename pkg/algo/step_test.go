@@ -45,10 +45,10 @@ func TestStepTables(t *testing.T) {
 			steps: []stepCase{
 				{at: 100_000, hits: 1, want: Decision{Allowed: true, Remaining: 2, ResetAfter: 900_000}},
 				{at: 100_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 900_000}},
-				{at: 200_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 800_000}},
+				{at: 200_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: 800_000}},
 				{at: 200_000, hits: 0, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 800_000}},
-				{at: 200_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: sec}},
-				{at: 999_999, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1}},
+				{at: 200_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: Never}},
+				{at: 999_999, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1, RetryAfter: 1}},
 				{at: 1_000_000, hits: 1, want: Decision{Allowed: true, Remaining: 2, ResetAfter: sec}},
 				{at: 1_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
 				{at: 1_000_000, hits: 5, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
@@ -58,15 +58,15 @@ func TestStepTables(t *testing.T) {
 			name: "sliding_window",
 			p:    Policy{Algorithm: SlidingWindow, Limit: 3, Period: sec},
 			steps: []stepCase{
-				{at: 100_000, hits: 3, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 1_900_000}},
+				{at: 100_000, hits: 3, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 900_000}},
 				// Next window: 3·rem/1e6 + 1 ≤ 3 from rem = 666 666 µs.
-				{at: 200_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1_133_334}},
-				{at: 1_333_333, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1}},
-				{at: 1_333_334, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 1_666_666}},
+				{at: 200_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: 1_133_334}},
+				{at: 1_333_333, hits: 1, want: Decision{Remaining: 0, ResetAfter: 666_667, RetryAfter: 1}},
+				{at: 1_333_334, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 666_666}},
 				// Previous window weighs 1 at the start of the next one.
-				{at: 2_000_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 2_000_000}},
-				{at: 2_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 2_000_000}},
-				{at: 2_500_000, hits: 0, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 1_500_000}},
+				{at: 2_000_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
+				{at: 2_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 1, ResetAfter: sec}},
+				{at: 2_500_000, hits: 0, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 500_000}},
 				{at: 5_000_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
 			},
 		},
@@ -77,12 +77,12 @@ func TestStepTables(t *testing.T) {
 				{at: 100_000, hits: 2, want: Decision{Allowed: true, Remaining: 1, ResetAfter: sec}},
 				{at: 300_000, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
 				// Two must expire: the second oldest leaves at 1 100 000.
-				{at: 400_000, hits: 2, want: Decision{Remaining: 0, ResetAfter: 700_000}},
-				{at: 1_099_999, hits: 2, want: Decision{Remaining: 0, ResetAfter: 1}},
+				{at: 400_000, hits: 2, want: Decision{Remaining: 0, ResetAfter: 900_000, RetryAfter: 700_000}},
+				{at: 1_099_999, hits: 2, want: Decision{Remaining: 0, ResetAfter: 200_001, RetryAfter: 1}},
 				{at: 1_100_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
-				{at: 1_100_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 200_000}},
+				{at: 1_100_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: sec, RetryAfter: 200_000}},
 				{at: 1_100_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 1, ResetAfter: sec}},
-				{at: 1_100_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: sec}},
+				{at: 1_100_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: sec, RetryAfter: Never}},
 				{at: 2_100_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
 			},
 		},
@@ -92,14 +92,14 @@ func TestStepTables(t *testing.T) {
 			steps: []stepCase{
 				{at: 0, hits: 3, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
 				// Debt 999 999 µs must fall to 2·T = 666 666.67 µs.
-				{at: 1, hits: 1, want: Decision{Remaining: 0, ResetAfter: 333_333}},
-				{at: 333_333, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1}},
+				{at: 1, hits: 1, want: Decision{Remaining: 0, ResetAfter: 999_999, RetryAfter: 333_333}},
+				{at: 333_333, hits: 1, want: Decision{Remaining: 0, ResetAfter: 666_667, RetryAfter: 1}},
 				// TAT becomes t0 + 1 333 333⅓ µs.
-				{at: 333_334, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 1_000_000}},
-				{at: 666_667, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 1_000_000}},
+				{at: 333_334, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
+				{at: 666_667, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
 				{at: 666_667, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 666_667}},
 				{at: 2_000_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
-				{at: 2_000_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: sec}},
+				{at: 2_000_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: 0, RetryAfter: Never}},
 			},
 		},
 		{
@@ -107,7 +107,7 @@ func TestStepTables(t *testing.T) {
 			p:    Policy{Algorithm: TokenBucket, Limit: 2, Period: sec, Burst: 5},
 			steps: []stepCase{
 				{at: 0, hits: 5, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 2_500_000}},
-				{at: 499_999, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1}},
+				{at: 499_999, hits: 1, want: Decision{Remaining: 0, ResetAfter: 2_000_001, RetryAfter: 1}},
 				{at: 500_000, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 2_500_000}},
 				{at: 1_500_000, hits: 0, want: Decision{Allowed: true, Remaining: 2, ResetAfter: 1_500_000}},
 			},
@@ -122,13 +122,13 @@ func TestStepTables(t *testing.T) {
 				{at: 0, hits: 1, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 666_667}},
 				{at: 0, hits: 1, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
 				// Debt 999 999 µs must fall to 2·T = 666 666⅔ µs.
-				{at: 1, hits: 1, want: Decision{Remaining: 0, ResetAfter: 333_333}},
+				{at: 1, hits: 1, want: Decision{Remaining: 0, ResetAfter: 999_999, RetryAfter: 333_333}},
 				// A refund moves TAT back by exactly T, to t0 + 666 666⅔ µs.
 				{at: 333_334, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 2, ResetAfter: 333_333}},
-				{at: 333_334, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 1_000_000}},
-				{at: 333_334, hits: 1, want: Decision{Remaining: 0, ResetAfter: 333_333}},
+				{at: 333_334, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
+				{at: 333_334, hits: 1, want: Decision{Remaining: 0, ResetAfter: sec, RetryAfter: 333_333}},
 				{at: 2_000_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
-				{at: 2_000_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: sec}},
+				{at: 2_000_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: 0, RetryAfter: Never}},
 			},
 		},
 		{
@@ -142,7 +142,7 @@ func TestStepTables(t *testing.T) {
 				{at: 0, hits: 1, want: Decision{Allowed: true, Remaining: 8, ResetAfter: 7}},
 				{at: 0, hits: 1, want: Decision{Allowed: true, Remaining: 7, ResetAfter: 10}},
 				{at: 0, hits: 7, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 34}},
-				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: 4}},
+				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: 34, RetryAfter: 4}},
 				{at: 10, hits: 3, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 34}},
 			},
 		},
@@ -150,9 +150,9 @@ func TestStepTables(t *testing.T) {
 			name: "zero_limit_blocks",
 			p:    Policy{Algorithm: TokenBucket, Limit: 0, Period: Minute, Burst: 10},
 			steps: []stepCase{
-				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: Minute}},
-				{at: 0, hits: 0, want: Decision{Allowed: true}},
-				{at: 0, hits: 1, refund: true, want: Decision{Allowed: true}},
+				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: 0, RetryAfter: Never}},
+				{at: 0, hits: 0, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 0}},
+				{at: 0, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 0}},
 			},
 		},
 	}
@@ -205,7 +205,7 @@ func TestApplyAll(t *testing.T) {
 			if !out[0].Allowed || out[0].Remaining != 10 || out[0].ResetAfter != 0 {
 				t.Errorf("admitting limit of a denied request: got %+v, want its unchanged check-only decision", out[0])
 			}
-			if out[1].Allowed || out[1].Remaining != 0 || out[1].ResetAfter != Second {
+			if out[1].Allowed || out[1].Remaining != 0 || out[1].RetryAfter != Never {
 				t.Errorf("denying limit: got %+v", out[1])
 			}
 			if Expiry(checks[0].Policy, states[0], t0) != 0 || Expiry(checks[1].Policy, states[1], t0) != 0 {

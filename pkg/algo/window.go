@@ -20,16 +20,20 @@ func stepFixedWindow(p Policy, s State, now, hits int64, refund bool) (State, De
 	if refund {
 		count = max(count-hits, 0)
 		hits = 0
-	} else if hits > limit {
-		return State{Time: start, Count: count}, never(p)
 	}
 	ns := State{Time: start, Count: count}
+	reset := int64(0)
+	if count > 0 {
+		reset = start + period - now
+	}
+	if hits > limit {
+		return ns, never(reset)
+	}
 	if count+hits > limit {
-		return ns, Decision{Remaining: max(limit-count, 0), ResetAfter: start + period - now}
+		return ns, Decision{Remaining: max(limit-count, 0), ResetAfter: reset, RetryAfter: start + period - now}
 	}
 	count += hits
 	ns.Count = count
-	reset := int64(0)
 	if count > 0 {
 		reset = start + period - now
 	}
@@ -92,23 +96,24 @@ func stepSlidingWindow(p Policy, s State, now, hits int64, refund bool) (State, 
 	if refund {
 		curr = max(curr-hits, 0)
 		hits = 0
-	} else if hits > limit {
-		return State{Time: start, Count: curr, Prev: prev}, never(p)
+	}
+	ns := State{Time: start, Count: curr, Prev: prev}
+	reset := int64(0)
+	if curr > 0 || prev > 0 {
+		reset = start + period - now
+	}
+	if hits > limit {
+		return ns, never(reset)
 	}
 	used := curr + weighted
 	if used+hits > limit {
-		ns := State{Time: start, Count: curr, Prev: prev}
-		return ns, Decision{Remaining: max(limit-used, 0), ResetAfter: slidingWait(limit, period, start, curr, prev, hits, step, steps) - now}
+		return ns, Decision{Remaining: max(limit-used, 0), ResetAfter: reset, RetryAfter: slidingWait(limit, period, start, curr, prev, hits, step, steps) - now}
 	}
-	curr += hits
-	used += hits
-	reset := int64(0)
-	if curr > 0 {
-		reset = start + 2*period - now
-	} else if prev > 0 {
+	ns.Count += hits
+	if hits > 0 {
 		reset = start + period - now
 	}
-	return State{Time: start, Count: curr, Prev: prev}, Decision{Allowed: true, Remaining: limit - used, ResetAfter: reset}
+	return ns, Decision{Allowed: true, Remaining: limit - used - hits, ResetAfter: reset}
 }
 
 // slidingWait returns the earliest time at which hits (≤ limit) pass when

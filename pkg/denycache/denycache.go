@@ -13,13 +13,16 @@
 //
 // The backend denies a request when any of its non-refund checks is denied
 // (all or nothing; a check-only check that is over its limit counts). When
-// the backend denies a check of h hits at time t with ResetAfter R, no
+// the backend denies a check of h hits at time t with RetryAfter R, no
 // request of h' ≥ h hits on the same counter and policy can be admitted
 // before t+R: every algorithm here (fixed and sliding window, sliding log,
 // token bucket, GCRA) only moves that instant later when other requests
 // consume, and only a refund or a lost state moves it earlier. T is taken
 // as the local time just before the backend was called plus R, which is
-// never later than the backend's own t+R.
+// never later than the backend's own t+R. A denial that no wait lifts
+// (RetryAfter Never: a limit of 0, or more hits than the capacity, which
+// more hits exceed too) holds while the policy does; it is cached for one
+// period and answered as Never.
 //
 // What can move the instant earlier is handled so:
 //   - a refund (is_negative_hits) through this cache evicts the counter's
@@ -38,7 +41,8 @@
 // # What a cached denial reports
 //
 // The checks known to be denied report {Allowed: false, Remaining: 0,
-// ResetAfter: T − now}. The other checks of the request were not
+// ResetAfter and RetryAfter: T − now} (RetryAfter Never for a denial no
+// wait lifts). The other checks of the request were not
 // evaluated; they report what an untouched counter would (allowed,
 // Remaining = the policy's capacity, ResetAfter 0), so the denying check is
 // always the most restrictive status of the response and rate-limit headers
@@ -136,6 +140,8 @@ type entry struct {
 	limit, burst int64
 	hits         int64
 	until        int64
+	// never marks a denial that no wait lifts (RetryAfter Never).
+	never bool
 }
 
 // scratch is the per-Apply working memory, pooled.
@@ -146,6 +152,7 @@ type scratch struct {
 	starts, ends []int
 	shards       []int
 	until        []int64 // per check: denied until (0: not known to be denied)
+	never        []bool  // per check: its denial is one no wait lifts
 }
 
 // New returns a Cache in front of next.
@@ -212,15 +219,23 @@ func (c *Cache) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 		return out, err
 	}
 	for i := range checks {
-		if d := out[i]; d.Allowed || d.ResetAfter <= 0 {
+		d := out[i]
+		if d.Allowed || d.RetryAfter == 0 {
 			continue
+		}
+		until := now + d.RetryAfter
+		if d.RetryAfter == algo.Never {
+			// No wait lifts it (a limit of 0, or more hits than the
+			// capacity, which more hits exceed too); it holds while the
+			// policy does, so cache it for a period.
+			until = now + checks[i].Policy.Period
 		}
 		if !keyed {
 			c.keys(s, checks)
 			keyed = true
 		}
 		if s.ends[i] >= 0 {
-			c.record(s, i, checks[i], now+out[i].ResetAfter, now)
+			c.record(s, i, checks[i], until, d.RetryAfter == algo.Never, now)
 		}
 	}
 	return out, nil
@@ -282,9 +297,9 @@ func (s *scratch) key(i int) []byte { return s.keys[s.starts[i]:s.ends[i]] }
 // now. It drops the entries it finds stale (expired, or for another
 // limit).
 func (c *Cache) lookup(s *scratch, checks []algo.Check, now int64) (denied bool) {
-	s.until = s.until[:0]
+	s.until, s.never = s.until[:0], s.never[:0]
 	for i := range checks {
-		s.until = append(s.until, 0)
+		s.until, s.never = append(s.until, 0), append(s.never, false)
 		if s.ends[i] < 0 {
 			continue
 		}
@@ -299,7 +314,7 @@ func (c *Cache) lookup(s *scratch, checks []algo.Check, now int64) (denied bool)
 			delete(sh.m, string(k))
 			c.size.Add(-1)
 		case ch.Hits >= e.hits:
-			s.until[i] = e.until
+			s.until[i], s.never[i] = e.until, e.never
 			denied = true
 		}
 		sh.mu.Unlock()
@@ -312,7 +327,12 @@ func answer(s *scratch, checks []algo.Check, now int64) []algo.Decision {
 	out := make([]algo.Decision, len(checks))
 	for i := range checks {
 		if u := s.until[i]; u > 0 {
-			out[i] = algo.Decision{Allowed: false, Remaining: 0, ResetAfter: u - now}
+			// The counter's own reset is not kept; it is no sooner than
+			// the cached wait.
+			out[i] = algo.Decision{Allowed: false, Remaining: 0, ResetAfter: u - now, RetryAfter: u - now}
+			if s.never[i] {
+				out[i].RetryAfter = algo.Never
+			}
 			continue
 		}
 		out[i] = algo.Decision{Allowed: true, Remaining: checks[i].Policy.Capacity()}
@@ -323,10 +343,10 @@ func answer(s *scratch, checks []algo.Check, now int64) []algo.Decision {
 // record remembers that check i (ch) of hits is denied until until. An
 // entry for the same limit that covers more requests (fewer hits) is kept;
 // of two with equal hits the later until wins.
-func (c *Cache) record(s *scratch, i int, ch algo.Check, until, now int64) {
+func (c *Cache) record(s *scratch, i int, ch algo.Check, until int64, never bool, now int64) {
 	sh := &c.shards[s.shards[i]]
 	k := s.key(i)
-	ne := entry{limit: ch.Policy.Limit, burst: ch.Policy.Burst, hits: max(ch.Hits, 0), until: until}
+	ne := entry{limit: ch.Policy.Limit, burst: ch.Policy.Burst, hits: max(ch.Hits, 0), until: until, never: never}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.m[string(k)]; ok {

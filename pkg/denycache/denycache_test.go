@@ -122,26 +122,26 @@ func TestShortCircuit(t *testing.T) {
 					backendtest.Apply(t, c, ch)
 					backendtest.Apply(t, c, ch)
 					first := backendtest.Apply(t, c, ch)[0]
-					if first.Allowed || first.ResetAfter <= 0 {
+					if first.Allowed || first.RetryAfter <= 0 {
 						t.Fatalf("third request: %+v, want denied by the backend", first)
 					}
 					if got := cnt.calls.Load(); got != 3 {
 						t.Fatalf("%d backend calls for 3 requests, want 3", got)
 					}
-					for _, step := range []int64{0, 1, first.ResetAfter/2 - 1, first.ResetAfter/2 - 1} {
+					for _, step := range []int64{0, 1, first.RetryAfter/2 - 1, first.RetryAfter/2 - 1} {
 						now.Add(step)
 						d := backendtest.Apply(t, c, ch)[0]
 						elapsed := now.Load() - backendtest.Start
-						if d.Allowed || d.Remaining != 0 || d.ResetAfter != first.ResetAfter-elapsed {
-							t.Fatalf("at +%dµs: %+v, want denied with ResetAfter %d", elapsed, d, first.ResetAfter-elapsed)
+						if d.Allowed || d.Remaining != 0 || d.RetryAfter != first.RetryAfter-elapsed {
+							t.Fatalf("at +%dµs: %+v, want denied with RetryAfter %d", elapsed, d, first.RetryAfter-elapsed)
 						}
 					}
 					if got := cnt.calls.Load(); got != 3 {
 						t.Errorf("%d backend calls, want 3: the cached denials must not reach the backend", got)
 					}
-					now.Store(backendtest.Start + first.ResetAfter)
+					now.Store(backendtest.Start + first.RetryAfter)
 					if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
-						t.Errorf("at ResetAfter: %+v, want admitted by the backend", d)
+						t.Errorf("at RetryAfter: %+v, want admitted by the backend", d)
 					}
 					if got := cnt.calls.Load(); got != 4 {
 						t.Errorf("%d backend calls, want 4", got)
@@ -490,5 +490,24 @@ func BenchmarkApply(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestNeverCached: a denial that no wait lifts (a limit of 0) is cached
+// and answered as such, with no Retry-After to promise.
+func TestNeverCached(t *testing.T) {
+	var now atomic.Int64
+	now.Store(backendtest.Start)
+	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: prometheus.NewRegistry()})
+	blocked := backendtest.UserCheck("d", "mallory", algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Minute}, 1)
+	for i := range 3 {
+		d := backendtest.Apply(t, c, blocked)[0]
+		if d.Allowed || d.RetryAfter != algo.Never {
+			t.Fatalf("request %d: %+v, want denied with RetryAfter Never", i, d)
+		}
+	}
+	if got := cnt.calls.Load(); got != 1 {
+		t.Errorf("%d backend calls for 3 blocked requests, want 1", got)
 	}
 }

@@ -450,7 +450,7 @@ func denyAll(checks []algo.Check, retryAfter int64) []algo.Decision {
 	out := make([]algo.Decision, len(checks))
 	for i, c := range checks {
 		if c.Hits > 0 && !c.Refund {
-			out[i] = algo.Decision{Allowed: false, ResetAfter: retryAfter}
+			out[i] = algo.Decision{Allowed: false, ResetAfter: retryAfter, RetryAfter: retryAfter}
 			continue
 		}
 		out[i] = algo.Decision{Allowed: true}

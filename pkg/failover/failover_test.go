@@ -173,7 +173,8 @@ func TestModes(t *testing.T) {
 			{Allowed: true, Remaining: 4}, {Allowed: true, Remaining: 4}, {Allowed: true, Remaining: 4}, {Allowed: true, Remaining: 6},
 		}},
 		{mode: ModeDeny, want: []algo.Decision{
-			{ResetAfter: cooldown.Microseconds()}, {Allowed: true}, {Allowed: true}, {ResetAfter: cooldown.Microseconds()},
+			{ResetAfter: cooldown.Microseconds(), RetryAfter: cooldown.Microseconds()}, {Allowed: true}, {Allowed: true},
+			{ResetAfter: cooldown.Microseconds(), RetryAfter: cooldown.Microseconds()},
 		}},
 		{mode: ModeLocal, want: []algo.Decision{
 			{Allowed: true, Remaining: 2}, {Allowed: true, Remaining: 2}, {Allowed: true, Remaining: 2}, {Allowed: true, Remaining: 4},
@@ -266,8 +267,8 @@ func TestDenyRetryAfter(t *testing.T) {
 	for i, s := range steps {
 		now.Add(s.advance)
 		got, err := b.Apply(context.Background(), c)
-		if err != nil || got[0].Allowed || got[0].ResetAfter != s.want {
-			t.Errorf("step %d: %+v, %v; want denied with ResetAfter %d", i, got, err, s.want)
+		if err != nil || got[0].Allowed || got[0].RetryAfter != s.want {
+			t.Errorf("step %d: %+v, %v; want denied with RetryAfter %d", i, got, err, s.want)
 		}
 	}
 	if f.calls.Load() != 1 {

@@ -113,8 +113,8 @@ func TestRedisOutage(t *testing.T) {
 			return ""
 		}},
 		{failover.ModeDeny, func(_ int, d []algo.Decision, err error) string {
-			if err != nil || d[0].Allowed || d[0].ResetAfter <= 0 || d[0].ResetAfter > cooldown.Microseconds() {
-				return fmt.Sprintf("%+v, %v; want denied with 0 < ResetAfter ≤ the cool-down", d, err)
+			if err != nil || d[0].Allowed || d[0].RetryAfter <= 0 || d[0].RetryAfter > cooldown.Microseconds() {
+				return fmt.Sprintf("%+v, %v; want denied with 0 < RetryAfter ≤ the cool-down", d, err)
 			}
 			return ""
 		}},

@@ -111,19 +111,19 @@ func TestMergeSplitsReply(t *testing.T) {
 	if want := 3 + 3 + (2 + argsPerLimit) + (2 + 2*argsPerLimit); len(args) != want {
 		t.Fatalf("merged call has %d arguments, want %d", len(args), want)
 	}
-	reply := []int64{7, 1, 1, 4, 0, 7, 0, 1, 2, 0, 0, 0, 9}
+	reply := []int64{7, 1, 1, 4, 0, 0, 7, 0, 1, 2, 0, 0, 0, 0, 9, -1}
 	merged.SetVal(reply)
 	m.finish()
-	if got := a.Val(); len(got) != 5 || got[3] != 4 {
-		t.Errorf("part a got %v, want %v", got, reply[:5])
+	if got := a.Val(); len(got) != 6 || got[3] != 4 {
+		t.Errorf("part a got %v, want %v", got, reply[:6])
 	}
-	if got := b.Val(); len(got) != 8 || got[7] != 9 {
-		t.Errorf("part b got %v, want %v", got, reply[5:])
+	if got := b.Val(); len(got) != 10 || got[9] != -1 {
+		t.Errorf("part b got %v, want %v", got, reply[6:])
 	}
 
 	a, b = applyCmd("a", 1), applyCmd("b", 2)
 	merged = m.merge(ctx, []redis.Cmder{a, b}, false, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd)
-	merged.SetVal(reply[:12])
+	merged.SetVal(reply[:15])
 	m.finish()
 	for _, p := range []*redis.IntSliceCmd{a, b} {
 		if err := p.Err(); !errors.Is(err, ErrBadReply) {

@@ -141,7 +141,7 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 		return 0, false, bad(1, 0, 3)
 	}
 	for k := range out {
-		i := 2 + 3*k
+		i := 2 + replyPerLimit*k
 		switch {
 		case !in(i, 0, 1):
 			return 0, false, bad(i, 0, 1)
@@ -149,21 +149,27 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 			return 0, false, bad(i+1, 0, maxInt)
 		case !in(i+2, 0, maxInt):
 			return 0, false, bad(i+2, 0, maxInt)
+		case !in(i+3, algo.Never, maxInt):
+			return 0, false, bad(i+3, algo.Never, maxInt)
 		}
-		out[k] = algo.Decision{Allowed: vals[i] == 1, Remaining: vals[i+1], ResetAfter: vals[i+2]}
+		out[k] = algo.Decision{Allowed: vals[i] == 1, Remaining: vals[i+1], ResetAfter: vals[i+2], RetryAfter: vals[i+3]}
 	}
 	return vals[0], vals[1] == 1, nil
 }
 
 func checkReplyLen(n, limits int) error {
 	if want := replySize(limits); n != want {
-		return fmt.Errorf("redisalgo: %w: %d elements, want %d (now, allowed_all and 3 per limit for %d limits)", ErrBadReply, n, want, limits)
+		return fmt.Errorf("redisalgo: %w: %d elements, want %d (now, allowed_all and %d per limit for %d limits)", ErrBadReply, n, want, replyPerLimit, limits)
 	}
 	return nil
 }
 
+// replyPerLimit is the number of reply elements apply.lua returns per
+// limit: allowed, remaining, reset_after and retry_after.
+const replyPerLimit = 4
+
 // replySize is the length of one request's part of apply.lua's reply.
-func replySize(limits int) int { return 2 + 3*limits }
+func replySize(limits int) int { return 2 + replyPerLimit*limits }
 
 // replyElement names element i of a request's reply for error messages.
 func replyElement(i int) string {
@@ -173,6 +179,6 @@ func replyElement(i int) string {
 	case 1:
 		return "status"
 	}
-	k, field := (i-2)/3+1, [...]string{"allowed", "remaining", "reset_after µs"}[(i-2)%3]
+	k, field := (i-2)/replyPerLimit+1, [...]string{"allowed", "remaining", "reset_after µs", "retry_after µs"}[(i-2)%replyPerLimit]
 	return fmt.Sprintf("limit %d %s", k, field)
 }

@@ -67,12 +67,20 @@ func moreRestrictive(a, b algo.Decision) bool {
 		return !a.Allowed
 	}
 	if !a.Allowed {
-		return a.ResetAfter > b.ResetAfter
+		return retryWait(a) > retryWait(b)
 	}
 	if a.Remaining != b.Remaining {
 		return a.Remaining < b.Remaining
 	}
 	return a.ResetAfter > b.ResetAfter
+}
+
+// retryWait orders denials by their wait, Never last.
+func retryWait(d algo.Decision) int64 {
+	if d.RetryAfter == algo.Never {
+		return math.MaxInt64
+	}
+	return d.RetryAfter
 }
 
 // setMicros sets d to us microseconds (negative counts as 0), exactly as
@@ -162,7 +170,7 @@ func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOpt
 				quotaDenied = true
 			case !p.meta[k].soft:
 				hardDenied = true
-				if retryCheck < 0 || p.decisions[k].ResetAfter > p.decisions[retryCheck].ResetAfter {
+				if retryCheck < 0 || retryWait(p.decisions[k]) > retryWait(p.decisions[retryCheck]) {
 					retryCheck = k
 				}
 			}
@@ -230,7 +238,10 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 	if h.Legacy {
 		n += 3
 	}
-	if h.RetryAfter && over && retry >= 0 {
+	// A denial that no wait lifts (a limit of 0, or more hits than the
+	// capacity) gets no Retry-After: any value would be false.
+	retryAfter := h.RetryAfter && over && retry >= 0 && p.decisions[retry].RetryAfter != algo.Never
+	if retryAfter {
 		n++
 	}
 	if n == 0 {
@@ -254,8 +265,8 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 		add("X-RateLimit-Remaining", remaining)
 		add("X-RateLimit-Reset", reset)
 	}
-	if h.RetryAfter && over && retry >= 0 {
-		add("Retry-After", strconv.FormatInt(max(ceilSeconds(p.decisions[retry].ResetAfter), 1), 10))
+	if retryAfter {
+		add("Retry-After", strconv.FormatInt(max(ceilSeconds(p.decisions[retry].RetryAfter), 1), 10))
 	}
 	return out
 }

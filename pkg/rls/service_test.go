@@ -124,7 +124,9 @@ descriptors:
 func TestBurstDenyRecover(t *testing.T) {
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			s, clk := newTestService(t, strings.Replace(oneLimit, "ALGO", a.String(), 1), nil)
+			s, clk := newTestService(t, strings.Replace(oneLimit, "ALGO", a.String(), 1), func(c *Config) {
+				c.Headers = HeaderOptions{RetryAfter: true}
+			})
 			req := request("d", desc("k=v"))
 			for i := range 3 {
 				resp := call(t, s, req)
@@ -138,19 +140,61 @@ func TestBurstDenyRecover(t *testing.T) {
 				t.Fatalf("4th request: %s, want OVER_LIMIT", resp.OverallCode)
 			}
 			expectStatus(t, resp.Statuses[0], want{pb.RateLimitResponse_OVER_LIMIT, 0})
-			wait := resp.Statuses[0].GetDurationUntilReset().AsDuration()
-			if wait <= 0 || wait > 2*time.Second {
-				t.Fatalf("duration_until_reset = %v, want within (0, 2s]", wait)
+			// duration_until_reset is when the limit resets, whatever the
+			// decision: within the one-second period (the burst of a
+			// bucket refills in one period too).
+			if reset := resp.Statuses[0].GetDurationUntilReset().AsDuration(); reset <= 0 || reset > time.Second {
+				t.Fatalf("duration_until_reset = %v, want within (0, 1s]", reset)
 			}
-			clk.Advance(wait - time.Microsecond)
+			// Retry-After is when this request would pass, in whole
+			// seconds rounded up (backendtest proves the µs value exact).
+			var retry string
+			for _, h := range resp.GetResponseHeadersToAdd() {
+				if h.GetKey() == "Retry-After" {
+					retry = h.GetValue()
+				}
+			}
+			secs, err := strconv.Atoi(retry)
+			if err != nil || secs < 1 || secs > 2 {
+				t.Fatalf("Retry-After %q, want 1 or 2 seconds", retry)
+			}
+			clk.Advance(time.Duration(secs-1) * time.Second)
 			if got := call(t, s, req).OverallCode; got != pb.RateLimitResponse_OVER_LIMIT {
-				t.Fatalf("1µs before duration_until_reset: %s, want OVER_LIMIT", got)
+				t.Fatalf("a second before Retry-After: %s, want OVER_LIMIT", got)
 			}
-			clk.Advance(time.Microsecond)
+			clk.Advance(time.Second)
 			if got := call(t, s, req).OverallCode; got != pb.RateLimitResponse_OK {
-				t.Fatalf("at duration_until_reset: %s, want OK", got)
+				t.Fatalf("at Retry-After: %s, want OK", got)
 			}
 		})
+	}
+}
+
+// TestNeverRetryAfter: a denial no wait lifts (requests_per_unit 0, or more
+// hits than the limit) promises no Retry-After.
+func TestNeverRetryAfter(t *testing.T) {
+	const blocked = `
+domain: d
+descriptors:
+  - key: ip
+    value: 192.0.2.66
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: fixed_window}
+`
+	s, _ := newTestService(t, blocked, func(c *Config) { c.Headers = HeaderOptions{RetryAfter: true, Legacy: true} })
+	big := desc("ip=198.51.100.1")
+	big.HitsAddend = wrapperspb.UInt64(4)
+	for _, req := range []*pb.RateLimitRequest{request("d", desc("ip=192.0.2.66")), request("d", big)} {
+		resp := call(t, s, req)
+		if resp.GetOverallCode() != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%v: %s, want OVER_LIMIT", req, resp.GetOverallCode())
+		}
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() == "Retry-After" {
+				t.Fatalf("%v: Retry-After %q on a denial no wait lifts", req, h.GetValue())
+			}
+		}
 	}
 }
 

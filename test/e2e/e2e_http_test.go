@@ -159,6 +159,11 @@ func TestPprofAndHeaders(t *testing.T) {
 	if ra, err := strconv.Atoi(h["Retry-After"]); err != nil || ra < 1 || ra > 720 {
 		t.Errorf("OVER_LIMIT Retry-After = %q, want whole seconds in [1, 720]", h["Retry-After"])
 	}
+	// The reset is when the whole bucket is back, whatever the decision:
+	// five tokens, an hour.
+	if reset, err := strconv.Atoi(h["X-RateLimit-Reset"]); err != nil || reset <= 720 || reset > 3600 {
+		t.Errorf("OVER_LIMIT X-RateLimit-Reset = %q, want whole seconds in (720, 3600]", h["X-RateLimit-Reset"])
+	}
 	s.stop()
 }
 

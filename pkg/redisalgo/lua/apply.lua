@@ -17,10 +17,11 @@
 --           4 token_bucket, 5 gcra), limit, period µs, burst (0 = limit),
 --           hits (0 = check only), mode (0 consume, 1 refund)
 -- Reply     per request: now, status, then per limit: allowed, remaining,
---           reset_after µs. status is allowed_all (0 or 1), or 2 when a key
---           of the request holds another type (WRONGTYPE), 3 for any other
---           error; a failed request's limits read 0, and only that request
---           fails.
+--           reset_after µs, retry_after µs (-1: never; algo.Decision has
+--           their meaning). status is allowed_all (0 or 1), or 2 when a
+--           key of the request holds another type (WRONGTYPE), 3 for any
+--           other error; a failed request's limits read 0, and only that
+--           request fails.
 -- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
 --
 -- First every limit is decided without writing; then, if every limit that
@@ -79,17 +80,20 @@ local function ceilDiv(a, b)
   return q
 end
 
--- algo.never: returns allowed, remaining, reset.
-local function never(period)
-  return false, 0, math.max(period, 0)
+-- algo.Never
+local NEVER = -1
+
+-- algo.never: returns allowed, remaining, reset, retry.
+local function never(reset)
+  return false, 0, reset, NEVER
 end
 
 -- algo.blocked
-local function blocked(period, hits, refund)
+local function blocked(hits, refund)
   if hits == 0 or refund then
-    return true, 0, 0
+    return true, 0, 0, 0
   end
-  return never(period)
+  return never(0)
 end
 
 -- algo.windowStart
@@ -108,20 +112,24 @@ local function stepFixedWindow(limit, period, s, now, hits, refund)
   if refund then
     count = math.max(count - hits, 0)
     hits = 0
-  elseif hits > limit then
-    return {t = start, c = count}, never(period)
   end
   local ns = {t = start, c = count}
-  if count + hits > limit then
-    return ns, false, math.max(limit - count, 0), start + period - now
-  end
-  count = count + hits
-  ns.c = count
   local reset = 0
   if count > 0 then
     reset = start + period - now
   end
-  return ns, true, limit - count, reset
+  if hits > limit then
+    return ns, never(reset)
+  end
+  if count + hits > limit then
+    return ns, false, math.max(limit - count, 0), reset, start + period - now
+  end
+  count = count + hits
+  ns.c = count
+  if count > 0 then
+    reset = start + period - now
+  end
+  return ns, true, limit - count, reset, 0
 end
 
 -- algo.expiryFixedWindow
@@ -173,23 +181,24 @@ local function stepSlidingWindow(limit, period, s, now, hits, refund)
   if refund then
     curr = math.max(curr - hits, 0)
     hits = 0
-  elseif hits > limit then
-    return {t = start, c = curr, p = prev}, never(period)
+  end
+  local ns = {t = start, c = curr, p = prev}
+  local reset = 0
+  if curr > 0 or prev > 0 then
+    reset = start + period - now
+  end
+  if hits > limit then
+    return ns, never(reset)
   end
   local used = curr + weighted
   if used + hits > limit then
-    local ns = {t = start, c = curr, p = prev}
-    return ns, false, math.max(limit - used, 0), slidingWait(limit, period, start, curr, prev, hits, step, steps) - now
+    return ns, false, math.max(limit - used, 0), reset, slidingWait(limit, period, start, curr, prev, hits, step, steps) - now
   end
-  curr = curr + hits
-  used = used + hits
-  local reset = 0
-  if curr > 0 then
-    reset = start + 2 * period - now
-  elseif prev > 0 then
+  ns.c = ns.c + hits
+  if hits > 0 then
     reset = start + period - now
   end
-  return {t = start, c = curr, p = prev}, true, limit - used, reset
+  return ns, true, limit - used - hits, reset, 0
 end
 
 -- algo.expirySlidingWindow
@@ -200,6 +209,14 @@ local function expirySlidingWindow(period, s, now)
     return s.t + period - now
   end
   return 0
+end
+
+-- algo.logReset
+local function logReset(count, newest, period, now)
+  if count == 0 then
+    return 0
+  end
+  return newest + period - now
 end
 
 -- logEntry returns the time of the live log entry at 0-based index, oldest
@@ -220,26 +237,24 @@ local function stepSlidingLog(key, limit, period, now, hits, refund)
     removed = math.min(hits, count)
     count = count - removed
     hits = 0
-  elseif hits > limit then
-    return {remove = 0, add = 0}, never(period)
-  end
-  if count + hits > limit then
-    local k = count + hits - limit
-    return {remove = removed, add = 0}, false, math.max(limit - count, 0), logEntry(key, first, k - 1) + period - now
   end
   local newest = 0
   if count > 0 then
     newest = logEntry(key, first, count - 1)
   end
+  if hits > limit then
+    return {remove = 0, add = 0}, never(logReset(count, newest, period, now))
+  end
+  if count + hits > limit then
+    local k = count + hits - limit
+    return {remove = removed, add = 0}, false, math.max(limit - count, 0), logReset(count, newest, period, now),
+      logEntry(key, first, k - 1) + period - now
+  end
   if hits > 0 and (count == 0 or now > newest) then
     newest = now
   end
   count = count + hits
-  local reset = 0
-  if count > 0 then
-    reset = newest + period - now
-  end
-  return {remove = removed, add = hits}, true, limit - count, reset
+  return {remove = removed, add = hits}, true, limit - count, logReset(count, newest, period, now), 0
 end
 
 -- algo.mulDiv: a·period/limit = q + r/limit; every product stays below
@@ -326,21 +341,21 @@ local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
     end
     hits = 0
   elseif hits > burst then
-    return {t = tat, f = frac}, never(period)
+    return {t = tat, f = frac}, never(fracCeil(tat - now, frac))
   end
   local bq, br = mulDiv(burst, period, limit)
   local q, r = mulDiv(burst - hits, period, limit)
   if not fracLE(tat - now, frac, q, r) then
     local sq, sf = fracSub(bq, br, tat - now, frac, limit)
     local wq, wf = fracSub(tat - now, frac, q, r, limit)
-    return {t = tat, f = frac}, false, tokens(sq, sf, period, limit, burst), fracCeil(wq, wf)
+    return {t = tat, f = frac}, false, tokens(sq, sf, period, limit, burst), fracCeil(tat - now, frac), fracCeil(wq, wf)
   end
   if hits > 0 then
     q, r = mulDiv(hits, period, limit)
     tat, frac = fracAdd(tat, frac, q, r, limit)
   end
   local sq, sf = fracSub(bq, br, tat - now, frac, limit)
-  return {t = tat, f = frac}, true, tokens(sq, sf, period, limit, burst), fracCeil(tat - now, frac)
+  return {t = tat, f = frac}, true, tokens(sq, sf, period, limit, burst), fracCeil(tat - now, frac), 0
 end
 
 -- algo.expiryTokenBucket, for token_bucket and gcra
@@ -392,14 +407,14 @@ local function load(l)
 end
 
 -- algo.step: returns the new state (nil: leave the key alone), allowed,
--- remaining, reset.
+-- remaining, reset, retry.
 local function step(l, now, hits, refund)
   if hits < 0 then
     hits = 0
   end
   local limit, period, a = l.limit, l.period, l.alg
   if limit <= 0 or period <= 0 then
-    return nil, blocked(period, hits, refund)
+    return nil, blocked(hits, refund)
   end
   -- algo.Policy.Capacity
   local burst = limit
@@ -415,7 +430,7 @@ local function step(l, now, hits, refund)
   elseif a == 4 or a == 5 then
     return stepTokenBucket(limit, period, burst, l.state, now, hits, refund)
   end
-  return nil, blocked(period, hits, refund)
+  return nil, blocked(hits, refund)
 end
 
 -- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.
@@ -489,7 +504,7 @@ end
 
 -- applyRequest is algo.ApplyAll for one request: its n limits have the keys
 -- KEYS[k0 + i] and the arguments from ARGV[a0 + 6(i-1) + 1]. It appends the
--- request's {allowed_all, then per limit allowed, remaining, reset} to
+-- request's {allowed_all, then per limit allowed, remaining, reset, retry} to
 -- reply. It runs under pcall, so its errors (a key of another type, say)
 -- fail this request alone.
 local function applyRequest(k0, a0, n, now, reply)
@@ -510,7 +525,7 @@ local function applyRequest(k0, a0, n, now, reply)
       l.hits = 0
     end
     l.state = load(l)
-    l.ns, l.allowed, l.remaining, l.reset = step(l, now, l.hits, l.refund)
+    l.ns, l.allowed, l.remaining, l.reset, l.retry = step(l, now, l.hits, l.refund)
     if l.refund then
       commit(l, now)
     elseif not l.allowed then
@@ -526,12 +541,13 @@ local function applyRequest(k0, a0, n, now, reply)
         commit(l, now)
       else
         local _
-        _, l.allowed, l.remaining, l.reset = step(l, now, 0, false)
+        _, l.allowed, l.remaining, l.reset, l.retry = step(l, now, 0, false)
       end
     end
     reply[#reply + 1] = l.allowed and 1 or 0
     reply[#reply + 1] = l.remaining
     reply[#reply + 1] = l.reset
+    reply[#reply + 1] = l.retry
   end
 end
 
@@ -583,7 +599,7 @@ while a < nargs do
       reply[j] = nil
     end
     reply[base + 2] = failed(err)
-    for j = 1, 3 * n do
+    for j = 1, 4 * n do
       reply[base + 2 + j] = 0
     end
   end
