@@ -150,7 +150,12 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 	}
 	stopSweep := func() {}
 	if mode == failover.ModeLocal {
-		store := memstore.New(memstore.Options{})
+		store, err := memstore.New(memstore.Options{MaxKeys: cfg.memstoreMaxKeys, Registerer: reg})
+		if err != nil {
+			b.Close()
+			client.Close()
+			return nil, nil, fmt.Errorf("local failure-mode store: %w", err)
+		}
 		sctx, cancel := context.WithCancel(context.Background())
 		go store.Run(sctx, 10*time.Second)
 		fo.Local, stopSweep = store, cancel

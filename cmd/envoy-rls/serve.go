@@ -41,6 +41,7 @@ type serveConfig struct {
 	shadowMode       bool
 	headers          string
 	slidingLogCap    int
+	memstoreMaxKeys  int
 	pprof            bool
 	shutdownDelay    time.Duration
 	shutdownTimeout  time.Duration
@@ -64,6 +65,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
 	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
+	fs.IntVar(&c.memstoreMaxKeys, "memstore-max-keys", 1_000_000, "most keys the in-process store holds (also the local failure mode's); when full, expired keys go first, then the live key expiring soonest, whose client may then get one more full limit (counted in envoy_rls_memstore_evictions_total); 0: no bound")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest wait for in-flight requests to finish at shutdown")
@@ -144,6 +146,9 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	overrides, err := rls.ParseOverridePolicy(cfg.limitOverrides)
 	if err != nil {
 		return fmt.Errorf("--limit-overrides: %w", err)
+	}
+	if cfg.memstoreMaxKeys < 0 {
+		return fmt.Errorf("--memstore-max-keys: %d must be 0 (no bound) or positive", cfg.memstoreMaxKeys)
 	}
 	if _, err := cfg.redis.validate(); err != nil {
 		return err
@@ -294,7 +299,10 @@ func backendName(cfg *serveConfig) string {
 // newBackend returns the in-process store when no Redis is configured.
 func newBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (rls.Backend, func(), error) {
 	if cfg.redisURL == "" {
-		store := memstore.New(memstore.Options{})
+		store, err := memstore.New(memstore.Options{MaxKeys: cfg.memstoreMaxKeys, Registerer: reg})
+		if err != nil {
+			return nil, nil, fmt.Errorf("in-process store: %w", err)
+		}
 		sctx, cancel := context.WithCancel(ctx)
 		go store.Run(sctx, 10*time.Second)
 		return store, cancel, nil

@@ -57,7 +57,7 @@ var backends = []struct {
 	make func(t *testing.T, now *atomic.Int64) (Backend, string)
 }{
 	{"memstore", func(t *testing.T, now *atomic.Int64) (Backend, string) {
-		return memstore.New(memstore.Options{Now: clockOf(now)}), t.Name()
+		return newStore(t, now), t.Name()
 	}},
 	{"redis", func(t *testing.T, now *atomic.Int64) (Backend, string) {
 		return newRedis(t, redistest.SharedStandalone(t).Client(t), now), redistest.KeyPrefix(t)
@@ -165,7 +165,7 @@ func TestShortCircuit(t *testing.T) {
 func TestCachedAnswer(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	cnt := &counting{next: newStore(t, &now)}
 	c := newCache(t, cnt, Options{Now: clockOf(&now)})
 	bucket := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute, Burst: 20}
 	narrow := backendtest.UserCheck(t.Name(), "narrow", bucket, 15)
@@ -246,7 +246,7 @@ func TestRefundEvicts(t *testing.T) {
 func TestPolicyChange(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	cnt := &counting{next: newStore(t, &now)}
 	c := newCache(t, cnt, Options{Now: clockOf(&now)})
 	for _, tc := range []struct {
 		name   string
@@ -281,7 +281,7 @@ func TestBounded(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
 	reg := prometheus.NewRegistry()
-	c := newCache(t, memstore.New(memstore.Options{Now: clockOf(&now)}), Options{Now: clockOf(&now), MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
+	c := newCache(t, newStore(t, &now), Options{Now: clockOf(&now), MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
 	blocked := algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Hour}
 	for i := range 5000 {
 		backendtest.Apply(t, c, backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
@@ -454,7 +454,7 @@ func TestConcurrent(t *testing.T) {
 // counters), and a denial answered from the cache.
 func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
-	store := memstore.New(memstore.Options{})
+	store := newStore(b, nil)
 	admit := []algo.Check{backendtest.UserCheck("d", "ok", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1)}
 	deny := []algo.Check{backendtest.UserCheck("d", "over", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1)}
 	for _, bc := range []struct {
@@ -498,7 +498,7 @@ func BenchmarkApply(b *testing.B) {
 func TestNeverCached(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: memstore.New(memstore.Options{Now: clockOf(&now)})}
+	cnt := &counting{next: newStore(t, &now)}
 	c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: prometheus.NewRegistry()})
 	blocked := backendtest.UserCheck("d", "mallory", algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Minute}, 1)
 	for i := range 3 {
@@ -510,4 +510,18 @@ func TestNeverCached(t *testing.T) {
 	if got := cnt.calls.Load(); got != 1 {
 		t.Errorf("%d backend calls for 3 blocked requests, want 1", got)
 	}
+}
+
+// newStore returns an in-process store on the clock now (nil: time.Now).
+func newStore(t testing.TB, now *atomic.Int64) *memstore.Store {
+	t.Helper()
+	opts := memstore.Options{}
+	if now != nil {
+		opts.Now = clockOf(now)
+	}
+	s, err := memstore.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -159,8 +159,12 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 		t.Fatal(err)
 	}
 	cnt := &counting{inner: primary, timeout: timeout, states: map[failover.State]int{}}
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	fb := failover.New(cnt, failover.Options{
-		Mode: mode, Local: memstore.New(memstore.Options{}), ExpectedReplicas: 2, Timeout: timeout,
+		Mode: mode, Local: local, ExpectedReplicas: 2, Timeout: timeout,
 		Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: cooldown},
 		Registerer: prometheus.NewRegistry(),
 	})

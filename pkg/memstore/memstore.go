@@ -14,25 +14,72 @@
 // sliding log keeps a slice, in a side map. Two identities share a counter
 // only if their hashes collide, which for n live keys happens with
 // probability about n²/2¹²⁹ (for a billion keys, 1 in 10²¹).
+//
+// # The bound on keys, and what it costs
+//
+// Options.MaxKeys bounds the keys held (0: no bound). Each shard holds at
+// most its share of MaxKeys (the shares sum to MaxKeys exactly, and there
+// are never more shards than keys), so the bound holds without a global
+// counter on the hot path; with random keys the fullest shard fills a
+// little before the whole store does (at about 95% of 1 000 000 keys in
+// 256 shards). When a new key finds its shard full, the store looks at
+// evictSample entries of the shard, as Redis samples for its maxmemory
+// policies, never at the keys of the request being applied, and:
+//
+//  1. drops every expired one among them: that costs nothing, an expired
+//     state decides like no state (expired entries outside the sample go
+//     at the next Sweep);
+//  2. if none was expired, evicts the live one whose state expires first
+//     (Redis's volatile-ttl): the counter nearest to "no state" anyway; for
+//     a token bucket or GCRA the least used one (a client that sent one
+//     request goes before one using its limit), for a window algorithm one
+//     last charged in an earlier window before one of the current window;
+//  3. if every sampled entry belongs to the request being applied, does
+//     not store the new key at all, which is the same as evicting it.
+//
+// Eviction can over-admit, and only eviction can: an evicted counter starts
+// again from no state, so its client may be admitted up to one more full
+// capacity (Policy.Capacity: the limit, or the burst of token_bucket and
+// gcra) per eviction of its counter, within the period it would have been
+// denied in. Cases 2 and 3 are counted (Evictions, and the metric
+// envoy_rls_memstore_evictions_total); case 1 is not, it changes no
+// decision. A store whose MaxKeys exceeds the counters live at once never
+// evicts, and then decides exactly.
 package memstore
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
+
+// evictSample is how many entries a full shard looks at to make room, as
+// Redis's maxmemory-samples: enough that a shard with a fair share of
+// expired entries almost never evicts a live one, few enough that a full
+// store under a flood of new keys stays cheap.
+const evictSample = 8
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
 	// Shards is the number of independently locked maps, rounded up to a
 	// power of two; 0 means 256.
 	Shards int
+	// MaxKeys bounds the keys held; 0 means no bound. See the package
+	// comment for what a full store does and what that can over-admit.
+	MaxKeys int
 	// Now is the clock; nil means time.Now. Tests inject their own.
 	Now func() time.Time
+	// Registerer receives envoy_rls_memstore_keys and
+	// envoy_rls_memstore_evictions_total; nil means no metrics.
+	Registerer prometheus.Registerer
 }
 
 // Store is an in-process Backend. It is safe for concurrent use.
@@ -42,13 +89,17 @@ type Store struct {
 	seeds  [2]maphash.Seed
 	now    func() time.Time
 	bufs   sync.Pool
+	// capped says the shards' max fields apply (Options.MaxKeys > 0).
+	capped    bool
+	evictions atomic.Uint64
 }
 
 type shard struct {
 	mu   sync.Mutex
 	m    map[key]entry
 	logs map[key][]int64 // sliding-log entries, beside their entry in m
-	_    [32]byte        // keep neighbouring shard locks off one cache line
+	max  int             // this shard's share of Options.MaxKeys
+	_    [24]byte        // keep neighbouring shard locks off one cache line
 }
 
 // key is a 128-bit hash of a check's identity.
@@ -109,7 +160,13 @@ type scratch struct {
 }
 
 // New returns an empty Store.
-func New(opts Options) *Store {
+func New(opts Options) (*Store, error) {
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("memstore: MaxKeys %d must be 0 (no bound) or positive", opts.MaxKeys)
+	}
+	if opts.Shards < 0 {
+		return nil, fmt.Errorf("memstore: Shards %d must be 0 (default) or positive", opts.Shards)
+	}
 	n := 256
 	if opts.Shards > 0 {
 		n = 1
@@ -117,16 +174,53 @@ func New(opts Options) *Store {
 			n <<= 1
 		}
 	}
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: opts.Now}
+	// Every shard must be able to hold a key, so a small bound gets fewer
+	// shards.
+	for opts.MaxKeys > 0 && n > opts.MaxKeys {
+		n >>= 1
+	}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: opts.Now, capped: opts.MaxKeys > 0}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[key]entry)
-		s.shards[i].logs = make(map[key][]int64)
+		sh := &s.shards[i]
+		sh.m = make(map[key]entry)
+		sh.logs = make(map[key][]int64)
+		// The shares sum to MaxKeys exactly: the first MaxKeys mod n
+		// shards take one more.
+		sh.max = opts.MaxKeys / n
+		if i < opts.MaxKeys%n {
+			sh.max++
+		}
 	}
 	s.bufs.New = func() any { return new(scratch) }
-	return s
+	if opts.Registerer != nil {
+		if err := s.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("memstore: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// register exports the key count and the evictions. Both are read at
+// scrape time, so the request path pays nothing for them.
+func (s *Store) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "envoy_rls_memstore_keys",
+			Help: "Keys held by the in-process store: the live ones, and expired ones until a sweep or a full shard drops them.",
+		}, func() float64 { return float64(s.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "envoy_rls_memstore_evictions_total",
+			Help: "Live keys the in-process store dropped to stay within its bound; each may let its client be admitted up to one more full limit.",
+		}, func() float64 { return float64(s.Evictions()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Apply implements the backend contract: one decision per check, and no
@@ -141,7 +235,7 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 	sc.prepare(len(checks))
 	for i := range checks {
 		sc.ids = checks[i].AppendIdentity(sc.ids[:0])
-		k := key{maphash.Bytes(s.seeds[0], sc.ids), maphash.Bytes(s.seeds[1], sc.ids)}
+		k := s.key(sc.ids)
 		sc.keys[i] = k
 		sc.shard[i] = int(k[0] & s.mask)
 	}
@@ -170,6 +264,11 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 			delete(sh.logs, k)
 			continue
 		}
+		if s.capped && len(sh.m) >= sh.max {
+			if _, ok := sh.m[k]; !ok && !s.makeRoom(sh, now, sc.keys) {
+				continue
+			}
+		}
 		sh.m[k] = toEntry(checks[i].Policy, st, now, ttl)
 		if len(st.Log) > 0 {
 			sh.logs[k] = st.Log
@@ -181,6 +280,49 @@ func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 		s.shards[si].mu.Unlock()
 	}
 	return slices.Clone(sc.out), nil
+}
+
+// key hashes a check's identity.
+func (s *Store) key(id []byte) key {
+	return key{maphash.Bytes(s.seeds[0], id), maphash.Bytes(s.seeds[1], id)}
+}
+
+// makeRoom frees one place in the full shard sh for a new key, as the
+// package comment describes, and reports whether it did; false means the
+// new key must not be stored (it counts as evicted). The keys of the request
+// being applied are never dropped. The caller holds sh.mu.
+func (s *Store) makeRoom(sh *shard, now int64, request []key) bool {
+	var victim key
+	found, freed := false, false
+	var soonest int64
+	n := 0
+	for k, e := range sh.m {
+		if n++; n > evictSample {
+			break
+		}
+		if slices.Contains(request, k) {
+			continue
+		}
+		if e.until < now {
+			delete(sh.m, k)
+			delete(sh.logs, k)
+			freed = true
+			continue
+		}
+		if !found || e.until < soonest {
+			victim, soonest, found = k, e.until, true
+		}
+	}
+	if freed {
+		return true
+	}
+	s.evictions.Add(1)
+	if !found {
+		return false
+	}
+	delete(sh.m, victim)
+	delete(sh.logs, victim)
+	return true
 }
 
 func (sc *scratch) prepare(n int) {
@@ -216,6 +358,10 @@ func (s *Store) Sweep() int {
 	}
 	return live
 }
+
+// Evictions returns how many live keys the store has dropped, or refused to
+// store, to stay within Options.MaxKeys.
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Len returns the number of stored keys, expired or not.
 func (s *Store) Len() int {

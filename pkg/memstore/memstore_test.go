@@ -17,15 +17,25 @@ func clockFrom(now *atomic.Int64) func() time.Time {
 
 func TestBackendSuite(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
-		return New(Options{Now: clockFrom(now)})
+		return newStore(t, Options{Now: clockFrom(now)})
 	})
+}
+
+// newStore returns New(opts), failing t on an error.
+func newStore(tb testing.TB, opts Options) *Store {
+	tb.Helper()
+	s, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
 
 // TestExpiry: state disappears once its TTL passes, lazily and by Sweep.
 func TestExpiry(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	s := New(Options{Shards: 4, Now: clockFrom(&now)})
+	s := newStore(t, Options{Shards: 4, Now: clockFrom(&now)})
 	for _, a := range algo.Algorithms {
 		c := algo.Check{Domain: "d", HashTag: -1, Entries: []algo.Entry{{Key: "k", Value: a.String()}},
 			Policy: algo.Policy{Algorithm: a, Limit: 2, Period: algo.Second}, Hits: 1}
@@ -45,13 +55,13 @@ func TestExpiry(t *testing.T) {
 func TestCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := New(Options{}).Apply(ctx, nil); err == nil {
+	if _, err := newStore(t, Options{}).Apply(ctx, nil); err == nil {
 		t.Fatal("Apply on a canceled context succeeded")
 	}
 }
 
 func BenchmarkApply(b *testing.B) {
-	s := New(Options{})
+	s := newStore(b, Options{})
 	c := []algo.Check{{Domain: "d", HashTag: -1, Entries: []algo.Entry{{Key: "user", Value: "alice"}, {Key: "path", Value: "/x"}},
 		Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, Hits: 1}}
 	b.ReportAllocs()

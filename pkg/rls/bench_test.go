@@ -51,9 +51,13 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
 			snap := mustSnapshot(b, benchRules)
+			store, err := memstore.New(memstore.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
 			cfg := Config{
 				Rules:   func() *rules.Snapshot { return snap },
-				Backend: memstore.New(memstore.Options{}),
+				Backend: store,
 				Headers: bc.headers,
 			}
 			if bc.metrics {

@@ -432,7 +432,11 @@ var compatBackends = []struct {
 	new  func(t *testing.T, now func() time.Time) (Backend, string)
 }{
 	{"memstore", func(t *testing.T, now func() time.Time) (Backend, string) {
-		return memstore.New(memstore.Options{Now: now}), ""
+		s, err := memstore.New(memstore.Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ""
 	}},
 	{"redis", func(t *testing.T, now func() time.Time) (Backend, string) {
 		b, err := redisalgo.New(redistest.SharedStandalone(t).Client(t), redisalgo.Options{Now: now})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,10 @@ func (s *Service) JSONHandler() http.Handler {
 			httpError(w, http.StatusMethodNotAllowed, "rls: /json takes POST with a JSON RateLimitRequest")
 			return
 		}
+		var start time.Time
+		if s.cfg.Metrics != nil {
+			start = time.Now()
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -37,7 +42,9 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		var req pb.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			httpError(w, http.StatusBadRequest, fmt.Sprintf("rls: decode RateLimitRequest: %v", err))
+			// Counted as gRPC counts a request that does not decode.
+			err = s.undecodable(start, fmt.Sprintf("rls: decode RateLimitRequest: %v", err))
+			httpError(w, http.StatusBadRequest, status.Convert(err).Message())
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)

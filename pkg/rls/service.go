@@ -10,7 +10,6 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -130,11 +129,6 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log.Named("rls")}
 	s.plans.New = func() any { return new(plan) }
 	return s, nil
-}
-
-// Register adds the service to a gRPC server.
-func (s *Service) Register(g grpc.ServiceRegistrar) {
-	pb.RegisterRateLimitServiceServer(g, s)
 }
 
 // ShouldRateLimit answers one Envoy rate-limit request.

@@ -43,9 +43,13 @@ func newTestService(t testing.TB, yaml string, mutate func(*Config)) (*Service, 
 	t.Helper()
 	snap := mustSnapshot(t, yaml)
 	clk := &clock{t: epoch}
+	store, err := memstore.New(memstore.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
 		Rules:   func() *rules.Snapshot { return snap },
-		Backend: memstore.New(memstore.Options{Now: clk.Now}),
+		Backend: store,
 	}
 	if mutate != nil {
 		mutate(&cfg)

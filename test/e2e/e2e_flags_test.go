@@ -47,6 +47,8 @@ func TestBadFlagsAndEnv(t *testing.T) {
 		{"bad headers", nil, []string{"--config-dir", dir, "--response-headers", "fancy"}, []string{"--response-headers", "fancy"}},
 		{"bad failure mode", nil, []string{"--config-dir", dir, "--redis-url", "redis://127.0.0.1:1", "--redis-failure-mode", "panic"},
 			[]string{"--redis-failure-mode"}},
+		{"negative memstore bound", nil, []string{"--config-dir", dir, "--memstore-max-keys", "-1"}, []string{"--memstore-max-keys", "-1"}},
+		{"negative memstore bound from env", []string{"ENVOY_RLS_MEMSTORE_MAX_KEYS=-5"}, []string{"--config-dir", dir}, []string{"--memstore-max-keys", "-5"}},
 		{"unknown flag", nil, []string{"--config-dir", dir, "--colour", "blue"}, []string{"flag provided but not defined: -colour"}},
 		{"missing config dir", nil, []string{"--config-dir", filepath.Join(dir, "missing")}, []string{"missing"}},
 		{"config dir from env, missing", []string{"ENVOY_RLS_CONFIG_DIR=" + filepath.Join(dir, "gone")}, nil, []string{"gone"}},
