@@ -21,6 +21,9 @@ const checkEvery = time.Second
 type Server struct {
 	certFile, keyFile, caFile string
 
+	// now is the clock that paces the file checks; tests replace it.
+	now func() time.Time
+
 	mu        sync.Mutex
 	current   *tls.Config
 	stamp     string
@@ -34,7 +37,7 @@ func NewServer(certFile, keyFile, clientCAFile string) (*Server, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("certreload: both a certificate and a key file are required")
 	}
-	s := &Server{certFile: certFile, keyFile: keyFile, caFile: clientCAFile}
+	s := &Server{certFile: certFile, keyFile: keyFile, caFile: clientCAFile, now: time.Now}
 	stamp, err := s.stampFiles()
 	if err != nil {
 		return nil, err
@@ -43,7 +46,7 @@ func NewServer(certFile, keyFile, clientCAFile string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.current, s.stamp, s.lastCheck = cfg, stamp, time.Now()
+	s.current, s.stamp, s.lastCheck = cfg, stamp, s.now()
 	return s, nil
 }
 
@@ -69,10 +72,11 @@ func (s *Server) LastError() error {
 func (s *Server) get() *tls.Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if time.Since(s.lastCheck) < checkEvery {
+	now := s.now()
+	if now.Sub(s.lastCheck) < checkEvery {
 		return s.current
 	}
-	s.lastCheck = time.Now()
+	s.lastCheck = now
 	stamp, err := s.stampFiles()
 	if err != nil || stamp == s.stamp {
 		if err != nil {

@@ -25,7 +25,7 @@ var applyScript = redis.NewScript(applyLua)
 // argsPerLimit is the number of ARGV entries apply.lua takes per limit.
 const argsPerLimit = 6
 
-// ErrBadReply is wrapped by every error parseApplyReply returns for a reply
+// ErrBadReply is wrapped by every error parseApplyInts returns for a reply
 // that is not what apply.lua returns (a different script under the SHA, or
 // a proxy in the way).
 var ErrBadReply = errors.New("malformed apply.lua reply")
@@ -56,25 +56,13 @@ const (
 	statusFailed    = 3
 )
 
-// appendApplyArgs appends apply.lua's ARGV for one request of checks to
-// args: now (Unix µs, 0 for the server's TIME), the number of checks, then
+// appendApplyInts appends apply.lua's ARGV for one request of checks to
+// dst: now (Unix µs, 0 for the server's TIME), the number of checks, then
 // per check its algorithm code, limit, period µs, burst, hits and mode (0
 // consume, 1 refund). The keys go in KEYS in the same order. Several
 // requests' arguments (and keys) concatenated make one script call that
-// applies them in order. The backend uses appendApplyInts, which boxes
-// nothing.
-func appendApplyArgs(args []any, now int64, checks []algo.Check) []any {
-	ints := appendApplyInts(nil, now, checks)
-	args = slices.Grow(args, len(ints))
-	for _, v := range ints {
-		args = append(args, v)
-	}
-	return args
-}
-
-// appendApplyInts appends the numbers appendApplyArgs describes to dst.
-// Every ARGV entry is an integer, so the backend can pass them to go-redis
-// as *int64 without boxing each one.
+// applies them in order. Every ARGV entry is an integer, so the backend can
+// pass them to go-redis as *int64 without boxing each one.
 func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 	dst = slices.Grow(dst, 2+argsPerLimit*len(checks))
 	dst = append(dst, now, int64(len(checks)))
@@ -89,33 +77,7 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 	return dst
 }
 
-// parseApplyReply decodes apply.lua's reply to a one-request call, as
-// go-redis returns it for a generic command, into out, which must have one
-// element per limit of the request, and returns the time the script
-// evaluated at and whether every limit that is not a refund allowed. An
-// error names the element that is wrong and wraps ErrBadReply, or is
-// ErrWrongType or ErrScriptFailed; out is then partly written and must not
-// be used.
-func parseApplyReply(reply any, out []algo.Decision) (now int64, allowed bool, err error) {
-	vals, ok := reply.([]any)
-	if !ok {
-		return 0, false, fmt.Errorf("redisalgo: %w: got %T, want an array", ErrBadReply, reply)
-	}
-	if err := checkReplyLen(len(vals), len(out)); err != nil {
-		return 0, false, err
-	}
-	ints := make([]int64, len(vals))
-	for i, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			return 0, false, fmt.Errorf("redisalgo: %w: element %d (%s) is %T %v, want an integer", ErrBadReply, i, replyElement(i), v, v)
-		}
-		ints[i] = n
-	}
-	return parseApplyInts(ints, out)
-}
-
-// parseApplyInts is parseApplyReply for one request's part of a reply read
+// parseApplyInts decodes one request's part of apply.lua's reply, read
 // as integers (the backend reads it with an IntSliceCmd, which boxes
 // nothing). Error texts are built only on failure: this runs once per
 // request.
