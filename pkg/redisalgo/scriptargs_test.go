@@ -44,4 +44,3 @@ func parseApplyReply(reply any, out []algo.Decision) (now int64, allowed bool, e
 	}
 	return parseApplyInts(ints, out)
 }
-
