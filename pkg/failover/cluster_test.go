@@ -232,15 +232,26 @@ func countTrue(v []bool) (n int) {
 }
 
 // victimKeys reports, per check, whether master serves its key's slot,
-// from one CLUSTER SLOTS and one pipeline of CLUSTER KEYSLOT.
+// from one CLUSTER SHARDS and one pipeline of CLUSTER KEYSLOT.
 func victimKeys(t *testing.T, cl *redistest.ClusterSet, master string, checks []algo.Check) []bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := cl.Nodes[0].Client(t)
-	ranges, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
+	}
+	var ranges []redis.SlotRange
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && fmt.Sprintf("%s:%d", n.IP, n.Port) == master {
+				ranges = append(ranges, sh.Slots...)
+			}
+		}
+	}
+	if len(ranges) == 0 {
+		t.Fatalf("CLUSTER SHARDS names no slots for master %s: %+v", master, shards)
 	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.IntCmd, len(checks))
@@ -252,12 +263,8 @@ func victimKeys(t *testing.T, cl *redistest.ClusterSet, master string, checks []
 	}
 	out := make([]bool, len(checks))
 	for i, cmd := range cmds {
-		slot := int(cmd.Val())
-		for _, r := range ranges {
-			if slot >= int(r.Start) && slot <= int(r.End) {
-				out[i] = r.Nodes[0].Addr == master
-			}
-		}
+		slot := cmd.Val()
+		out[i] = slices.ContainsFunc(ranges, func(r redis.SlotRange) bool { return slot >= r.Start && slot <= r.End })
 	}
 	return out
 }
