@@ -188,8 +188,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
-	// Now is the clock for the deny mode's Retry-After; nil means time.Now.
-	// The breaker itself runs on the wall clock.
+	// Now is the clock for the deny mode's Retry-After and for telling idle
+	// shards (see shard.go); nil means time.Now. The breakers themselves
+	// run on the wall clock.
 	Now func() time.Time
 }
 
