@@ -53,7 +53,7 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	// pipelining, every request queued behind a slow reply fails at once,
 	// so a consecutive count alone would open it (and refuse traffic for a
 	// cool-down) on a hiccup that cost a few milliseconds.
-	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", defaultBreakerFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis)")
+	fs.IntVar(&r.breaker.failures, "redis-breaker-failures", defaultBreakerFailures, "consecutive failed Redis calls that open the circuit breaker (then requests get the failure mode at once, without waiting for Redis); on Redis Cluster each master has a breaker of its own")
 	fs.Float64Var(&r.breaker.ratio, "redis-breaker-failure-ratio", defaultBreakerRatio, "also open the breaker when this share (0..1) of at least 20 Redis calls in 10s failed; 0 turns it off")
 	fs.DurationVar(&r.breaker.cooldown, "redis-breaker-cooldown", failover.DefaultCooldown, "how long the open breaker waits before probing Redis again")
 	fs.IntVar(&r.breaker.probes, "redis-breaker-probes", failover.DefaultProbes, "calls the half-open breaker sends to Redis; that many successes close it")
@@ -145,6 +145,11 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 			Cooldown:     cfg.redis.breaker.cooldown,
 			Probes:       cfg.redis.breaker.probes,
 		},
+		// One breaker per Redis Cluster master (one in all for standalone
+		// and Sentinel): a dead master's keys get the failure mode, the
+		// others' keep being decided by Redis.
+		Shard:      b.Shard,
+		ShardName:  b.ShardName,
 		Logger:     log,
 		Registerer: reg,
 	}

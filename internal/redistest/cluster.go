@@ -61,6 +61,12 @@ func StartCluster() (*ClusterSet, error) {
 					// master was gone, and stay where they were put.
 					"--cluster-replica-validity-factor", "0",
 					"--cluster-allow-replica-migration", "no",
+					// Healthy masters keep serving their slots while a
+					// failed master's are uncovered (until its replica
+					// is promoted), as envoy-rls's README asks of
+					// production clusters; by default Redis answers
+					// CLUSTERDOWN for every key then.
+					"--cluster-require-full-coverage", "no",
 					"--repl-diskless-sync-delay", "0",
 				), nil
 			}, 2)

@@ -7,6 +7,10 @@
 // denied, or the decision of a local fallback store with each limit divided
 // among the replicas.
 //
+// The breaker is kept per shard when the primary has shards (the masters of
+// a Redis Cluster; Options.Shard), so that one failed shard answers its own
+// keys' requests with the Mode and leaves every other shard's alone.
+//
 // The circuit breaker is github.com/sony/gobreaker/v2. failover must not
 // import any backend (pkg/memstore, pkg/redisalgo), pkg/rls or anything that
 // knows about gRPC: the primary and the fallback are passed in as Limiters.
@@ -18,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -165,15 +170,27 @@ type Options struct {
 	// context the primary sees, unless the caller's is earlier); 0 means the
 	// caller's context alone.
 	Timeout time.Duration
-	// Breaker configures the circuit breaker.
+	// Breaker configures the circuit breaker of each shard.
 	Breaker BreakerOptions
+	// Shard, when set, names the shard that serves a check: a number in
+	// 0..MaxShards-1 that the primary chooses (pkg/redisalgo numbers a
+	// cluster's masters). Each shard has a breaker of its own; a request
+	// goes to the primary only when the breakers of all its checks' shards
+	// let it, and a primary error that names the shards that failed (a
+	// FailedShards() []int method anywhere in its chain) counts against
+	// those alone. It must be cheap and safe for concurrent use. Nil puts
+	// every check in shard 0: one breaker for the whole primary.
+	Shard func(algo.Check) int
+	// ShardName, when set, names a shard in the logs (a node's address).
+	ShardName func(int) string
 	// Logger receives breaker transitions (Warn when it opens, Info when it
 	// closes) and, at Debug, every failed call; nil means none.
 	Logger *zap.Logger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
-	// Now is the clock for the deny mode's Retry-After; nil means time.Now.
-	// The breaker itself runs on the wall clock.
+	// Now is the clock for the deny mode's Retry-After and for telling idle
+	// shards (see shard.go); nil means time.Now. The breakers themselves
+	// run on the wall clock.
 	Now func() time.Time
 }
 
@@ -217,9 +234,9 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Backend is a Limiter that calls its primary through a circuit breaker and
-// answers with its Mode when the primary fails or the breaker is open. It is
-// safe for concurrent use and starts no goroutines.
+// Backend is a Limiter that calls its primary through circuit breakers (one
+// per shard) and answers with its Mode when the primary fails or a breaker
+// is open. It is safe for concurrent use and starts no goroutines.
 type Backend struct {
 	primary  Limiter
 	local    Limiter
@@ -229,15 +246,21 @@ type Backend struct {
 	cooldown time.Duration
 	now      func() time.Time
 	log      *zap.Logger
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 
-	// openedAt is when the breaker last opened (Unix µs), 0 while closed.
-	openedAt atomic.Int64
-	// lastErr is the last error that counted as a primary failure.
+	// shardOf is Options.Shard; nil for one shard.
+	shardOf   func(algo.Check) int
+	shardName func(int) string
+	// settings is every shard breaker's configuration but OnStateChange.
+	settings gobreaker.Settings
+	shards   shardSet
+
+	// lastErr is the last error that counted as a primary failure, in any
+	// shard.
 	lastErr atomic.Pointer[error]
 
-	errors   *prometheus.CounterVec
-	failures *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	transitions *prometheus.CounterVec
 }
 
 // New returns a Backend around primary. It panics when opts.Validate fails:
@@ -251,14 +274,16 @@ func New(primary Limiter, opts Options) *Backend {
 		panic(err)
 	}
 	b := &Backend{
-		primary:  primary,
-		local:    opts.Local,
-		mode:     opts.Mode,
-		replicas: int64(max(opts.ExpectedReplicas, 1)),
-		timeout:  opts.Timeout,
-		cooldown: cmp.Or(opts.Breaker.Cooldown, DefaultCooldown),
-		now:      opts.Now,
-		log:      opts.Logger,
+		primary:   primary,
+		local:     opts.Local,
+		mode:      opts.Mode,
+		replicas:  int64(max(opts.ExpectedReplicas, 1)),
+		timeout:   opts.Timeout,
+		cooldown:  cmp.Or(opts.Breaker.Cooldown, DefaultCooldown),
+		now:       opts.Now,
+		log:       opts.Logger,
+		shardOf:   opts.Shard,
+		shardName: opts.ShardName,
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -272,7 +297,7 @@ func New(primary Limiter, opts Options) *Backend {
 	failures := uint32(cmp.Or(br.Failures, DefaultFailures))
 	ratio := br.FailureRatio
 	minReq := uint32(cmp.Or(br.MinRequests, DefaultMinRequests))
-	st := gobreaker.Settings{
+	b.settings = gobreaker.Settings{
 		Name:        "backend",
 		MaxRequests: uint32(cmp.Or(br.Probes, DefaultProbes)),
 		Timeout:     b.cooldown,
@@ -282,16 +307,15 @@ func New(primary Limiter, opts Options) *Backend {
 			}
 			return ratio > 0 && c.Requests >= minReq && float64(c.TotalFailures) >= ratio*float64(c.Requests)
 		},
-		IsExcluded:    func(err error) bool { return errors.Is(err, errCallerGone) },
-		OnStateChange: b.onStateChange,
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallerGone) || errors.Is(err, errNotThisShard) },
 	}
 	if ratio > 0 {
 		// A rolling window of ten buckets, so the ratio forgets old calls
 		// gradually instead of all at once.
-		st.Interval = cmp.Or(br.Window, DefaultWindow)
-		st.BucketPeriod = max(st.Interval/10, time.Millisecond)
+		b.settings.Interval = cmp.Or(br.Window, DefaultWindow)
+		b.settings.BucketPeriod = max(b.settings.Interval/10, time.Millisecond)
 	}
-	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
+	b.shards.newShard = b.newShard
 
 	b.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "envoy_rls_backend_errors_total",
@@ -301,33 +325,71 @@ func New(primary Limiter, opts Options) *Backend {
 		Name: "envoy_rls_backend_failure_mode_total",
 		Help: "Requests answered by the failure mode (error, allow, deny or local) because the backend failed or its circuit breaker was open.",
 	}, []string{"mode"})
+	b.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_rls_backend_breaker_transitions_total",
+		Help: "Circuit breaker state changes of any backend shard, by the state entered (closed, half_open or open).",
+	}, []string{"state"})
 	for _, k := range errorKinds {
 		b.errors.WithLabelValues(k)
 	}
 	b.failures.WithLabelValues(b.mode.String())
-	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(b.errors, b.failures, stateCollector{b: b, desc: prometheus.NewDesc(
-			"envoy_rls_backend_breaker_state",
-			"Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others.",
-			[]string{"state"}, nil)})
+	for s := range State(len(stateNames)) {
+		b.transitions.WithLabelValues(s.String())
 	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(b.errors, b.failures, b.transitions, stateCollector{b: b,
+			state: prometheus.NewDesc("envoy_rls_backend_breaker_state",
+				"Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others. With a breaker per shard (Redis Cluster masters) it is the most severe state of any shard: open, else half_open, else closed.",
+				[]string{"state"}, nil),
+			shards: prometheus.NewDesc("envoy_rls_backend_breaker_shards",
+				"Backend shards (Redis Cluster masters; 1 for standalone Redis or Sentinel) whose circuit breaker is in each state.",
+				[]string{"state"}, nil),
+		})
+	}
+	// Shard 0 always exists, so that the metrics describe a backend that
+	// has had no request yet.
+	b.shards.get(0).use(b.now().UnixMicro())
 	return b
 }
 
-// onStateChange runs under the breaker's lock: it must not call the breaker.
-func (b *Backend) onStateChange(_ string, from, to gobreaker.State) {
+// newShard returns shard id's breaker; shardSet calls it once per id.
+func (b *Backend) newShard(id int) *shard {
+	sh := &shard{id: id}
+	st := b.settings
+	st.OnStateChange = func(_ string, from, to gobreaker.State) { b.onStateChange(sh, from, to) }
+	sh.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
+	return sh
+}
+
+// onStateChange runs under the shard breaker's lock: it must not call that
+// breaker.
+func (b *Backend) onStateChange(sh *shard, from, to gobreaker.State) {
+	b.transitions.WithLabelValues(convState(to).String()).Inc()
+	log := b.log
+	if b.shardOf != nil {
+		log = log.With(zap.String("shard", b.nameOf(sh.id)))
+	}
 	switch to {
 	case gobreaker.StateOpen:
-		b.openedAt.Store(b.now().UnixMicro())
-		b.log.Warn("backend circuit breaker opened; answering with the failure mode",
+		sh.openedAt.Store(b.now().UnixMicro())
+		log.Warn("backend circuit breaker opened; answering with the failure mode",
 			zap.String("mode", b.mode.String()), zap.Duration("cooldown", b.cooldown),
-			zap.String("from", convState(from).String()), zap.Error(b.lastError()))
+			zap.String("from", convState(from).String()), zap.Error(sh.lastError()))
 	case gobreaker.StateHalfOpen:
-		b.log.Info("backend circuit breaker half-open; probing the backend")
+		log.Info("backend circuit breaker half-open; probing the backend")
 	case gobreaker.StateClosed:
-		b.openedAt.Store(0)
-		b.log.Info("backend circuit breaker closed; backend recovered")
+		sh.openedAt.Store(0)
+		log.Info("backend circuit breaker closed; backend recovered")
 	}
+}
+
+func (b *Backend) nameOf(id int) string {
+	if b.shardName != nil {
+		if n := b.shardName(id); n != "" {
+			return n
+		}
+	}
+	return strconv.Itoa(id)
 }
 
 func (b *Backend) lastError() error {
@@ -347,18 +409,39 @@ func convState(s gobreaker.State) State {
 	return StateClosed
 }
 
-// State returns the breaker's current state.
-func (b *Backend) State() State { return convState(b.cb.State()) }
+// State returns the breaker's current state; with several shards, the most
+// severe state of any shard in use: open, else half-open, else closed.
+func (b *Backend) State() State {
+	worst := StateClosed
+	for _, sh := range b.active() {
+		if s := sh.state(); s == StateOpen {
+			return StateOpen
+		} else if s == StateHalfOpen {
+			worst = StateHalfOpen
+		}
+	}
+	return worst
+}
+
+// ShardState returns the state of shard id's breaker; a shard that has
+// seen no request is closed.
+func (b *Backend) ShardState(id int) State {
+	if sh := b.shards.lookup(id); sh != nil {
+		return sh.state()
+	}
+	return StateClosed
+}
 
 // Mode returns the failure mode.
 func (b *Backend) Mode() Mode { return b.mode }
 
-// Apply implements Limiter. While the breaker is closed (or this call is a
-// half-open probe) it calls the primary with a deadline of Timeout; when the
-// primary fails, or the breaker is open, it answers with the Mode. When the
-// caller's own context ends first it returns an error whatever the mode: a
-// cancelled caller does not count against the primary, an expired caller
-// deadline does (the primary was too slow for it).
+// Apply implements Limiter. When the breakers of every shard the checks
+// map to are closed (or this call is a half-open probe of theirs), it calls
+// the primary with a deadline of Timeout; when the primary fails, or one of
+// those breakers is open, it answers the whole request with the Mode. When
+// the caller's own context ends first it returns an error whatever the
+// mode: a cancelled caller does not count against the primary, an expired
+// caller deadline does (the primary was too slow for it).
 func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
 		// Nothing to ask the primary; a no-op success must not close a
@@ -368,11 +451,27 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	done, err := b.cb.Allow()
+	var shardBuf [4]*shard
+	shards, err := b.shardsOf(checks, shardBuf[:0])
 	if err != nil {
-		// Open, or every half-open probe is already in flight.
-		b.errors.WithLabelValues(kindOpen).Inc()
-		return b.fail(ctx, checks, fmt.Errorf("%w (last error: %v)", ErrOpen, b.lastError()))
+		return nil, err
+	}
+	var doneBuf [4]func(error)
+	dones := doneBuf[:0]
+	now := b.now().UnixMicro()
+	for _, sh := range shards {
+		sh.use(now)
+		done, err := sh.cb.Allow()
+		if err != nil {
+			// Open, or every half-open probe is already in flight. The
+			// shards already let through learn nothing from this request.
+			for _, d := range dones {
+				d(errNotThisShard)
+			}
+			b.errors.WithLabelValues(kindOpen).Inc()
+			return b.fail(ctx, checks, sh, b.openError(sh))
+		}
+		dones = append(dones, done)
 	}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
 	if b.timeout > 0 {
@@ -381,22 +480,35 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	out, err := b.primary.Apply(pctx, checks)
 	cancel()
 	if err == nil {
-		done(nil)
+		for _, d := range dones {
+			d(nil)
+		}
 		return out, nil
 	}
 	cerr := ctx.Err()
 	if errors.Is(cerr, context.Canceled) {
 		// The caller went away; that says nothing about the primary.
-		done(errCallerGone)
+		for _, d := range dones {
+			d(errCallerGone)
+		}
 		b.errors.WithLabelValues(kindCanceled).Inc()
 		return nil, fmt.Errorf("failover: %w", err)
 	}
 	// A caller deadline that expired first does count: Envoy's deadline is
 	// often shorter than Timeout (its rate-limit filter waits 20 ms by
 	// default), and a hung primary must still open the breaker then.
-	// Store before done: done may open the breaker, which logs lastErr.
+	blamed := b.blame(err, shards)
 	b.lastErr.Store(&err)
-	done(err)
+	for i, sh := range shards {
+		if blamed[i] {
+			// Store before done: done may open the breaker, which logs
+			// lastErr.
+			sh.lastErr.Store(&err)
+			dones[i](err)
+		} else {
+			dones[i](errNotThisShard)
+		}
+	}
 	kind := classify(err)
 	b.errors.WithLabelValues(kind).Inc()
 	if ce := b.log.Check(zap.DebugLevel, "backend call failed"); ce != nil {
@@ -406,18 +518,26 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 		// The caller gets no answer whatever the mode; it stopped waiting.
 		return nil, fmt.Errorf("failover: %w", err)
 	}
-	return b.fail(ctx, checks, err)
+	return b.fail(ctx, checks, shards[0], err)
+}
+
+// openError is what a request touching sh gets while sh's breaker is open.
+func (b *Backend) openError(sh *shard) error {
+	if b.shardOf == nil {
+		return fmt.Errorf("%w (last error: %v)", ErrOpen, sh.lastError())
+	}
+	return fmt.Errorf("%w (shard %s; last error: %v)", ErrOpen, b.nameOf(sh.id), sh.lastError())
 }
 
 // fail answers checks with the failure mode; cause is why the primary did
-// not decide.
-func (b *Backend) fail(ctx context.Context, checks []algo.Check, cause error) ([]algo.Decision, error) {
+// not decide and sh the shard whose breaker is open or that failed.
+func (b *Backend) fail(ctx context.Context, checks []algo.Check, sh *shard, cause error) ([]algo.Decision, error) {
 	b.failures.WithLabelValues(b.mode.String()).Inc()
 	switch b.mode {
 	case ModeAllow:
 		return allowAll(checks), nil
 	case ModeDeny:
-		return denyAll(checks, b.retryAfter()), nil
+		return denyAll(checks, b.retryAfter(sh)), nil
 	case ModeLocal:
 		out, err := b.local.Apply(ctx, divide(checks, b.replicas))
 		if err != nil {
@@ -458,12 +578,12 @@ func denyAll(checks []algo.Check, retryAfter int64) []algo.Decision {
 	return out
 }
 
-// retryAfter is the deny mode's Retry-After in µs: the rest of the breaker's
-// cool-down, when a probe may find the primary back, or a whole cool-down
-// when the breaker is not open (yet) or the cool-down has passed.
-func (b *Backend) retryAfter() int64 {
+// retryAfter is the deny mode's Retry-After in µs: the rest of sh's
+// cool-down, when a probe may find the shard back, or a whole cool-down
+// when its breaker is not open (yet) or the cool-down has passed.
+func (b *Backend) retryAfter(sh *shard) int64 {
 	cd := b.cooldown.Microseconds()
-	if opened := b.openedAt.Load(); opened != 0 {
+	if opened := sh.openedAt.Load(); opened != 0 {
 		if rest := opened + cd - b.now().UnixMicro(); rest > 0 && rest <= cd {
 			return rest
 		}
@@ -502,13 +622,15 @@ func share(v, n int64) int64 {
 }
 
 // Ping reports whether the primary is usable, for readiness probes: ErrOpen
-// (with the last error) while the breaker is open, without calling the
-// primary; otherwise the primary's own Ping under Timeout, or nil when the
-// primary has none. Ping does not affect the breaker. It reports the
-// primary's health whatever the Mode; whether that makes the service
-// unready is the caller's decision.
+// (with the last error) while the breaker of every shard is open, without
+// calling the primary; otherwise the primary's own Ping under Timeout, or
+// nil when the primary has none. One open shard among closed ones does not
+// make Ping fail by itself: the other shards' keys are still decided. Ping
+// does not affect the breakers. It reports the primary's health whatever
+// the Mode; whether that makes the service unready is the caller's
+// decision.
 func (b *Backend) Ping(ctx context.Context) error {
-	if b.State() == StateOpen {
+	if b.allOpen() {
 		return fmt.Errorf("%w (last error: %v)", ErrOpen, b.lastError())
 	}
 	p, ok := b.primary.(pinger)
@@ -526,22 +648,47 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return nil
 }
 
-// stateCollector exports the breaker state, read at scrape time so that
-// an open breaker whose cool-down has passed shows as half-open.
-type stateCollector struct {
-	b    *Backend
-	desc *prometheus.Desc
+// allOpen reports whether the breaker of every shard in use is open.
+func (b *Backend) allOpen() bool {
+	shards := b.active()
+	for _, sh := range shards {
+		if sh.state() != StateOpen {
+			return false
+		}
+	}
+	return len(shards) > 0
 }
 
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+// stateCollector exports the breaker states, read at scrape time so that
+// an open breaker whose cool-down has passed shows as half-open.
+type stateCollector struct {
+	b             *Backend
+	state, shards *prometheus.Desc
+}
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.shards
+}
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	cur := c.b.State()
+	var count [len(stateNames)]int
+	for _, sh := range c.b.active() {
+		count[sh.state()]++
+	}
+	worst := StateClosed
+	switch {
+	case count[StateOpen] > 0:
+		worst = StateOpen
+	case count[StateHalfOpen] > 0:
+		worst = StateHalfOpen
+	}
 	for s := range State(len(stateNames)) {
 		v := 0.0
-		if s == cur {
+		if s == worst {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, s.String())
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, s.String())
+		ch <- prometheus.MustNewConstMetric(c.shards, prometheus.GaugeValue, float64(count[s]), s.String())
 	}
 }

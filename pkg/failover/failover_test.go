@@ -489,7 +489,7 @@ func TestStateMetric(t *testing.T) {
 	b, reg := newTest(t, f, Options{Breaker: BreakerOptions{Failures: 1, Cooldown: time.Hour}})
 	_, _ = b.Apply(context.Background(), []algo.Check{chk(5, 0, 1, false)})
 	want := `
-# HELP envoy_rls_backend_breaker_state Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others.
+# HELP envoy_rls_backend_breaker_state Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others. With a breaker per shard (Redis Cluster masters) it is the most severe state of any shard: open, else half_open, else closed.
 # TYPE envoy_rls_backend_breaker_state gauge
 envoy_rls_backend_breaker_state{state="closed"} 0
 envoy_rls_backend_breaker_state{state="half_open"} 0

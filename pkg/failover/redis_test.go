@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -268,4 +269,119 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 	}
 	srv.Close()
 	goleak.VerifyNone(t, ignore)
+}
+
+// errorsByKind reads envoy_rls_backend_errors_total from reg.
+func errorsByKind(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "envoy_rls_backend_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestDeadRedisFailsFast: with the client built as the service builds it
+// (redisalgo.ParseURL, then SetTimeouts), a Redis that refuses connections
+// fails each call at once with a connection error, so the breaker opens
+// after exactly Failures refusals and no call waits for its deadline.
+// Without the fail-fast client settings go-redis dials 5 times 100 ms
+// apart and retries each command with a backoff, so the first calls run
+// into the deadline and the breaker counts timeouts instead.
+func TestDeadRedisFailsFast(t *testing.T) {
+	const (
+		failures = 5
+		calls    = 40
+		// bound is the client timeout and the failover timeout: far above
+		// what a refused dial costs (microseconds, even on a loaded
+		// machine), below what go-redis's dial and command retries cost
+		// (at least 400 ms per connection attempt).
+		bound = time.Second
+	)
+	cases := []struct {
+		name string
+		// up starts Redis and returns its URL and a func that kills it.
+		up func(t *testing.T) (url string, kill func())
+	}{
+		{"standalone", func(t *testing.T) (string, func()) {
+			srv := redistest.Standalone(t)
+			return "redis://" + srv.Addr, func() { srv.Kill(t) }
+		}},
+		{"cluster", func(t *testing.T) (string, func()) {
+			c := redistest.Cluster(t)
+			return "redis+cluster://" + strings.Join(c.Addrs, ","), func() {
+				for _, n := range c.Nodes {
+					n.Kill(t)
+				}
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, kill := tc.up(t)
+			opts, err := redisalgo.ParseURL(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.SetTimeouts(bound)
+			client, err := redisalgo.NewClient(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = client.Close() })
+			primary, err := redisalgo.New(client, redisalgo.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(primary.Close)
+			reg := prometheus.NewRegistry()
+			fb := failover.New(primary, failover.Options{
+				Timeout:    bound,
+				Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: time.Hour},
+				Registerer: reg,
+			})
+			// One key, so that on the cluster every call goes to one master.
+			check := []algo.Check{{Domain: t.Name(), Entries: []algo.Entry{{Key: "user", Value: "dead"}}, HashTag: -1,
+				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour}, Hits: 1}}
+			if _, err := fb.Apply(context.Background(), check); err != nil {
+				t.Fatalf("with Redis up: %v", err)
+			}
+
+			kill()
+			var slowest time.Duration
+			for i := range calls {
+				start := time.Now()
+				d, err := fb.Apply(context.Background(), check)
+				slowest = max(slowest, time.Since(start))
+				if err == nil {
+					t.Fatalf("call %d with Redis dead: %+v, want an error", i, d)
+				}
+			}
+			// Measured, not asserted: timing depends on the machine.
+			t.Logf("slowest of %d calls to a dead Redis: %v", calls, slowest)
+			got := errorsByKind(t, reg)
+			want := map[string]float64{"connection": failures, "circuit_open": calls - failures}
+			for kind, n := range got {
+				if n != want[kind] {
+					t.Errorf("envoy_rls_backend_errors_total{kind=%q} = %v, want %v (all: %v)", kind, n, want[kind], got)
+				}
+			}
+			if s := fb.State(); s != failover.StateOpen {
+				t.Errorf("breaker %v after %d refused calls, want open", s, failures)
+			}
+		})
+	}
 }

@@ -3,7 +3,9 @@
 // request's checks with one Lua script per hash-slot group, all groups in one
 // pipeline (backend.go), sharing pipelines between concurrent requests
 // (batch.go) and merging their script calls (merge.go). The script (lua/apply.lua) and its Go argument and reply codec
-// (script.go) mirror the pure cores of pkg/algo.
+// (script.go) mirror the pure cores of pkg/algo. On Redis Cluster it numbers
+// the masters as shards, so that a caller can keep a circuit breaker per
+// master, and batches per master (shard.go).
 //
 // It must not import pkg/rules, pkg/memstore, pkg/rls or anything that knows
 // about gRPC; it depends on pkg/algo and go-redis only.
@@ -61,8 +63,11 @@ type Backend struct {
 	now     func() time.Time
 	log     *zap.Logger
 	// batch shares pipelines between concurrent requests; nil sends each
-	// request's commands alone (Options.NoBatch).
+	// request's commands alone (Options.NoBatch), and on a cluster, where
+	// each master has its own batcher (nodes).
 	batch *batcher
+	// nodes numbers a cluster's masters (shard.go); nil unless cluster.
+	nodes *nodes
 	// roundTrips observes each pipeline's duration; nil for none.
 	roundTrips prometheus.Observer
 	bufs       sync.Pool
@@ -108,8 +113,15 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		}
 		sizes, b.roundTrips = h, rt
 	}
+	var newBatch func() *batcher
 	if !opts.NoBatch {
-		b.batch = newBatcher(b.send, opts.MaxBatch, sizes)
+		newBatch = func() *batcher { return newBatcher(b.send, opts.MaxBatch, sizes) }
+	}
+	switch {
+	case b.cluster != nil:
+		b.nodes = newNodes(b.cluster, newBatch)
+	case newBatch != nil:
+		b.batch = newBatch()
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
 	if !opts.LazyLoad {
@@ -144,6 +156,9 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redisalgo: load script: %w", err)
 	}
+	if b.nodes != nil {
+		b.nodes.mapped.Store(true)
+	}
 	return nil
 }
 
@@ -152,6 +167,9 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 func (b *Backend) Close() {
 	if b.batch != nil {
 		b.batch.close()
+	}
+	if b.nodes != nil {
+		b.nodes.close()
 	}
 }
 
@@ -180,6 +198,8 @@ type call struct {
 	out    []algo.Decision
 	// now is the time to evaluate at, 0 for the server's TIME.
 	now int64
+	// node is the cluster master the call goes to; nil unless cluster.
+	node *node
 
 	cmd *redis.IntSliceCmd
 	// Results: the time the script evaluated at, whether it admitted every
@@ -202,7 +222,12 @@ type scratch struct {
 	out    []algo.Decision
 	calls  []call
 	cmds   []redis.Cmder
-	args   []any
+	// cmdNodes[i] is the node of cmds[i] (cluster only); runs and jobs
+	// carry them per node through the batchers (roundTripNodes).
+	cmdNodes []*node
+	runs     []nodeRun
+	jobs     []*job
+	args     []any
 	// ints and strs hold the commands' numbers and keys; the arguments
 	// point into them (*int64, *string), which go-redis writes without
 	// boxing each value into an interface.
@@ -228,6 +253,8 @@ func (s *scratch) reset(n int) {
 	s.calls = s.calls[:0]
 	clear(s.cmds)
 	s.cmds = s.cmds[:0]
+	clear(s.cmdNodes)
+	s.cmdNodes = s.cmdNodes[:0]
 	clear(s.args)
 	s.args = s.args[:0]
 	s.ints = s.ints[:0]
@@ -278,6 +305,11 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 		now = b.now().UnixMicro()
 	}
 	b.group(s, checks, now)
+	if b.nodes != nil {
+		for i := range s.calls {
+			s.calls[i].node = b.nodes.forKey(s.calls[i].keys[0])
+		}
+	}
 	b.eval(ctx, s, s.calls)
 
 	allowed := true
@@ -301,13 +333,17 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 		// failed a group; the client's own timeouts still bound it.
 		b.refund(context.WithoutCancel(ctx), s)
 	}
-	if failed != nil {
-		if b.cluster != nil {
+	if b.nodes != nil {
+		shards := b.noteResults(s.calls)
+		if failed != nil {
 			// A dead or demoted master keeps failing until the slot map is
 			// refreshed; ask for that now instead of at the next periodic
 			// reload.
-			b.cluster.ReloadState(ctx)
+			b.nodes.reload()
+			return nil, &ShardError{Shards: shards, Err: failed}
 		}
+	}
+	if failed != nil {
 		return nil, failed
 	}
 	out := make([]algo.Decision, len(checks))
@@ -363,11 +399,12 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 // which runs them and caches the script on that node in one round trip,
 // whichever node the slot lives on now.
 func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
-	s.cmds = s.cmds[:0]
+	s.cmds, s.cmdNodes = s.cmds[:0], s.cmdNodes[:0]
 	for i := range calls {
 		c := &calls[i]
 		c.cmd = b.command(ctx, s, argEvalSHA, argSHA, c)
 		s.cmds = append(s.cmds, c.cmd)
+		s.cmdNodes = append(s.cmdNodes, c.node)
 	}
 	if err := b.roundTrip(ctx, s); err != nil {
 		for i := range calls {
@@ -376,12 +413,13 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		return
 	}
 
-	s.cmds = s.cmds[:0]
+	s.cmds, s.cmdNodes = s.cmds[:0], s.cmdNodes[:0]
 	for i := range calls {
 		c := &calls[i]
 		if isNoScript(c.cmd.Err()) {
 			c.cmd = b.command(ctx, s, argEval, argScript, c)
 			s.cmds = append(s.cmds, c.cmd)
+			s.cmdNodes = append(s.cmdNodes, c.node)
 		}
 	}
 	if len(s.cmds) > 0 {
@@ -415,6 +453,9 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 // caller's ctx ended before they arrived (s is then lost when the commands
 // may still be in flight) or the backend is closed.
 func (b *Backend) roundTrip(ctx context.Context, s *scratch) error {
+	if b.nodes != nil && b.nodes.newBatch != nil {
+		return b.roundTripNodes(ctx, s)
+	}
 	if b.batch == nil {
 		b.send(ctx, s.cmds)
 		return nil
@@ -483,7 +524,7 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 		if !c.allowed || c.err != nil {
 			continue
 		}
-		r := call{now: c.evalNow}
+		r := call{now: c.evalNow, node: c.node}
 		var idx []int
 		for j, ch := range c.checks {
 			if ch.Refund || ch.Hits <= 0 {

@@ -58,22 +58,44 @@ type gate struct{ entered, open chan struct{} }
 
 func newGates(b *Backend) *gates {
 	g := &gates{}
-	send := b.batch.send
-	b.batch.send = func(ctx context.Context, cmds []redis.Cmder) {
-		g.mu.Lock()
-		var next *gate
-		if len(g.armed) > 0 {
-			next = &g.armed[0]
-			g.armed = g.armed[1:]
+	wrap := func(bt *batcher) {
+		send := bt.send
+		bt.send = func(ctx context.Context, cmds []redis.Cmder) {
+			g.mu.Lock()
+			var next *gate
+			if len(g.armed) > 0 {
+				next = &g.armed[0]
+				g.armed = g.armed[1:]
+			}
+			g.mu.Unlock()
+			if next != nil {
+				close(next.entered)
+				<-next.open
+			}
+			send(ctx, cmds)
 		}
-		g.mu.Unlock()
-		if next != nil {
-			close(next.entered)
-			<-next.open
-		}
-		send(ctx, cmds)
+	}
+	if b.nodes == nil {
+		wrap(b.batch)
+		return g
+	}
+	// A cluster: every master's batcher, including those made later.
+	wrap(b.nodes.unknown.batch)
+	mk := b.nodes.newBatch
+	b.nodes.newBatch = func() *batcher {
+		bt := mk()
+		wrap(bt)
+		return bt
 	}
 	return g
+}
+
+// pending returns the commands queued in b's batchers.
+func pending(b *Backend) int {
+	if b.nodes != nil {
+		return b.nodes.pending()
+	}
+	return b.batch.pending()
 }
 
 // hold arms a gate for the next pipeline; entered is closed when that
@@ -506,8 +528,9 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	}
 }
 
-// TestBatchMergesPerSlot: on a cluster, queued requests merge per hash
-// slot; requests of different slots still travel in one pipeline.
+// TestBatchMergesPerSlot: on a cluster, queued requests for one master
+// merge per hash slot; requests of different slots on that master still
+// travel in one pipeline.
 func TestBatchMergesPerSlot(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
@@ -516,12 +539,19 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.FixedWindow, 2)
-	// Four users, three requests each; slots counts the distinct slots of
-	// their keys, one merged call each.
-	users := []string{"a", "b", "c", "d"}
+	firstCheck := backendtest.UserCheck(dom, "first", pol, 1)
+	master := cl.MasterForSlot(t, keySlot(AppendKey(nil, firstCheck)))
+	// Four users on the master of "first", three requests each; slots
+	// counts the distinct slots of their keys, one merged call each.
+	var users []string
 	slots := map[int]bool{}
-	for _, u := range users {
-		slots[keySlot(AppendKey(nil, backendtest.UserCheck(dom, u, pol, 1)))] = true
+	for i := 0; len(users) < 4; i++ {
+		u := fmt.Sprint("u", i)
+		slot := keySlot(AppendKey(nil, backendtest.UserCheck(dom, u, pol, 1)))
+		if cl.MasterForSlot(t, slot).Addr == master.Addr {
+			users = append(users, u)
+			slots[slot] = true
+		}
 	}
 	evalsha := func() (n int64) {
 		for _, m := range cl.Masters(t) {
@@ -530,13 +560,13 @@ func TestBatchMergesPerSlot(t *testing.T) {
 		return n
 	}
 	before := evalsha()
-	first := applyAsync(ctx, b, backendtest.UserCheck(dom, "first", pol, 1))
+	first := applyAsync(ctx, b, firstCheck)
 	<-entered
 	var results []<-chan result
 	for range 3 {
 		for _, u := range users {
 			results = append(results, applyAsync(ctx, b, backendtest.UserCheck(dom, u, pol, 1)))
-			eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+			eventually.Holds(t, "the request is queued", func() bool { return pending(b) == len(results) })
 		}
 	}
 	release()

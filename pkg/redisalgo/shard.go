@@ -1,0 +1,333 @@
+package redisalgo
+
+// Shards (DESIGN §6: "the breaker is kept per Redis node"). On Redis
+// Cluster every master serves its own slots, and a dead master must cost
+// only its own keys. So the backend numbers the masters: Shard tells the
+// caller (pkg/failover) which master a check goes to, Apply reports the
+// masters whose calls failed (ShardError), and every master has its own
+// batcher, so that a pipeline stuck on a dead master never delays a
+// request for another one. Standalone Redis and Sentinel are one shard, 0.
+//
+// Why masters and not slot ranges: a breaker opens from failures, and a
+// master's failures are all of its keys' failures, so its breaker opens as
+// quickly as a single global one did; a range of 1/64 of the slots sees
+// 1/64 of the traffic and would open that much later. Ranges also
+// straddle masters (5461 slots each is no multiple of a power of two), so
+// a dead master would take healthy keys down with it. And after a
+// failover the slots map to the promoted replica, whose breaker is its
+// own and closed: recovery waits only for the slot map, not for a
+// cool-down and a probe, as a range breaker would. The cost is that
+// numbers are given per address; a cluster whose nodes keep new
+// addresses grows the table, so it is bounded by maxNodes, beyond which
+// new addresses share shard 0.
+//
+// The slot map. While a master is down, its requests get the failure mode
+// without reaching Redis, so no error would tell go-redis to reload the
+// map when the replica is promoted, and its periodic reload comes once a
+// minute. So a master is marked failing when a call to it fails (cleared
+// when one succeeds), and a check mapped to a failing master asks for a
+// reload, at most every reloadEvery; go-redis coalesces those further
+// (one reload at a time, 200 ms apart). The promoted replica is a new
+// address with a closed breaker, so its keys pass as soon as the map
+// names it.
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+const (
+	// maxNodes bounds the shard numbers (pkg/failover accepts up to 4096).
+	maxNodes = 1024
+	// reloadEvery is the shortest time between two slot map reloads that
+	// failing masters ask for.
+	reloadEvery = 100 * time.Millisecond
+)
+
+// ShardError is Apply's error on Redis Cluster: Err is the first failed
+// slot group's error and Shards the shards (see Backend.Shard) whose calls
+// failed. pkg/failover reads them through FailedShards to open only those
+// shards' breakers.
+type ShardError struct {
+	Shards []int
+	Err    error
+}
+
+func (e *ShardError) Error() string { return e.Err.Error() }
+
+func (e *ShardError) Unwrap() error { return e.Err }
+
+// FailedShards returns e.Shards.
+func (e *ShardError) FailedShards() []int { return e.Shards }
+
+// node is one cluster master, as known by its address.
+type node struct {
+	id   int
+	addr string
+	// batch shares pipelines between the requests for this node; nil
+	// without batching.
+	batch *batcher
+	// failing is set when a call to the node fails and cleared when one
+	// succeeds; while it is set, checks mapped to the node ask for a slot
+	// map reload.
+	failing atomic.Bool
+}
+
+// nodes numbers a cluster's masters and holds their batchers. Node 0 is
+// every check's node until the client has a slot map, and the node of
+// addresses beyond maxNodes.
+type nodes struct {
+	cluster  *redis.ClusterClient
+	newBatch func() *batcher // nil without batching
+	unknown  *node
+	// mapped is set once a call succeeded: the client then has a slot map,
+	// and MasterForKey answers from it without I/O.
+	mapped     atomic.Bool
+	byAddr     atomic.Pointer[map[string]*node]
+	lastReload atomic.Int64 // Unix ns
+
+	mu     sync.Mutex // serializes additions and close
+	all    []*node    // by id
+	closed bool
+}
+
+func newNodes(cluster *redis.ClusterClient, newBatch func() *batcher) *nodes {
+	ns := &nodes{cluster: cluster, newBatch: newBatch}
+	ns.unknown = &node{id: 0, addr: ""}
+	if newBatch != nil {
+		ns.unknown.batch = newBatch()
+	}
+	ns.all = []*node{ns.unknown}
+	ns.byAddr.Store(&map[string]*node{})
+	return ns
+}
+
+// forKey returns the node that serves key's slot in the client's slot map.
+func (ns *nodes) forKey(key []byte) *node {
+	if !ns.mapped.Load() {
+		// MasterForKey would load the map, with I/O, on the caller's path.
+		return ns.unknown
+	}
+	c, err := ns.cluster.MasterForKey(context.Background(), unsafe.String(unsafe.SliceData(key), len(key)))
+	if err != nil {
+		return ns.unknown
+	}
+	addr := c.Options().Addr
+	if n := (*ns.byAddr.Load())[addr]; n != nil {
+		return n
+	}
+	return ns.add(addr)
+}
+
+func (ns *nodes) add(addr string) *node {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	old := *ns.byAddr.Load()
+	if n := old[addr]; n != nil {
+		return n
+	}
+	if len(ns.all) >= maxNodes {
+		return ns.unknown
+	}
+	n := &node{id: len(ns.all), addr: addr}
+	if ns.newBatch != nil {
+		n.batch = ns.newBatch()
+		if ns.closed {
+			n.batch.close()
+		}
+	}
+	ns.all = append(ns.all, n)
+	m := make(map[string]*node, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[addr] = n
+	ns.byAddr.Store(&m)
+	return n
+}
+
+// name returns shard id's address, or "" for node 0 and unknown ids.
+func (ns *nodes) name(id int) string {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if id > 0 && id < len(ns.all) {
+		return ns.all[id].addr
+	}
+	return ""
+}
+
+// reload asks go-redis to reload the slot map, at most every reloadEvery.
+func (ns *nodes) reload() {
+	now := time.Now().UnixNano()
+	last := ns.lastReload.Load()
+	if now-last < int64(reloadEvery) || !ns.lastReload.CompareAndSwap(last, now) {
+		return
+	}
+	ns.cluster.ReloadState(context.Background())
+}
+
+// close closes every node's batcher, and those of nodes added later.
+func (ns *nodes) close() {
+	ns.mu.Lock()
+	ns.closed = true
+	all := slices.Clone(ns.all)
+	ns.mu.Unlock()
+	for _, n := range all {
+		if n.batch != nil {
+			n.batch.close()
+		}
+	}
+}
+
+// pending returns the commands queued on every node (for tests).
+func (ns *nodes) pending() int {
+	ns.mu.Lock()
+	all := slices.Clone(ns.all)
+	ns.mu.Unlock()
+	total := 0
+	for _, n := range all {
+		if n.batch != nil {
+			total += n.batch.pending()
+		}
+	}
+	return total
+}
+
+var keyBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// Shard returns the shard of c: on Redis Cluster a number naming the
+// master that serves c's key (0 until the client has loaded the slot map),
+// otherwise 0. It is pkg/failover's Options.Shard. A check mapped to a
+// master whose last call failed asks for a slot map reload, so that a
+// promoted replica is found while the failed master's breaker keeps its
+// requests away from Redis.
+func (b *Backend) Shard(c algo.Check) int {
+	if b.nodes == nil {
+		return 0
+	}
+	buf := keyBufs.Get().(*[]byte)
+	*buf = AppendKey((*buf)[:0], c)
+	n := b.nodes.forKey(*buf)
+	keyBufs.Put(buf)
+	if n.failing.Load() {
+		b.nodes.reload()
+	}
+	return n.id
+}
+
+// ShardName returns the address of the master that shard id names on
+// Redis Cluster, or "" (shard 0, and every shard elsewhere).
+func (b *Backend) ShardName(id int) string {
+	if b.nodes == nil {
+		return ""
+	}
+	return b.nodes.name(id)
+}
+
+// noteResults marks the nodes of failed calls failing and those of
+// successful calls not, and returns the failed calls' distinct shards.
+// A call that failed because its caller gave up says nothing about its
+// node.
+func (b *Backend) noteResults(calls []call) (failed []int) {
+	ok := false
+	for i := range calls {
+		c := &calls[i]
+		if c.node == nil {
+			continue
+		}
+		if c.err == nil {
+			ok = true
+			if c.node.failing.Load() {
+				c.node.failing.Store(false)
+			}
+			continue
+		}
+		if !errors.Is(c.err, context.Canceled) {
+			c.node.failing.Store(true)
+		}
+		if !slices.Contains(failed, c.node.id) {
+			failed = append(failed, c.node.id)
+		}
+	}
+	if ok && !b.nodes.mapped.Load() {
+		b.nodes.mapped.Store(true)
+	}
+	return failed
+}
+
+// nodeRun is one node's share of a round trip (see roundTripNodes).
+type nodeRun struct {
+	node      *node
+	cmds      []redis.Cmder
+	job       *job
+	abandoned bool
+	err       error
+}
+
+// roundTripNodes sends s.cmds, whose nodes are s.cmdNodes, through each
+// node's batcher: one job per node, all in flight at once, so that the
+// request waits for its slowest node and no request waits for a node it
+// does not use.
+func (b *Backend) roundTripNodes(ctx context.Context, s *scratch) error {
+	runs := s.runs[:0]
+	for i, c := range s.cmds {
+		n := s.cmdNodes[i]
+		k := slices.IndexFunc(runs, func(r nodeRun) bool { return r.node == n })
+		if k < 0 {
+			// Reuse the runs' command slices: the batcher copies a job's
+			// commands when it takes the job, and never reads those of a
+			// job abandoned before.
+			runs = slices.Grow(runs, 1)[:len(runs)+1]
+			k = len(runs) - 1
+			runs[k] = nodeRun{node: n, cmds: runs[k].cmds[:0]}
+		}
+		runs[k].cmds = append(runs[k].cmds, c)
+	}
+	for len(s.jobs) < len(runs) {
+		s.jobs = append(s.jobs, newJob())
+	}
+	do := func(r *nodeRun) { r.abandoned, r.err = r.node.batch.do(ctx, r.job) }
+	for k := range runs {
+		runs[k].job = s.jobs[k]
+		runs[k].job.cmds = runs[k].cmds
+	}
+	if len(runs) == 1 {
+		do(&runs[0])
+	} else {
+		var wg sync.WaitGroup
+		for k := 1; k < len(runs); k++ {
+			wg.Go(func() { do(&runs[k]) })
+		}
+		do(&runs[0])
+		wg.Wait()
+	}
+	var err error
+	for k := range runs {
+		r := &runs[k]
+		if r.abandoned {
+			// A flusher may still hold the job and write into its
+			// commands, which point into s: neither may be reused, and a
+			// later round trip of this call (a refund) needs a new job.
+			s.lost = true
+			s.jobs[k] = newJob()
+		} else {
+			r.job.cmds = nil
+		}
+		if err == nil {
+			err = r.err
+		}
+		clear(r.cmds)
+		r.node, r.job, r.cmds = nil, nil, r.cmds[:0]
+	}
+	s.runs = runs
+	return err
+}
