@@ -10,19 +10,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // Backend is the method set the suite drives.
 type Backend interface {
-	Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error)
+	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
 }
 
-// Factory returns a backend whose clock reads now (Unix µs) on every Apply.
-// Scenarios use their test's name as the domain, so backends that share
-// one store across calls (a Redis server) keep scenarios apart.
-type Factory func(t *testing.T, now *atomic.Int64) Backend
+// Factory returns a backend that decides at the now each Apply is given
+// (for Redis: evaluates at it instead of the server's TIME). Scenarios use
+// their test's name as the domain, so backends that share one store across
+// calls (a Redis server) keep scenarios apart.
+type Factory func(t *testing.T) Backend
 
 // Start is an epoch aligned to every window the suite uses.
 const Start int64 = 1_700_006_400 * algo.Second
@@ -45,11 +47,12 @@ func check(domain string, pol algo.Policy, hits int64, kv ...string) algo.Check 
 	return c
 }
 
-// Apply applies checks on b, failing tb on an error or a decision count
-// other than one per check. The backends' own tests use it too.
-func Apply(tb testing.TB, b Backend, checks ...algo.Check) []algo.Decision {
+// Apply applies checks on b at now (Unix µs), failing tb on an error or a
+// decision count other than one per check. The backends' own tests use it
+// too.
+func Apply(tb testing.TB, b Backend, now int64, checks ...algo.Check) []algo.Decision {
 	tb.Helper()
-	d, err := b.Apply(context.Background(), checks)
+	d, err := b.Apply(context.Background(), time.UnixMicro(now), checks)
 	if err != nil {
 		tb.Fatalf("Apply: %v", err)
 	}
@@ -90,12 +93,12 @@ func burstDenyRecover(t *testing.T, f Factory) {
 func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64) {
 	var now atomic.Int64
 	now.Store(Start)
-	b := f(t, &now)
+	b := f(t)
 	c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Second}, 1, "k", "v")
 	for i := range limit {
-		expect(t, Apply(t, b, c)[0], true, limit-1-i)
+		expect(t, Apply(t, b, now.Load(), c)[0], true, limit-1-i)
 	}
-	d := Apply(t, b, c)[0]
+	d := Apply(t, b, now.Load(), c)[0]
 	expect(t, d, false, 0)
 	if d.RetryAfter <= 0 || d.RetryAfter > 2*algo.Second {
 		t.Fatalf("RetryAfter %d µs out of (0, 2s]", d.RetryAfter)
@@ -104,11 +107,11 @@ func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64)
 		t.Fatalf("ResetAfter %d µs out of [RetryAfter %d, 2s]", d.ResetAfter, d.RetryAfter)
 	}
 	now.Add(d.RetryAfter - 1)
-	if Apply(t, b, c)[0].Allowed {
+	if Apply(t, b, now.Load(), c)[0].Allowed {
 		t.Fatalf("admitted 1µs before RetryAfter (%d µs)", d.RetryAfter)
 	}
 	now.Add(1)
-	if !Apply(t, b, c)[0].Allowed {
+	if !Apply(t, b, now.Load(), c)[0].Allowed {
 		t.Fatalf("denied at RetryAfter (%d µs)", d.RetryAfter)
 	}
 }
@@ -119,16 +122,16 @@ func allOrNothing(t *testing.T, f Factory) {
 		t.Run(a.String(), func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(Start)
-			b := f(t, &now)
+			b := f(t)
 			wide := check(t.Name(), algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
 			narrow := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
-			ds := Apply(t, b, wide, narrow)
+			ds := Apply(t, b, now.Load(), wide, narrow)
 			expect(t, ds[0], true, 9)
 			expect(t, ds[1], true, 0)
-			ds = Apply(t, b, wide, narrow)
+			ds = Apply(t, b, now.Load(), wide, narrow)
 			expect(t, ds[1], false, 0)
 			expect(t, ds[0], true, 9) // reported as a check: nothing consumed
-			expect(t, Apply(t, b, wide)[0], true, 8)
+			expect(t, Apply(t, b, now.Load(), wide)[0], true, 8)
 		})
 	}
 }
@@ -138,15 +141,15 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 		t.Run(a.String(), func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(Start)
-			b := f(t, &now)
+			b := f(t)
 			pol := algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}
-			expect(t, Apply(t, b, check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
-			expect(t, Apply(t, b, check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
 			refund := check(t.Name(), pol, 2, "k", "v")
 			refund.Refund = true
-			expect(t, Apply(t, b, refund)[0], true, 4)
-			expect(t, Apply(t, b, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
-			expect(t, Apply(t, b, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
+			expect(t, Apply(t, b, now.Load(), refund)[0], true, 4)
+			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
+			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
 		})
 	}
 }
@@ -156,7 +159,7 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 func distinctCounters(t *testing.T, f Factory) {
 	var now atomic.Int64
 	now.Store(Start)
-	b := f(t, &now)
+	b := f(t)
 	pol := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}
 	d := t.Name() + "/d"
 	variants := []algo.Check{
@@ -170,7 +173,7 @@ func distinctCounters(t *testing.T, f Factory) {
 		check(d, algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
 	}
 	for i, c := range variants {
-		if !Apply(t, b, c)[0].Allowed {
+		if !Apply(t, b, now.Load(), c)[0].Allowed {
 			t.Fatalf("variant %d (%+v) shares a counter with an earlier one", i, c)
 		}
 	}
@@ -196,12 +199,12 @@ func sharedCounter(t *testing.T, f Factory) {
 			t.Run(a.String()+"/"+tc.name, func(t *testing.T) {
 				var now atomic.Int64
 				now.Store(Start)
-				b := f(t, &now)
+				b := f(t)
 				first := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.first, Period: algo.Minute}, 1, "user", "a")
 				second := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.second, Period: algo.Minute}, 1, "user", "a")
 				admitted := int64(0)
 				for range 2 * tc.wantLimit {
-					ds := Apply(t, b, first, second)
+					ds := Apply(t, b, now.Load(), first, second)
 					if ds[0] != ds[1] {
 						t.Fatalf("one counter, two decisions: %+v and %+v", ds[0], ds[1])
 					}
@@ -216,7 +219,7 @@ func sharedCounter(t *testing.T, f Factory) {
 				}
 				// A check-only probe under the limit obeyed sees every hit.
 				probe := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.wantLimit, Period: algo.Minute}, 0, "user", "a")
-				if d := Apply(t, b, probe)[0]; d.Remaining != tc.wantLimit-admitted {
+				if d := Apply(t, b, now.Load(), probe)[0]; d.Remaining != tc.wantLimit-admitted {
 					t.Fatalf("after %d admitted hits the counter reports remaining %d, want %d", admitted, d.Remaining, tc.wantLimit-admitted)
 				}
 			})
@@ -231,7 +234,7 @@ func concurrentExact(t *testing.T, f Factory) {
 		t.Run(a.String(), func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(Start)
-			b := f(t, &now)
+			b := f(t)
 			const limit, workers, each = 50, 8, 20
 			c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Hour}, 1, "k", "v")
 			var admitted atomic.Int64
@@ -242,7 +245,7 @@ func concurrentExact(t *testing.T, f Factory) {
 				go func() {
 					defer wg.Done()
 					for range each {
-						d, err := b.Apply(context.Background(), []algo.Check{c})
+						d, err := b.Apply(context.Background(), time.UnixMicro(now.Load()), []algo.Check{c})
 						if err != nil {
 							errs <- err
 							return

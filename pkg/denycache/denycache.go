@@ -73,7 +73,7 @@ import (
 // Backend is the rate-limit backend contract of pkg/rls: one Decision per
 // Check, in order, all or nothing, safe for concurrent use.
 type Backend interface {
-	Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error)
+	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
 }
 
 // Defaults for Options.
@@ -97,9 +97,6 @@ type Options struct {
 	// longer one (very long descriptor values) are never cached. 0 means
 	// DefaultMaxKeyBytes.
 	MaxKeyBytes int
-	// Now is the clock; nil means time.Now. Tests share theirs with the
-	// backend's.
-	Now func() time.Time
 	// Registerer receives envoy_rls_deny_cache_requests_total{result=hit|
 	// miss|bypass}, envoy_rls_deny_cache_evictions_total and
 	// envoy_rls_deny_cache_entries; nil means no metrics.
@@ -110,7 +107,6 @@ type Options struct {
 // everything else to the backend it wraps. It is safe for concurrent use.
 type Cache struct {
 	next     Backend
-	now      func() time.Time
 	maxKey   int
 	perShard int
 	seed     maphash.Seed
@@ -160,10 +156,7 @@ func New(next Backend, opts Options) (*Cache, error) {
 	if next == nil {
 		return nil, errors.New("denycache: New: nil backend")
 	}
-	c := &Cache{next: next, now: opts.Now, maxKey: opts.MaxKeyBytes, seed: maphash.MakeSeed()}
-	if c.now == nil {
-		c.now = time.Now
-	}
+	c := &Cache{next: next, maxKey: opts.MaxKeyBytes, seed: maphash.MakeSeed()}
 	if c.maxKey <= 0 {
 		c.maxKey = DefaultMaxKeyBytes
 	}
@@ -189,16 +182,16 @@ func New(next Backend, opts Options) (*Cache, error) {
 // comment for what it reports); a request that carries a refund, and every
 // other request, goes to the wrapped backend, whose denials are
 // remembered.
-func (c *Cache) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (c *Cache) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
-		return c.next.Apply(ctx, checks)
+		return c.next.Apply(ctx, at, checks)
 	}
 	for i := range checks {
 		if checks[i].Refund {
-			return c.applyRefund(ctx, checks)
+			return c.applyRefund(ctx, at, checks)
 		}
 	}
-	now := c.now().UnixMicro()
+	now := at.UnixMicro()
 	s := c.bufs.Get().(*scratch)
 	defer c.bufs.Put(s)
 	// Keys are computed only when needed: an empty cache and a request the
@@ -214,7 +207,7 @@ func (c *Cache) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 	}
 	count(&c.misses, c.missC)
 	epoch := c.epoch.Load()
-	out, err := c.next.Apply(ctx, checks)
+	out, err := c.next.Apply(ctx, at, checks)
 	if err != nil || len(out) != len(checks) || c.epoch.Load() != epoch {
 		return out, err
 	}
@@ -244,13 +237,13 @@ func (c *Cache) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision
 // applyRefund passes a request with a refund to the backend, evicting the
 // refunded counters before and after, so that no denial recorded around
 // the refund survives it.
-func (c *Cache) applyRefund(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (c *Cache) applyRefund(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	count(&c.bypasses, c.bypassC)
 	s := c.bufs.Get().(*scratch)
 	defer c.bufs.Put(s)
 	c.keys(s, checks)
 	c.evictRefunds(s, checks)
-	out, err := c.next.Apply(ctx, checks)
+	out, err := c.next.Apply(ctx, at, checks)
 	c.evictRefunds(s, checks)
 	return out, err
 }

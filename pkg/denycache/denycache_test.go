@@ -30,13 +30,9 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (c *counting) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	c.calls.Add(1)
-	return c.next.Apply(ctx, checks)
-}
-
-func clockOf(now *atomic.Int64) func() time.Time {
-	return func() time.Time { return time.UnixMicro(now.Load()) }
+	return c.next.Apply(ctx, now, checks)
 }
 
 func newCache(t testing.TB, next Backend, opts Options) *Cache {
@@ -54,19 +50,20 @@ func newCache(t testing.TB, next Backend, opts Options) *Cache {
 // counters.
 var backends = []struct {
 	name string
-	make func(t *testing.T, now *atomic.Int64) (Backend, string)
+	make func(t *testing.T) (Backend, string)
 }{
-	{"memstore", func(t *testing.T, now *atomic.Int64) (Backend, string) {
-		return newStore(t, now), t.Name()
+	{"memstore", func(t *testing.T) (Backend, string) {
+		return newStore(t), t.Name()
 	}},
-	{"redis", func(t *testing.T, now *atomic.Int64) (Backend, string) {
-		return newRedis(t, redistest.SharedStandalone(t).Client(t), now), redistest.KeyPrefix(t)
+	{"redis", func(t *testing.T) (Backend, string) {
+		return newRedis(t, redistest.SharedStandalone(t).Client(t)), redistest.KeyPrefix(t)
 	}},
 }
 
-func newRedis(t *testing.T, client redis.UniversalClient, now *atomic.Int64) Backend {
+// newRedis returns a Redis backend that evaluates at the caller's now.
+func newRedis(t *testing.T, client redis.UniversalClient) Backend {
 	t.Helper()
-	b, err := redisalgo.New(client, redisalgo.Options{Now: clockOf(now)})
+	b, err := redisalgo.New(client, redisalgo.Options{CallerTime: true})
 	if err != nil {
 		t.Fatalf("redisalgo.New: %v", err)
 	}
@@ -79,11 +76,11 @@ func newRedis(t *testing.T, client redis.UniversalClient, now *atomic.Int64) Bac
 func TestBackendSuite(t *testing.T) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
-			backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
-				next, prefix := bk.make(t, now)
+			backendtest.Run(t, func(t *testing.T) backendtest.Backend {
+				next, prefix := bk.make(t)
 				// The suite names counters after its tests; a fresh prefix
 				// keeps repeated runs (-count) apart on the shared Redis.
-				return newCache(t, prefixed{next, prefix}, Options{Now: clockOf(now)})
+				return newCache(t, prefixed{next, prefix}, Options{})
 			})
 		})
 	}
@@ -95,13 +92,13 @@ type prefixed struct {
 	prefix string
 }
 
-func (p prefixed) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (p prefixed) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	own := make([]algo.Check, len(checks))
 	for i, c := range checks {
 		c.Domain = p.prefix + c.Domain
 		own[i] = c
 	}
-	return p.next.Apply(ctx, own)
+	return p.next.Apply(ctx, now, own)
 }
 
 // TestShortCircuit: once the backend denies, the same request is denied
@@ -114,14 +111,14 @@ func TestShortCircuit(t *testing.T) {
 				t.Run(a.String(), func(t *testing.T) {
 					var now atomic.Int64
 					now.Store(backendtest.Start)
-					next, dom := bk.make(t, &now)
+					next, dom := bk.make(t)
 					cnt := &counting{next: next}
 					reg := prometheus.NewRegistry()
-					c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: reg})
+					c := newCache(t, cnt, Options{Registerer: reg})
 					ch := backendtest.UserCheck(dom, "alice", backendtest.PerMinute(a, 2), 1)
-					backendtest.Apply(t, c, ch)
-					backendtest.Apply(t, c, ch)
-					first := backendtest.Apply(t, c, ch)[0]
+					backendtest.Apply(t, c, now.Load(), ch)
+					backendtest.Apply(t, c, now.Load(), ch)
+					first := backendtest.Apply(t, c, now.Load(), ch)[0]
 					if first.Allowed || first.RetryAfter <= 0 {
 						t.Fatalf("third request: %+v, want denied by the backend", first)
 					}
@@ -130,7 +127,7 @@ func TestShortCircuit(t *testing.T) {
 					}
 					for _, step := range []int64{0, 1, first.RetryAfter/2 - 1, first.RetryAfter/2 - 1} {
 						now.Add(step)
-						d := backendtest.Apply(t, c, ch)[0]
+						d := backendtest.Apply(t, c, now.Load(), ch)[0]
 						elapsed := now.Load() - backendtest.Start
 						if d.Allowed || d.Remaining != 0 || d.RetryAfter != first.RetryAfter-elapsed {
 							t.Fatalf("at +%dµs: %+v, want denied with RetryAfter %d", elapsed, d, first.RetryAfter-elapsed)
@@ -140,7 +137,7 @@ func TestShortCircuit(t *testing.T) {
 						t.Errorf("%d backend calls, want 3: the cached denials must not reach the backend", got)
 					}
 					now.Store(backendtest.Start + first.RetryAfter)
-					if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
+					if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
 						t.Errorf("at RetryAfter: %+v, want admitted by the backend", d)
 					}
 					if got := cnt.calls.Load(); got != 4 {
@@ -165,18 +162,18 @@ func TestShortCircuit(t *testing.T) {
 func TestCachedAnswer(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t, &now)}
-	c := newCache(t, cnt, Options{Now: clockOf(&now)})
+	cnt := &counting{next: newStore(t)}
+	c := newCache(t, cnt, Options{})
 	bucket := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute, Burst: 20}
 	narrow := backendtest.UserCheck(t.Name(), "narrow", bucket, 15)
 	wide := backendtest.UserCheck(t.Name(), "wide", backendtest.PerMinute(algo.SlidingWindow, 100), 1)
-	backendtest.Apply(t, c, narrow, wide) // 5 tokens left
-	d := backendtest.Apply(t, c, narrow, wide)
+	backendtest.Apply(t, c, now.Load(), narrow, wide) // 5 tokens left
+	d := backendtest.Apply(t, c, now.Load(), narrow, wide)
 	if d[0].Allowed {
 		t.Fatalf("second 15-hit request: %+v, want denied", d[0])
 	}
 	calls := cnt.calls.Load()
-	d = backendtest.Apply(t, c, narrow, wide)
+	d = backendtest.Apply(t, c, now.Load(), narrow, wide)
 	if cnt.calls.Load() != calls {
 		t.Fatal("the known denial reached the backend")
 	}
@@ -189,7 +186,7 @@ func TestCachedAnswer(t *testing.T) {
 	// Fewer hits than the known denial: the backend decides, and admits.
 	small := narrow
 	small.Hits = 5
-	if d := backendtest.Apply(t, c, small, wide); !d[0].Allowed || d[0].Remaining != 0 {
+	if d := backendtest.Apply(t, c, now.Load(), small, wide); !d[0].Allowed || d[0].Remaining != 0 {
 		t.Errorf("5-hit request: %+v, want admitted with 0 left", d[0])
 	}
 	if cnt.calls.Load() != calls+1 {
@@ -198,7 +195,7 @@ func TestCachedAnswer(t *testing.T) {
 	// A check-only request below it too.
 	probe := narrow
 	probe.Hits = 0
-	backendtest.Apply(t, c, probe)
+	backendtest.Apply(t, c, now.Load(), probe)
 	if cnt.calls.Load() != calls+2 {
 		t.Error("a check-only request did not reach the backend")
 	}
@@ -211,24 +208,24 @@ func TestRefundEvicts(t *testing.T) {
 		t.Run(bk.name, func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(backendtest.Start)
-			next, dom := bk.make(t, &now)
+			next, dom := bk.make(t)
 			cnt := &counting{next: next}
-			c := newCache(t, cnt, Options{Now: clockOf(&now)})
+			c := newCache(t, cnt, Options{})
 			ch := backendtest.UserCheck(dom, "u", backendtest.PerMinute(algo.FixedWindow, 1), 1)
-			backendtest.Apply(t, c, ch)
-			backendtest.Apply(t, c, ch) // denied, remembered
+			backendtest.Apply(t, c, now.Load(), ch)
+			backendtest.Apply(t, c, now.Load(), ch) // denied, remembered
 			if c.Len() != 1 {
 				t.Fatalf("Len = %d after a denial, want 1", c.Len())
 			}
 			back := ch
 			back.Refund = true
 			other := backendtest.UserCheck(dom, "other", backendtest.PerMinute(algo.FixedWindow, 5), 1)
-			backendtest.Apply(t, c, back, other)
+			backendtest.Apply(t, c, now.Load(), back, other)
 			if c.Len() != 0 {
 				t.Errorf("Len = %d after the refund, want 0", c.Len())
 			}
 			calls := cnt.calls.Load()
-			if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
 				t.Errorf("after the refund: %+v, want admitted", d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -246,8 +243,8 @@ func TestRefundEvicts(t *testing.T) {
 func TestPolicyChange(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t, &now)}
-	c := newCache(t, cnt, Options{Now: clockOf(&now)})
+	cnt := &counting{next: newStore(t)}
+	c := newCache(t, cnt, Options{})
 	for _, tc := range []struct {
 		name   string
 		pol    algo.Policy
@@ -258,13 +255,13 @@ func TestPolicyChange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := backendtest.UserCheck(t.Name(), "u", tc.pol, 1)
-			backendtest.Apply(t, c, ch)
-			if d := backendtest.Apply(t, c, ch)[0]; d.Allowed {
+			backendtest.Apply(t, c, now.Load(), ch)
+			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; d.Allowed {
 				t.Fatalf("second request: %+v, want denied", d)
 			}
 			calls := cnt.calls.Load()
 			tc.change(&ch.Policy)
-			if d := backendtest.Apply(t, c, ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
 				t.Errorf("after the %s changed: %+v, want admitted", tc.name, d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -281,10 +278,10 @@ func TestBounded(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
 	reg := prometheus.NewRegistry()
-	c := newCache(t, newStore(t, &now), Options{Now: clockOf(&now), MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
+	c := newCache(t, newStore(t), Options{MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
 	blocked := algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Hour}
 	for i := range 5000 {
-		backendtest.Apply(t, c, backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
+		backendtest.Apply(t, c, now.Load(), backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
 		if i%50 == 0 {
 			now.Add(algo.Second)
 		}
@@ -297,7 +294,7 @@ func TestBounded(t *testing.T) {
 	}
 	long := backendtest.UserCheck("d", strings.Repeat("x", 100), blocked, 1)
 	before := c.Len()
-	backendtest.Apply(t, c, long)
+	backendtest.Apply(t, c, now.Load(), long)
 	if c.Len() > before {
 		t.Error("a counter with a 100-byte value was cached with MaxKeyBytes 64")
 	}
@@ -308,7 +305,7 @@ func TestBounded(t *testing.T) {
 func TestErrorPassesThrough(t *testing.T) {
 	boom := errors.New("boom")
 	c := newCache(t, failing{boom}, Options{})
-	if _, err := c.Apply(context.Background(), []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); !errors.Is(err, boom) {
+	if _, err := c.Apply(context.Background(), time.Now(), []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 	if c.Len() != 0 {
@@ -324,7 +321,9 @@ func TestErrorPassesThrough(t *testing.T) {
 
 type failing struct{ err error }
 
-func (f failing) Apply(context.Context, []algo.Check) ([]algo.Decision, error) { return nil, f.err }
+func (f failing) Apply(context.Context, time.Time, []algo.Check) ([]algo.Decision, error) {
+	return nil, f.err
+}
 
 // TestNeverOverAdmits feeds the same random requests, at the same random
 // times, to a plain backend and to the cache in front of an identical
@@ -344,10 +343,10 @@ func TestNeverOverAdmits(t *testing.T) {
 				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 					var now atomic.Int64
 					now.Store(backendtest.Start)
-					plain, domA := bk.make(t, &now)
-					next, domB := bk.make(t, &now)
+					plain, domA := bk.make(t)
+					next, domB := bk.make(t)
 					cnt := &counting{next: next}
-					c := newCache(t, cnt, Options{Now: clockOf(&now)})
+					c := newCache(t, cnt, Options{})
 					rng := rand.New(rand.NewPCG(seed, 42))
 					for step := range steps {
 						var reqA, reqB []algo.Check
@@ -376,8 +375,8 @@ func TestNeverOverAdmits(t *testing.T) {
 							ch.Domain = domB
 							reqB = append(reqB, ch)
 						}
-						dA := backendtest.Apply(t, plain, reqA...)
-						dB := backendtest.Apply(t, c, reqB...)
+						dA := backendtest.Apply(t, plain, now.Load(), reqA...)
+						dB := backendtest.Apply(t, c, now.Load(), reqB...)
 						if overall(reqA, dA) != overall(reqB, dB) {
 							t.Fatalf("step %d: plain %v, cached %v for %+v", step, dA, dB, reqA)
 						}
@@ -417,9 +416,9 @@ func TestConcurrent(t *testing.T) {
 		t.Run(bk.name, func(t *testing.T) {
 			var now atomic.Int64
 			now.Store(backendtest.Start)
-			next, dom := bk.make(t, &now)
+			next, dom := bk.make(t)
 			cnt := &counting{next: next}
-			c := newCache(t, cnt, Options{Now: clockOf(&now)})
+			c := newCache(t, cnt, Options{})
 			const workers, each, limit = 8, 50, 40
 			ch := backendtest.UserCheck(dom, "hot", backendtest.PerMinute(algo.SlidingWindow, limit), 1)
 			var admitted atomic.Int64
@@ -427,7 +426,7 @@ func TestConcurrent(t *testing.T) {
 			for range workers {
 				wg.Go(func() {
 					for range each {
-						d, err := c.Apply(context.Background(), []algo.Check{ch})
+						d, err := c.Apply(context.Background(), time.UnixMicro(now.Load()), []algo.Check{ch})
 						if err != nil {
 							t.Error(err)
 							return
@@ -454,7 +453,7 @@ func TestConcurrent(t *testing.T) {
 // counters), and a denial answered from the cache.
 func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
-	store := newStore(b, nil)
+	store := newStore(b)
 	admit := []algo.Check{backendtest.UserCheck("d", "ok", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1 << 30, Period: algo.Second}, 1)}
 	deny := []algo.Check{backendtest.UserCheck("d", "over", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Hour}, 1)}
 	for _, bc := range []struct {
@@ -478,14 +477,14 @@ func BenchmarkApply(b *testing.B) {
 			}
 			if bc.prime {
 				for range 2 {
-					if _, err := be.Apply(ctx, deny); err != nil {
+					if _, err := be.Apply(ctx, time.Now(), deny); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := be.Apply(ctx, bc.checks); err != nil {
+				if _, err := be.Apply(ctx, time.Now(), bc.checks); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -498,11 +497,11 @@ func BenchmarkApply(b *testing.B) {
 func TestNeverCached(t *testing.T) {
 	var now atomic.Int64
 	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t, &now)}
-	c := newCache(t, cnt, Options{Now: clockOf(&now), Registerer: prometheus.NewRegistry()})
+	cnt := &counting{next: newStore(t)}
+	c := newCache(t, cnt, Options{Registerer: prometheus.NewRegistry()})
 	blocked := backendtest.UserCheck("d", "mallory", algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Minute}, 1)
 	for i := range 3 {
-		d := backendtest.Apply(t, c, blocked)[0]
+		d := backendtest.Apply(t, c, now.Load(), blocked)[0]
 		if d.Allowed || d.RetryAfter != algo.Never {
 			t.Fatalf("request %d: %+v, want denied with RetryAfter Never", i, d)
 		}
@@ -512,14 +511,10 @@ func TestNeverCached(t *testing.T) {
 	}
 }
 
-// newStore returns an in-process store on the clock now (nil: time.Now).
-func newStore(t testing.TB, now *atomic.Int64) *memstore.Store {
+// newStore returns an in-process store.
+func newStore(t testing.TB) *memstore.Store {
 	t.Helper()
-	opts := memstore.Options{}
-	if now != nil {
-		opts.Now = clockOf(now)
-	}
-	s, err := memstore.New(opts)
+	s, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func shardFailure(t *testing.T, fault func(*redistest.Server, testing.TB), break
 				// A liveness bound: a call that hangs fails the test here
 				// instead of hanging it.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := fb.Apply(ctx, []algo.Check{checks[k]})
+				_, err := fb.Apply(ctx, time.Now(), []algo.Check{checks[k]})
 				cancel()
 				mine = append(mine, shardLoad{at: time.Since(started), victim: onVictim[k], err: err})
 				calls.Add(1)

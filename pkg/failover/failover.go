@@ -38,7 +38,7 @@ import (
 // Decision per Check, in order, all or nothing, and honours ctx.
 // Implementations must be safe for concurrent use.
 type Limiter interface {
-	Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error)
+	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
 }
 
 // pinger is implemented by primaries that can report their reachability
@@ -442,7 +442,7 @@ func (b *Backend) Mode() Mode { return b.mode }
 // the caller's own context ends first it returns an error whatever the
 // mode: a cancelled caller does not count against the primary, an expired
 // caller deadline does (the primary was too slow for it).
-func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
 		// Nothing to ask the primary; a no-op success must not close a
 		// half-open breaker.
@@ -458,6 +458,8 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	}
 	var doneBuf [4]func(error)
 	dones := doneBuf[:0]
+	// The breakers keep their own time (gobreaker reads the wall clock);
+	// at is only passed on, to the primary or the local fallback.
 	now := b.now().UnixMicro()
 	for _, sh := range shards {
 		sh.use(now)
@@ -469,7 +471,7 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 				d(errNotThisShard)
 			}
 			b.errors.WithLabelValues(kindOpen).Inc()
-			return b.fail(ctx, checks, sh, b.openError(sh))
+			return b.fail(ctx, at, checks, sh, b.openError(sh))
 		}
 		dones = append(dones, done)
 	}
@@ -477,7 +479,7 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	if b.timeout > 0 {
 		pctx, cancel = context.WithTimeout(ctx, b.timeout)
 	}
-	out, err := b.primary.Apply(pctx, checks)
+	out, err := b.primary.Apply(pctx, at, checks)
 	cancel()
 	if err == nil {
 		for _, d := range dones {
@@ -518,7 +520,7 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 		// The caller gets no answer whatever the mode; it stopped waiting.
 		return nil, fmt.Errorf("failover: %w", err)
 	}
-	return b.fail(ctx, checks, shards[0], err)
+	return b.fail(ctx, at, checks, shards[0], err)
 }
 
 // openError is what a request touching sh gets while sh's breaker is open.
@@ -531,7 +533,7 @@ func (b *Backend) openError(sh *shard) error {
 
 // fail answers checks with the failure mode; cause is why the primary did
 // not decide and sh the shard whose breaker is open or that failed.
-func (b *Backend) fail(ctx context.Context, checks []algo.Check, sh *shard, cause error) ([]algo.Decision, error) {
+func (b *Backend) fail(ctx context.Context, at time.Time, checks []algo.Check, sh *shard, cause error) ([]algo.Decision, error) {
 	b.failures.WithLabelValues(b.mode.String()).Inc()
 	switch b.mode {
 	case ModeAllow:
@@ -539,7 +541,7 @@ func (b *Backend) fail(ctx context.Context, checks []algo.Check, sh *shard, caus
 	case ModeDeny:
 		return denyAll(checks, b.retryAfter(sh)), nil
 	case ModeLocal:
-		out, err := b.local.Apply(ctx, divide(checks, b.replicas))
+		out, err := b.local.Apply(ctx, at, divide(checks, b.replicas))
 		if err != nil {
 			return nil, fmt.Errorf("failover: local fallback after %v: %w", cause, err)
 		}

@@ -44,7 +44,7 @@ func (f *fake) set(err error, gate chan struct{}) {
 	f.err, f.gate = err, gate
 }
 
-func (f *fake) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (f *fake) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	err, gate := f.err, f.gate
@@ -86,7 +86,7 @@ type recorder struct {
 	checks []algo.Check
 }
 
-func (r *recorder) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (r *recorder) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func TestModes(t *testing.T) {
 			f := &fake{err: errRefused}
 			loc := &recorder{}
 			b, reg := newTest(t, f, Options{Mode: tt.mode, Local: loc, ExpectedReplicas: 3, Breaker: BreakerOptions{Cooldown: cooldown}})
-			got, err := b.Apply(context.Background(), checks)
+			got, err := b.Apply(context.Background(), time.Now(), checks)
 			if tt.want == nil {
 				if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Fatalf("Apply: %v, %v; want the primary's error", got, err)
@@ -266,7 +266,7 @@ func TestDenyRetryAfter(t *testing.T) {
 	}
 	for i, s := range steps {
 		now.Add(s.advance)
-		got, err := b.Apply(context.Background(), c)
+		got, err := b.Apply(context.Background(), time.UnixMicro(now.Load()), c)
 		if err != nil || got[0].Allowed || got[0].RetryAfter != s.want {
 			t.Errorf("step %d: %+v, %v; want denied with RetryAfter %d", i, got, err, s.want)
 		}
@@ -286,13 +286,13 @@ func TestBreaker(t *testing.T) {
 		if b.State() != StateClosed {
 			t.Fatalf("call %d: state %v, want closed", i, b.State())
 		}
-		if _, err := b.Apply(context.Background(), c); !errors.Is(err, syscall.ECONNREFUSED) {
+		if _, err := b.Apply(context.Background(), time.Now(), c); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("call %d: %v, want the primary's error", i, err)
 		}
 	}
 	// Read before the cool-down can pass: the third failure opened it.
 	for i := range 50 {
-		_, err := b.Apply(context.Background(), c)
+		_, err := b.Apply(context.Background(), time.Now(), c)
 		if b.State() == StateOpen && !errors.Is(err, ErrOpen) {
 			t.Fatalf("open breaker, call %d: %v, want ErrOpen", i, err)
 		}
@@ -310,7 +310,7 @@ func TestBreaker(t *testing.T) {
 
 	f.set(nil, nil)
 	eventually.Holds(t, "a probe closes the breaker", func() bool {
-		_, err := b.Apply(context.Background(), c)
+		_, err := b.Apply(context.Background(), time.Now(), c)
 		return err == nil && b.State() == StateClosed
 	})
 }
@@ -322,7 +322,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	f := &fake{err: errRefused}
 	b, _ := newTest(t, f, Options{Mode: ModeAllow, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond, Probes: probes}})
 	c := []algo.Check{chk(5, 0, 1, false)}
-	if _, err := b.Apply(context.Background(), c); err != nil {
+	if _, err := b.Apply(context.Background(), time.Now(), c); err != nil {
 		t.Fatal(err)
 	}
 	eventually.Holds(t, "half-open", func() bool { return b.State() == StateHalfOpen })
@@ -334,7 +334,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	var wg sync.WaitGroup
 	for range probes {
 		wg.Go(func() {
-			if _, err := b.Apply(context.Background(), c); err != nil {
+			if _, err := b.Apply(context.Background(), time.Now(), c); err != nil {
 				t.Error(err)
 			}
 		})
@@ -344,7 +344,7 @@ func TestHalfOpenProbes(t *testing.T) {
 	}
 	const others = 5
 	for range others {
-		got, err := b.Apply(context.Background(), c)
+		got, err := b.Apply(context.Background(), time.Now(), c)
 		if err != nil || !got[0].Allowed || got[0].Remaining != 5 {
 			t.Errorf("call beside the probes: %+v, %v; want the allow mode's answer", got, err)
 		}
@@ -371,7 +371,7 @@ func TestCallerContext(t *testing.T) {
 		for i := range 5 {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() { <-f.entered; cancel() }()
-			if _, err := b.Apply(ctx, c); !errors.Is(err, context.Canceled) {
+			if _, err := b.Apply(ctx, time.Now(), c); !errors.Is(err, context.Canceled) {
 				t.Fatalf("call %d: %v, want context.Canceled", i, err)
 			}
 		}
@@ -393,7 +393,7 @@ func TestCallerContext(t *testing.T) {
 				t.Fatalf("breaker still %v after %d expired caller deadlines (%d reached the primary)", b.State(), i, f.calls.Load())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-			_, err := b.Apply(ctx, c)
+			_, err := b.Apply(ctx, time.Now(), c)
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("call %d: %v, want DeadlineExceeded (no failure-mode answer for a caller that left)", i, err)
@@ -405,7 +405,7 @@ func TestCallerContext(t *testing.T) {
 		b, _ := newTest(t, f, Options{Mode: ModeAllow})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := b.Apply(ctx, c); !errors.Is(err, context.Canceled) || f.calls.Load() != 0 {
+		if _, err := b.Apply(ctx, time.Now(), c); !errors.Is(err, context.Canceled) || f.calls.Load() != 0 {
 			t.Errorf("Apply on a done context: %v, %d primary calls; want Canceled, 0", err, f.calls.Load())
 		}
 	})
@@ -418,12 +418,12 @@ func TestTimeout(t *testing.T) {
 	f := &fake{}
 	b, _ := newTest(t, f, Options{Timeout: timeout})
 	c := []algo.Check{chk(5, 0, 1, false)}
-	if _, err := b.Apply(context.Background(), c); err != nil {
+	if _, err := b.Apply(context.Background(), time.Now(), c); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := b.Apply(ctx, c); err != nil {
+	if _, err := b.Apply(ctx, time.Now(), c); err != nil {
 		t.Fatal(err)
 	}
 	if f.noDL != 0 || len(f.deadlines) != 2 {
@@ -448,7 +448,7 @@ func TestRatio(t *testing.T) {
 		} else {
 			f.set(nil, nil)
 		}
-		_, _ = b.Apply(context.Background(), c)
+		_, _ = b.Apply(context.Background(), time.Now(), c)
 		if b.State() == StateOpen {
 			if i+1 < 10 {
 				t.Fatalf("opened after %d calls, before MinRequests", i+1)
@@ -470,7 +470,7 @@ func TestPing(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 	f.set(errRefused, nil)
-	_, _ = b.Apply(context.Background(), []algo.Check{chk(5, 0, 1, false)})
+	_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{chk(5, 0, 1, false)})
 	pings := f.pings.Load()
 	err := b.Ping(context.Background())
 	if !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), "connection refused") {
@@ -479,7 +479,7 @@ func TestPing(t *testing.T) {
 	if f.pings.Load() != pings {
 		t.Errorf("Ping while open reached the primary")
 	}
-	if _, err := b.Apply(context.Background(), nil); err != nil {
+	if _, err := b.Apply(context.Background(), time.Now(), nil); err != nil {
 		t.Errorf("Apply with no checks: %v", err)
 	}
 }
@@ -487,7 +487,7 @@ func TestPing(t *testing.T) {
 func TestStateMetric(t *testing.T) {
 	f := &fake{err: errRefused}
 	b, reg := newTest(t, f, Options{Breaker: BreakerOptions{Failures: 1, Cooldown: time.Hour}})
-	_, _ = b.Apply(context.Background(), []algo.Check{chk(5, 0, 1, false)})
+	_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{chk(5, 0, 1, false)})
 	want := `
 # HELP envoy_rls_backend_breaker_state Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others. With a breaker per shard (Redis Cluster masters) it is the most severe state of any shard: open, else half_open, else closed.
 # TYPE envoy_rls_backend_breaker_state gauge

@@ -28,8 +28,8 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // server of its own, so that -count=N reruns start from empty keys.
 func TestBackendSuite(t *testing.T) {
 	client := redistest.Standalone(t).Client(t)
-	backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
-		b, err := redisalgo.New(client, redisalgo.Options{Now: func() time.Time { return time.UnixMicro(now.Load()) }})
+	backendtest.Run(t, func(t *testing.T) backendtest.Backend {
+		b, err := redisalgo.New(client, redisalgo.Options{CallerTime: true})
 		if err != nil {
 			t.Fatalf("redisalgo.New: %v", err)
 		}
@@ -50,7 +50,7 @@ type counting struct {
 	states                 map[failover.State]int
 }
 
-func (c *counting) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (c *counting) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	c.calls.Add(1)
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.timeout {
 		c.badDeadline.Add(1)
@@ -58,7 +58,7 @@ func (c *counting) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decis
 	c.mu.Lock()
 	c.states[c.fb.State()]++
 	c.mu.Unlock()
-	out, err := c.inner.Apply(ctx, checks)
+	out, err := c.inner.Apply(ctx, now, checks)
 	if err == nil {
 		c.ok.Add(1)
 	}
@@ -178,7 +178,7 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 	call := func(user string) (d []algo.Decision, expired bool, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		d, err = fb.Apply(ctx, key(user))
+		d, err = fb.Apply(ctx, time.Now(), key(user))
 		return d, ctx.Err() != nil, err
 	}
 	if d, _, err := call("warm"); err != nil || !d[0].Allowed || cnt.ok.Load() != 1 {
@@ -356,7 +356,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 			// One key, so that on the cluster every call goes to one master.
 			check := []algo.Check{{Domain: t.Name(), Entries: []algo.Entry{{Key: "user", Value: "dead"}}, HashTag: -1,
 				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour}, Hits: 1}}
-			if _, err := fb.Apply(context.Background(), check); err != nil {
+			if _, err := fb.Apply(context.Background(), time.Now(), check); err != nil {
 				t.Fatalf("with Redis up: %v", err)
 			}
 
@@ -364,7 +364,7 @@ func TestDeadRedisFailsFast(t *testing.T) {
 			var slowest time.Duration
 			for i := range calls {
 				start := time.Now()
-				d, err := fb.Apply(context.Background(), check)
+				d, err := fb.Apply(context.Background(), time.Now(), check)
 				slowest = max(slowest, time.Since(start))
 				if err == nil {
 					t.Fatalf("call %d with Redis dead: %+v, want an error", i, d)

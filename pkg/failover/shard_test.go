@@ -69,7 +69,7 @@ func (f *shardFake) setDead(shards ...int) {
 	}
 }
 
-func (f *shardFake) Apply(_ context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (f *shardFake) Apply(_ context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
@@ -119,13 +119,13 @@ func TestShardBreakers(t *testing.T) {
 	b, reg := newTest(t, f, Options{Mode: ModeDeny, Shard: shardOf, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Hour}})
 	ctx := context.Background()
 	for i := range failures {
-		d, err := b.Apply(ctx, []algo.Check{onShard(2)})
+		d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2)})
 		if err != nil || d[0].Allowed {
 			t.Fatalf("call %d on the dead shard: %+v, %v; want the deny mode's answer", i, d, err)
 		}
 		// The healthy shards keep answering in between.
 		for _, s := range []int{1, 3} {
-			if d, err := b.Apply(ctx, []algo.Check{onShard(s)}); err != nil || d[0].Remaining != 7 {
+			if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(s)}); err != nil || d[0].Remaining != 7 {
 				t.Fatalf("shard %d beside failing shard 2: %+v, %v; want the primary's answer", s, d, err)
 			}
 		}
@@ -145,11 +145,11 @@ func TestShardBreakers(t *testing.T) {
 	for i := range more {
 		// Alone, and together with a healthy shard: both touch the open one.
 		for _, checks := range [][]algo.Check{{onShard(2)}, {onShard(1), onShard(2)}} {
-			if d, err := b.Apply(ctx, checks); err != nil || d[len(d)-1].Allowed {
+			if d, err := b.Apply(ctx, time.Now(), checks); err != nil || d[len(d)-1].Allowed {
 				t.Fatalf("call %d on the open shard: %+v, %v; want the deny mode's answer", i, d, err)
 			}
 		}
-		if d, err := b.Apply(ctx, []algo.Check{onShard(3), onShard(1)}); err != nil || d[0].Remaining != 7 {
+		if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(3), onShard(1)}); err != nil || d[0].Remaining != 7 {
 			t.Fatalf("call %d on healthy shards: %+v, %v; want the primary's answer", i, d, err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestShardBlame(t *testing.T) {
 			f.setDead(2)
 			b, _ := newTest(t, f, Options{Shard: shardOf, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
 			for range 2 {
-				if _, err := b.Apply(context.Background(), []algo.Check{onShard(1), onShard(2)}); !errors.Is(err, syscall.ECONNREFUSED) {
+				if _, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1), onShard(2)}); !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Fatalf("got %v, want the primary's error", err)
 				}
 			}
@@ -223,7 +223,7 @@ func TestShardProbeReleased(t *testing.T) {
 	f.setDead(1, 2)
 	b, _ := newTest(t, f, Options{Mode: ModeAllow, Shard: shardOf, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond}})
 	for _, s := range []int{1, 2} {
-		_, _ = b.Apply(context.Background(), []algo.Check{onShard(s)})
+		_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(s)})
 	}
 	// Half-open lasts until the probes answer.
 	waitState(t, b, 1, StateHalfOpen)
@@ -236,21 +236,21 @@ func TestShardProbeReleased(t *testing.T) {
 	f.mu.Unlock()
 	probe := make(chan error, 1)
 	go func() {
-		_, err := b.Apply(context.Background(), []algo.Check{onShard(2)})
+		_, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(2)})
 		probe <- err
 	}()
 	<-f.entered
 	// Shard 1 is asked first and lets the request through as its probe;
 	// shard 2 then refuses it.
 	before := f.reached(1)
-	if d, err := b.Apply(context.Background(), []algo.Check{onShard(1), onShard(2)}); err != nil || d[0].Remaining != 5 {
+	if d, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1), onShard(2)}); err != nil || d[0].Remaining != 5 {
 		t.Fatalf("request beside shard 2's probe: %+v, %v; want the allow mode's answer", d, err)
 	}
 	if f.reached(1) != before {
 		t.Fatal("a request that shard 2 refused reached the primary")
 	}
 	// The probe slot was given back: a request on shard 1 alone probes it.
-	if d, err := b.Apply(context.Background(), []algo.Check{onShard(1)}); err != nil || d[0].Remaining != 7 {
+	if d, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1)}); err != nil || d[0].Remaining != 7 {
 		t.Fatalf("probe of shard 1: %+v, %v; want the primary's answer", d, err)
 	}
 	if b.ShardState(1) != StateClosed {
@@ -291,13 +291,13 @@ func TestShardIdleLeavesState(t *testing.T) {
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
 	const cooldown = time.Hour
 	b, _ := newTest(t, f, Options{Shard: shardOf, Now: clock, Breaker: BreakerOptions{Failures: 1, Cooldown: cooldown}})
-	_, _ = b.Apply(context.Background(), []algo.Check{onShard(2)})
+	_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(2)})
 	if b.State() != StateOpen {
 		t.Fatalf("State() = %v, want open", b.State())
 	}
 	for range idleCooldowns {
 		advance(cooldown)
-		if _, err := b.Apply(context.Background(), []algo.Check{onShard(1)}); err != nil {
+		if _, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -315,7 +315,7 @@ func TestShardIdleLeavesState(t *testing.T) {
 func TestShardOutOfRange(t *testing.T) {
 	b, _ := newTest(t, &shardFake{}, Options{Shard: shardOf})
 	for _, n := range []int{-1, MaxShards} {
-		_, err := b.Apply(context.Background(), []algo.Check{onShard(n)})
+		_, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(n)})
 		if err == nil || !strings.Contains(err.Error(), "Options.Shard returned") {
 			t.Errorf("shard %d: %v, want an error naming Options.Shard", n, err)
 		}

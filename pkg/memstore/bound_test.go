@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -74,7 +75,7 @@ func TestMaxKeysHeld(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := frozenStore(t, Options{Shards: tt.shards, MaxKeys: tt.maxKeys})
+			s, now := frozenStore(t, Options{Shards: tt.shards, MaxKeys: tt.maxKeys})
 			given := 0
 			for req := range 3000 {
 				// Several new keys per request, so a full shard also meets
@@ -84,7 +85,7 @@ func TestMaxKeysHeld(t *testing.T) {
 					a := algo.Algorithms[r.IntN(len(algo.Algorithms))]
 					checks[j] = backendtest.UserCheck("d", fmt.Sprint(req, "/", j), backendtest.PerMinute(a, 10), 1)
 				}
-				backendtest.Apply(t, s, checks...)
+				backendtest.Apply(t, s, now.Load(), checks...)
 				given += len(checks)
 				if n := s.Len(); n > tt.maxKeys {
 					t.Fatalf("request %d: %d keys held, MaxKeys %d", req, n, tt.maxKeys)
@@ -108,11 +109,11 @@ func TestMaxKeysReclaimsExpiredFirst(t *testing.T) {
 	second := algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Second}
 	check := func(wave, i int) algo.Check { return backendtest.UserCheck("d", fmt.Sprint(wave, "/", i), second, 1) }
 	for i := range evictSample {
-		backendtest.Apply(t, s, check(1, i))
+		backendtest.Apply(t, s, now.Load(), check(1, i))
 	}
 	now.Add(2 * algo.Second)
 	for i := range evictSample {
-		backendtest.Apply(t, s, check(2, i))
+		backendtest.Apply(t, s, now.Load(), check(2, i))
 	}
 	if ev := s.Evictions(); ev != 0 {
 		t.Fatalf("%d live keys evicted while expired ones could be reclaimed", ev)
@@ -122,7 +123,7 @@ func TestMaxKeysReclaimsExpiredFirst(t *testing.T) {
 			t.Fatalf("key %d: first wave held %v, second wave held %v; want only the second", i, s.has(check(1, i)), s.has(check(2, i)))
 		}
 	}
-	backendtest.Apply(t, s, check(3, 0))
+	backendtest.Apply(t, s, now.Load(), check(3, 0))
 	if ev, n := s.Evictions(), s.Len(); ev != 1 || n != evictSample {
 		t.Fatalf("a new key on a store full of live keys: %d evictions, %d keys; want 1 and %d", ev, n, evictSample)
 	}
@@ -131,13 +132,13 @@ func TestMaxKeysReclaimsExpiredFirst(t *testing.T) {
 // TestEvictsSoonestExpiry: the live key evicted is the one whose state
 // expires first; for a token bucket that is the client that used the least.
 func TestEvictsSoonestExpiry(t *testing.T) {
-	s, _ := frozenStore(t, Options{Shards: 1, MaxKeys: 3})
+	s, now := frozenStore(t, Options{Shards: 1, MaxKeys: 3})
 	perSecond := algo.Policy{Algorithm: algo.TokenBucket, Limit: 60, Period: algo.Minute} // one token a second
 	user := func(name string, hits int64) algo.Check { return backendtest.UserCheck("d", name, perSecond, hits) }
-	backendtest.Apply(t, s, user("heavy", 30)) // full again in 30 s
-	backendtest.Apply(t, s, user("light", 1))  // in 1 s
-	backendtest.Apply(t, s, user("middle", 10))
-	backendtest.Apply(t, s, user("new", 2))
+	backendtest.Apply(t, s, now.Load(), user("heavy", 30)) // full again in 30 s
+	backendtest.Apply(t, s, now.Load(), user("light", 1))  // in 1 s
+	backendtest.Apply(t, s, now.Load(), user("middle", 10))
+	backendtest.Apply(t, s, now.Load(), user("new", 2))
 	for _, tt := range []struct {
 		name string
 		held bool
@@ -165,14 +166,14 @@ func TestEvictionOverAdmission(t *testing.T) {
 		t.Run(a.String()+"/tight", func(t *testing.T) {
 			// The bound is reached: drain the counter, have it evicted by
 			// a later-expiring filler, drain it again.
-			s, _ := frozenStore(t, Options{Shards: 1, MaxKeys: 2})
+			s, now := frozenStore(t, Options{Shards: 1, MaxKeys: 2})
 			victim := backendtest.UserCheck("d", "victim", pol, 1)
 			filler := pol
 			filler.Period = algo.Hour // expires after the victim, so it is not chosen
 			admitted, evicted := int64(0), 0
 			for round := range 3 {
 				for range capacity + 1 {
-					if backendtest.Apply(t, s, victim)[0].Allowed {
+					if backendtest.Apply(t, s, now.Load(), victim)[0].Allowed {
 						admitted++
 					}
 				}
@@ -183,7 +184,7 @@ func TestEvictionOverAdmission(t *testing.T) {
 					if i == 10 {
 						t.Fatalf("round %d: the victim survived %d new keys on a store of 2", round, i)
 					}
-					backendtest.Apply(t, s, backendtest.UserCheck("d", fmt.Sprint("filler", round, "/", i), filler, 1))
+					backendtest.Apply(t, s, now.Load(), backendtest.UserCheck("d", fmt.Sprint("filler", round, "/", i), filler, 1))
 				}
 				evicted++
 			}
@@ -194,7 +195,7 @@ func TestEvictionOverAdmission(t *testing.T) {
 		t.Run(a.String()+"/random", func(t *testing.T) {
 			// The bound holds per counter under random traffic on more
 			// counters than the store holds.
-			s, _ := frozenStore(t, Options{Shards: 1, MaxKeys: 4})
+			s, now := frozenStore(t, Options{Shards: 1, MaxKeys: 4})
 			r := rand.New(rand.NewPCG(5, uint64(a)))
 			pool := make([]algo.Check, 9)
 			for i := range pool {
@@ -206,7 +207,7 @@ func TestEvictionOverAdmission(t *testing.T) {
 				i := r.IntN(len(pool))
 				c := pool[i]
 				c.Hits = 1 + r.Int64N(2)
-				if backendtest.Apply(t, s, c)[0].Allowed {
+				if backendtest.Apply(t, s, now.Load(), c)[0].Allowed {
 					admitted[i] += c.Hits
 				}
 				for j := range pool {
@@ -238,9 +239,9 @@ func TestEvictionOverAdmission(t *testing.T) {
 // TestMetrics: the key gauge and the eviction counter reach Prometheus.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s, _ := frozenStore(t, Options{Shards: 1, MaxKeys: 2, Registerer: reg})
+	s, now := frozenStore(t, Options{Shards: 1, MaxKeys: 2, Registerer: reg})
 	for i := range 5 {
-		backendtest.Apply(t, s, backendtest.UserCheck("d", fmt.Sprint(i), backendtest.PerMinute(algo.FixedWindow, 3), 1))
+		backendtest.Apply(t, s, now.Load(), backendtest.UserCheck("d", fmt.Sprint(i), backendtest.PerMinute(algo.FixedWindow, 3), 1))
 	}
 	got := map[string]float64{}
 	families, err := reg.Gather()
@@ -269,14 +270,14 @@ func BenchmarkApplyFull(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, c := range checks[:8192] {
-		if _, err := s.Apply(ctx, c); err != nil {
+		if _, err := s.Apply(ctx, time.Now(), c); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := s.Apply(ctx, checks[i]); err != nil {
+		if _, err := s.Apply(ctx, time.Now(), checks[i]); err != nil {
 			b.Fatal(err)
 		}
 		i = (i + 1) % len(checks)

@@ -225,11 +225,11 @@ func (s *Store) register(reg prometheus.Registerer) error {
 
 // Apply implements the backend contract: one decision per check, and no
 // consumption at all unless every consuming check is admitted.
-func (s *Store) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (s *Store) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	now := s.now().UnixMicro()
+	now := at.UnixMicro()
 	sc := s.bufs.Get().(*scratch)
 	defer func() { sc.release(); s.bufs.Put(sc) }()
 	sc.prepare(len(checks))

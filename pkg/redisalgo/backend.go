@@ -31,10 +31,11 @@ import (
 
 // Options configures a Backend. The zero value is what production uses.
 type Options struct {
-	// Now, when set, is the time every script call evaluates at. Nil means
-	// each Redis master's own TIME, so that the clocks of envoy-rls
-	// replicas never matter. Only tests set it.
-	Now func() time.Time
+	// CallerTime makes every script call evaluate at the now its Apply is
+	// given. False, the default, means each Redis master's own TIME, so
+	// that the clocks of envoy-rls replicas never matter: Redis's clock is
+	// the authority for the state Redis holds. Only tests set it.
+	CallerTime bool
 	// LazyLoad skips loading the script in New, so New does not contact
 	// Redis; the first call then loads it through the NOSCRIPT path.
 	LazyLoad bool
@@ -60,8 +61,9 @@ type Options struct {
 type Backend struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless client is a cluster client
-	now     func() time.Time
-	log     *zap.Logger
+	// callerTime is Options.CallerTime.
+	callerTime bool
+	log        *zap.Logger
 	// batch shares pipelines between concurrent requests; nil sends each
 	// request's commands alone (Options.NoBatch), and on a cluster, where
 	// each master has its own batcher (nodes).
@@ -87,7 +89,7 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	if opts.MaxCallCost < 0 {
 		return nil, fmt.Errorf("redisalgo: New: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
 	}
-	b := &Backend{client: client, now: opts.Now, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
+	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
@@ -275,14 +277,14 @@ func (s *scratch) reset(n int) {
 //
 // An error means no decision could be made; what other groups consumed is
 // refunded as far as Redis answers.
-func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decision, error) {
+func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
 		return nil, nil
 	}
 	// Two checks on one counter would be two writes of one key in one
 	// script, the second losing the first's hits: apply them merged.
 	if merged, owner := algo.Merge(checks); merged != nil {
-		d, err := b.Apply(ctx, merged)
+		d, err := b.Apply(ctx, at, merged)
 		if err != nil {
 			return nil, err
 		}
@@ -300,9 +302,9 @@ func (b *Backend) Apply(ctx context.Context, checks []algo.Check) ([]algo.Decisi
 	}()
 	s.reset(len(checks))
 
-	var now int64
-	if b.now != nil {
-		now = b.now().UnixMicro()
+	var now int64 // 0: the server's TIME
+	if b.callerTime {
+		now = at.UnixMicro()
 	}
 	b.group(s, checks, now)
 	if b.nodes != nil {

@@ -35,7 +35,7 @@ func newClock() *clock {
 
 func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
 func (c *clock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
-func (c *clock) opts() Options       { return Options{Now: c.now} }
+func (c *clock) opts() Options       { return Options{CallerTime: true} }
 
 func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backend {
 	t.Helper()
@@ -51,7 +51,7 @@ func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backe
 func remaining(t testing.TB, b *Backend, c algo.Check) int64 {
 	t.Helper()
 	c.Hits, c.Refund = 0, false
-	return backendtest.Apply(t, b, c)[0].Remaining
+	return backendtest.Apply(t, b, t0.UnixMicro(), c)[0].Remaining
 }
 
 // standaloneAndCluster runs f against the shared standalone server and the
@@ -69,12 +69,12 @@ func TestApplyBurstThenDeny(t *testing.T) {
 				b := newBackend(t, client, clk.opts())
 				c := backendtest.UserCheck(redistest.KeyPrefix(t), "alice", backendtest.PerMinute(a, 3), 1)
 				for i := range 3 {
-					d := backendtest.Apply(t, b, c)[0]
+					d := backendtest.Apply(t, b, clk.us.Load(), c)[0]
 					if !d.Allowed || d.Remaining != int64(2-i) {
 						t.Fatalf("hit %d: %+v, want allowed with remaining %d", i+1, d, 2-i)
 					}
 				}
-				d := backendtest.Apply(t, b, c)[0]
+				d := backendtest.Apply(t, b, clk.us.Load(), c)[0]
 				// A sliding window may wait into the next window while the
 				// previous one still weighs, so up to two periods.
 				if d.Allowed || d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > 2*algo.Minute {
@@ -82,7 +82,7 @@ func TestApplyBurstThenDeny(t *testing.T) {
 				}
 				// Two windows later every algorithm admits again.
 				clk.add(2 * time.Minute)
-				if d := backendtest.Apply(t, b, c)[0]; !d.Allowed {
+				if d := backendtest.Apply(t, b, clk.us.Load(), c)[0]; !d.Allowed {
 					t.Fatalf("after 2m: %+v, want allowed", d)
 				}
 			})
@@ -97,11 +97,11 @@ func TestApplyOrderAndAllOrNothing(t *testing.T) {
 		wide := backendtest.UserCheck(dom, "wide", backendtest.PerMinute(algo.TokenBucket, 5), 1)
 		narrow := backendtest.UserCheck(dom, "narrow", backendtest.PerMinute(algo.FixedWindow, 1), 1)
 
-		d := backendtest.Apply(t, b, wide, narrow)
+		d := backendtest.Apply(t, b, t0.UnixMicro(), wide, narrow)
 		if !d[0].Allowed || d[0].Remaining != 4 || !d[1].Allowed || d[1].Remaining != 0 {
 			t.Fatalf("first request: %+v, want wide 4 left, narrow 0 left", d)
 		}
-		d = backendtest.Apply(t, b, wide, narrow)
+		d = backendtest.Apply(t, b, t0.UnixMicro(), wide, narrow)
 		if d[1].Allowed {
 			t.Fatalf("second request: narrow %+v, want denied", d[1])
 		}
@@ -117,7 +117,7 @@ func TestApplyOrderAndAllOrNothing(t *testing.T) {
 
 func TestApplyEmpty(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
-	if d, err := b.Apply(context.Background(), nil); err != nil || len(d) != 0 {
+	if d, err := b.Apply(context.Background(), t0, nil); err != nil || len(d) != 0 {
 		t.Errorf("Apply(nil) = %v, %v; want no decisions, no error", d, err)
 	}
 }
@@ -127,7 +127,7 @@ func TestApplyEmpty(t *testing.T) {
 func TestApplyServerTime(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
 	c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 2, Period: algo.Hour}, 1)
-	got := []bool{backendtest.Apply(t, b, c)[0].Allowed, backendtest.Apply(t, b, c)[0].Allowed, backendtest.Apply(t, b, c)[0].Allowed}
+	got := []bool{backendtest.Apply(t, b, t0.UnixMicro(), c)[0].Allowed, backendtest.Apply(t, b, t0.UnixMicro(), c)[0].Allowed, backendtest.Apply(t, b, t0.UnixMicro(), c)[0].Allowed}
 	if want := []bool{true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("allowed = %v, want %v", got, want)
 	}
@@ -153,13 +153,13 @@ func TestApplySpreadsOverSlots(t *testing.T) {
 		t.Fatalf("test limits span %d slots on %d masters; want ≥30 slots on 3", len(slots), len(masters))
 	}
 	for round, want := range []int64{1, 0} {
-		for i, d := range backendtest.Apply(t, b, checks...) {
+		for i, d := range backendtest.Apply(t, b, t0.UnixMicro(), checks...) {
 			if !d.Allowed || d.Remaining != want {
 				t.Fatalf("round %d check %d: %+v, want allowed with %d left", round, i, d, want)
 			}
 		}
 	}
-	for i, d := range backendtest.Apply(t, b, checks...) {
+	for i, d := range backendtest.Apply(t, b, t0.UnixMicro(), checks...) {
 		if d.Allowed {
 			t.Fatalf("round 3 check %d: %+v, want denied", i, d)
 		}
@@ -191,8 +191,8 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 	}
 	// The first policy admits one hit; the second request is denied by it
 	// alone and must leave every other limit untouched.
-	backendtest.Apply(t, b, checks...)
-	d := backendtest.Apply(t, b, checks...)
+	backendtest.Apply(t, b, t0.UnixMicro(), checks...)
+	d := backendtest.Apply(t, b, t0.UnixMicro(), checks...)
 	if d[0].Allowed {
 		t.Fatalf("second request: %+v, want the 1/min limit to deny", d[0])
 	}
@@ -216,14 +216,14 @@ func TestClusterRefund(t *testing.T) {
 			if keySlot(AppendKey(nil, wide)) == keySlot(AppendKey(nil, narrow)) {
 				t.Fatal("test limits share a slot; pick other names")
 			}
-			if d := backendtest.Apply(t, b, wide, narrow); !d[0].Allowed || !d[1].Allowed {
+			if d := backendtest.Apply(t, b, t0.UnixMicro(), wide, narrow); !d[0].Allowed || !d[1].Allowed {
 				t.Fatalf("first request: %+v, want both allowed", d)
 			}
 			before := remaining(t, b, wide)
 			// Both orders: the denying group may come first or last in the
 			// pipeline.
 			for _, req := range [][]algo.Check{{wide, narrow}, {narrow, wide}} {
-				d := backendtest.Apply(t, b, req...)
+				d := backendtest.Apply(t, b, t0.UnixMicro(), req...)
 				if d[0].Allowed && d[1].Allowed {
 					t.Fatalf("request %v: %+v, want narrow denied", req, d)
 				}
@@ -244,10 +244,10 @@ func TestClusterRefundKeepsRequestRefunds(t *testing.T) {
 	dom := redistest.KeyPrefix(t)
 	given := backendtest.UserCheck(dom, "given", backendtest.PerMinute(algo.FixedWindow, 10), 3)
 	narrow := backendtest.UserCheck(dom, "narrow", backendtest.PerMinute(algo.FixedWindow, 1), 1)
-	backendtest.Apply(t, b, given, narrow)
+	backendtest.Apply(t, b, t0.UnixMicro(), given, narrow)
 	back := given
 	back.Refund, back.Hits = true, 2
-	backendtest.Apply(t, b, back, narrow) // narrow denies
+	backendtest.Apply(t, b, t0.UnixMicro(), back, narrow) // narrow denies
 	if got := remaining(t, b, given); got != 9 {
 		t.Errorf("remaining = %d, want 9 (10 - 3 + 2)", got)
 	}
@@ -261,7 +261,7 @@ func TestApplyScriptError(t *testing.T) {
 		if err := client.LPush(context.Background(), string(AppendKey(nil, c)), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := b.Apply(context.Background(), []algo.Check{c})
+		_, err := b.Apply(context.Background(), t0, []algo.Check{c})
 		if err == nil || !strings.HasPrefix(err.Error(), "redisalgo: ") {
 			t.Fatalf("Apply on a wrong-type key: err = %v, want a redisalgo error", err)
 		}
@@ -272,7 +272,7 @@ func TestApplyCanceled(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := b.Apply(ctx, []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); err == nil {
+	if _, err := b.Apply(ctx, t0, []algo.Check{backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.GCRA, 1), 1)}); err == nil {
 		t.Error("Apply with a canceled context succeeded")
 	}
 }
@@ -297,7 +297,7 @@ func TestScriptFlushAndRestart(t *testing.T) {
 			srv.Restart(t)
 		}
 		c := backendtest.UserCheck(dom, fmt.Sprint("u", i/20), backendtest.PerMinute(algo.TokenBucket, 5), 1)
-		d, err := b.Apply(ctx, []algo.Check{c})
+		d, err := b.Apply(ctx, clk.now(), []algo.Check{c})
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -325,7 +325,7 @@ func TestClusterScriptFlush(t *testing.T) {
 	for i := range 12 {
 		checks = append(checks, backendtest.UserCheck(dom, fmt.Sprint("u", i), backendtest.PerMinute(algo.SlidingWindow, 3), 1))
 	}
-	for i, d := range backendtest.Apply(t, b, checks...) {
+	for i, d := range backendtest.Apply(t, b, t0.UnixMicro(), checks...) {
 		if !d.Allowed || d.Remaining != 2 {
 			t.Errorf("check %d after SCRIPT FLUSH: %+v, want allowed with 2 left", i, d)
 		}
@@ -350,7 +350,7 @@ func TestLazyLoad(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 	// The script was never loaded; the first request loads it.
-	if d := backendtest.Apply(t, b, backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.GCRA, 1), 1)); !d[0].Allowed {
+	if d := backendtest.Apply(t, b, t0.UnixMicro(), backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.GCRA, 1), 1)); !d[0].Allowed {
 		t.Errorf("first request: %+v, want allowed", d[0])
 	}
 	if n := b.noscript.Load(); n != 1 {
@@ -388,7 +388,7 @@ func load(t *testing.T, b *Backend, dom string, stop <-chan struct{}, workers, m
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				c1 := backendtest.UserCheck(dom, fmt.Sprintf("w%d-%d", w, i), backendtest.PerMinute(algo.TokenBucket, 100), 1)
 				c2 := backendtest.UserCheck(dom, fmt.Sprintf("w%d", w), algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 40, Period: algo.Hour}, 1)
-				if _, err := b.Apply(ctx, []algo.Check{c1, c2}); err != nil {
+				if _, err := b.Apply(ctx, t0, []algo.Check{c1, c2}); err != nil {
 					failedN.Add(1)
 					time.Sleep(20 * time.Millisecond)
 				} else {
@@ -411,7 +411,7 @@ func applyEventually(t *testing.T, b *Backend, checks ...algo.Check) []algo.Deci
 	var d []algo.Decision
 	eventually.True(t, "Apply succeeds", func() (bool, string) {
 		var err error
-		d, err = b.Apply(context.Background(), checks)
+		d, err = b.Apply(context.Background(), t0, checks)
 		return err == nil, fmt.Sprint(err)
 	})
 	return d
@@ -444,7 +444,7 @@ func TestClusterFailover(t *testing.T) {
 
 	stop := make(chan struct{})
 	wait := load(t, b, dom+"load", stop, 4, 2000)
-	backendtest.Apply(t, b, probe)
+	backendtest.Apply(t, b, t0.UnixMicro(), probe)
 	cl.Failover(t, slot)
 	// CLUSTER FAILOVER is lossless: the hit before it counts.
 	if d := applyEventually(t, b, probe)[0]; !d.Allowed || d.Remaining != 1 {
@@ -488,7 +488,7 @@ func TestSentinelFailover(t *testing.T) {
 	se := redistest.SharedSentinel(t)
 	b := newBackend(t, se.FailoverClient(t), newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	if d := backendtest.Apply(t, b, backendtest.UserCheck(dom, "before", backendtest.PerMinute(algo.TokenBucket, 3), 1)); !d[0].Allowed {
+	if d := backendtest.Apply(t, b, t0.UnixMicro(), backendtest.UserCheck(dom, "before", backendtest.PerMinute(algo.TokenBucket, 3), 1)); !d[0].Allowed {
 		t.Fatalf("before failover: %+v", d[0])
 	}
 	stop := make(chan struct{})
@@ -538,7 +538,7 @@ func BenchmarkApply(b *testing.B) {
 			cpu0 := redisCPU(b, client)
 			if bc.parallel == 0 {
 				for b.Loop() {
-					if _, err := be.Apply(ctx, checks); err != nil {
+					if _, err := be.Apply(ctx, t0, checks); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -546,7 +546,7 @@ func BenchmarkApply(b *testing.B) {
 				b.SetParallelism(bc.parallel / runtime.GOMAXPROCS(0))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if _, err := be.Apply(ctx, checks); err != nil {
+						if _, err := be.Apply(ctx, t0, checks); err != nil {
 							b.Error(err)
 							return
 						}

@@ -138,7 +138,7 @@ type result struct {
 func applyAsync(ctx context.Context, b *Backend, checks ...algo.Check) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		d, err := b.Apply(ctx, checks)
+		d, err := b.Apply(ctx, t0, checks)
 		ch <- result{d, err}
 	}()
 	return ch
@@ -151,7 +151,7 @@ func applyAsync(ctx context.Context, b *Backend, checks ...algo.Check) <-chan re
 func TestBatchConcurrentExact(t *testing.T) {
 	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
 		reg := prometheus.NewRegistry()
-		b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 16})
+		b := newBackend(t, client, Options{CallerTime: true, Registerer: reg, MaxBatch: 16})
 		dom := redistest.KeyPrefix(t)
 		const workers, each, shared = 48, 20, 300
 		sharedLimit := algo.Check{Domain: dom, Entries: entries("tenant", "t"), HashTag: 0, Policy: backendtest.PerMinute(algo.SlidingWindow, shared), Hits: 1}
@@ -165,7 +165,7 @@ func TestBatchConcurrentExact(t *testing.T) {
 		for w := range workers {
 			wg.Go(func() {
 				for range each {
-					d, err := b.Apply(context.Background(), []algo.Check{own(w), sharedLimit})
+					d, err := b.Apply(context.Background(), t0, []algo.Check{own(w), sharedLimit})
 					if err != nil {
 						errs <- err
 						return
@@ -210,7 +210,7 @@ func TestBatchConcurrentExact(t *testing.T) {
 func TestBatchForms(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
-	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
+	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
@@ -245,7 +245,7 @@ func TestBatchForms(t *testing.T) {
 func TestBatchOverflow(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
-	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg, MaxBatch: 4})
+	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg, MaxBatch: 4})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
@@ -258,7 +258,7 @@ func TestBatchOverflow(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range more {
 		wg.Go(func() {
-			if d, err := b.Apply(context.Background(), []algo.Check{backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)}); err != nil || !d[0].Allowed {
+			if d, err := b.Apply(context.Background(), t0, []algo.Check{backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)}); err != nil || !d[0].Allowed {
 				t.Errorf("request %d: %+v, %v", i, d, err)
 			}
 			done.Add(1)
@@ -286,7 +286,7 @@ func TestBatchOverflow(t *testing.T) {
 func TestBatchCancel(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
-	b := newBackend(t, client, Options{Now: newClock().now, Registerer: reg})
+	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg})
 	g := newGates(b)
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.SlidingLog, 3)
@@ -341,7 +341,7 @@ func TestBatchCancel(t *testing.T) {
 	if got := remaining(t, b, inFlight); got != 2 {
 		t.Errorf("the canceled in-flight request: %d left, want 2 (applied)", got)
 	}
-	if _, err := b.Apply(ctxB, []algo.Check{queued}); !errors.Is(err, context.Canceled) {
+	if _, err := b.Apply(ctxB, t0, []algo.Check{queued}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Apply with a canceled ctx: %v, want context.Canceled", err)
 	}
 }
@@ -350,7 +350,7 @@ func TestBatchCancel(t *testing.T) {
 // all get their decisions; later calls fail with ErrClosed.
 func TestBatchClose(t *testing.T) {
 	client := leakCheckedClient(t)
-	b := newBackend(t, client, Options{Now: newClock().now})
+	b := newBackend(t, client, Options{CallerTime: true})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
@@ -368,7 +368,7 @@ func TestBatchClose(t *testing.T) {
 		defer b.batch.mu.Unlock()
 		return b.batch.closed
 	})
-	if _, err := b.Apply(context.Background(), []algo.Check{backendtest.UserCheck(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
+	if _, err := b.Apply(context.Background(), t0, []algo.Check{backendtest.UserCheck(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Apply during Close: %v, want ErrClosed", err)
 	}
 	select {
@@ -394,8 +394,8 @@ func TestBatchMetricsShared(t *testing.T) {
 	b1 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
 	b2 := newBackend(t, client, Options{Registerer: reg, LazyLoad: true})
 	dom := redistest.KeyPrefix(t)
-	backendtest.Apply(t, b1, backendtest.UserCheck(dom, "a", backendtest.PerMinute(algo.FixedWindow, 1), 1))
-	backendtest.Apply(t, b2, backendtest.UserCheck(dom, "b", backendtest.PerMinute(algo.FixedWindow, 1), 1))
+	backendtest.Apply(t, b1, t0.UnixMicro(), backendtest.UserCheck(dom, "a", backendtest.PerMinute(algo.FixedWindow, 1), 1))
+	backendtest.Apply(t, b2, t0.UnixMicro(), backendtest.UserCheck(dom, "b", backendtest.PerMinute(algo.FixedWindow, 1), 1))
 	if n, _ := batchStats(t, reg); n < 2 {
 		t.Errorf("%d pipelines counted, want ≥ 2", n)
 	}
@@ -403,13 +403,13 @@ func TestBatchMetricsShared(t *testing.T) {
 
 // TestNoBatch: with batching off every request still decides exactly.
 func TestNoBatch(t *testing.T) {
-	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{Now: newClock().now, NoBatch: true})
+	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{CallerTime: true, NoBatch: true})
 	if b.batch != nil {
 		t.Fatal("NoBatch backend has a batcher")
 	}
 	c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.FixedWindow, 2), 1)
 	for i, want := range []bool{true, true, false} {
-		if d := backendtest.Apply(t, b, c)[0]; d.Allowed != want {
+		if d := backendtest.Apply(t, b, t0.UnixMicro(), c)[0]; d.Allowed != want {
 			t.Errorf("request %d: %+v, want allowed=%v", i, d, want)
 		}
 	}
@@ -475,7 +475,7 @@ func evalshaCalls(t *testing.T, client *redis.Client) int64 {
 func TestBatchMergesScriptCalls(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.Standalone(t).Client(t)
-	b := newBackend(t, client, Options{Now: newClock().now})
+	b := newBackend(t, client, Options{CallerTime: true})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
@@ -534,7 +534,7 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 func TestBatchMergesPerSlot(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), Options{Now: newClock().now})
+	b := newBackend(t, cl.ClusterClient(t), Options{CallerTime: true})
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)

@@ -60,12 +60,12 @@ func TestShards(t *testing.T) {
 	if err := client.LPush(ctx, string(AppendKey(nil, bad)), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.Apply(ctx, checks)
+	_, err := b.Apply(ctx, t0, checks)
 	var se *ShardError
 	if !errors.As(err, &se) || len(se.FailedShards()) != 1 || se.FailedShards()[0] != b.Shard(bad) {
 		t.Fatalf("Apply with one failing master: %v, want a ShardError naming shard %d alone", err, b.Shard(bad))
 	}
-	if _, err := b.Apply(ctx, []algo.Check{checks[0], checks[2]}); err != nil {
+	if _, err := b.Apply(ctx, t0, []algo.Check{checks[0], checks[2]}); err != nil {
 		t.Errorf("Apply on the other masters: %v", err)
 	}
 
@@ -82,7 +82,7 @@ func TestShards(t *testing.T) {
 func TestClusterBatchPerNode(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), Options{Now: newClock().now})
+	b := newBackend(t, cl.ClusterClient(t), Options{CallerTime: true})
 	entered, release := gateFirst(b)
 	defer release()
 	checks := onEachMaster(t, cl, redistest.KeyPrefix(t), backendtest.PerMinute(algo.FixedWindow, 5))

@@ -1,9 +1,7 @@
 package redisalgo
 
 import (
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,8 +21,8 @@ func TestBackendSuite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := tc.client(t)
-			backendtest.Run(t, func(t *testing.T, now *atomic.Int64) backendtest.Backend {
-				b, err := New(client, Options{Now: func() time.Time { return time.UnixMicro(now.Load()) }})
+			backendtest.Run(t, func(t *testing.T) backendtest.Backend {
+				b, err := New(client, Options{CallerTime: true})
 				if err != nil {
 					t.Fatalf("New: %v", err)
 				}

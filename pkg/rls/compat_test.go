@@ -425,21 +425,21 @@ descriptors:
 }
 
 // compatBackends are the stores every scenario runs on; each returns a
-// backend driven by now and the domain prefix that keeps the run's keys
+// backend that decides at the service's clock and the domain prefix that keeps the run's keys
 // apart from every other test's.
 var compatBackends = []struct {
 	name string
-	new  func(t *testing.T, now func() time.Time) (Backend, string)
+	new  func(t *testing.T) (Backend, string)
 }{
-	{"memstore", func(t *testing.T, now func() time.Time) (Backend, string) {
-		s, err := memstore.New(memstore.Options{Now: now})
+	{"memstore", func(t *testing.T) (Backend, string) {
+		s, err := memstore.New(memstore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s, ""
 	}},
-	{"redis", func(t *testing.T, now func() time.Time) (Backend, string) {
-		b, err := redisalgo.New(redistest.SharedStandalone(t).Client(t), redisalgo.Options{Now: now})
+	{"redis", func(t *testing.T) (Backend, string) {
+		b, err := redisalgo.New(redistest.SharedStandalone(t).Client(t), redisalgo.Options{CallerTime: true})
 		if err != nil {
 			t.Fatalf("redisalgo.New: %v", err)
 		}
@@ -482,9 +482,9 @@ func TestCompatEnvoyproxyExamples(t *testing.T) {
 	}
 }
 
-func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T, func() time.Time) (Backend, string)) {
+func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Backend, string)) {
 	clk := &clock{t: epoch}
-	backend, prefix := newBackend(t, clk.Now)
+	backend, prefix := newBackend(t)
 	domain := prefix + sc.domain
 	yaml := strings.Replace(sc.yaml, "\ndomain: "+sc.domain+"\n", "\ndomain: "+strconv.Quote(domain)+"\n", 1)
 	if !strings.Contains(yaml, strconv.Quote(domain)) {
@@ -501,6 +501,7 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T, func
 	s, err := New(Config{
 		Rules:            func() *rules.Snapshot { return snap },
 		Backend:          backend,
+		Now:              clk.Now,
 		DefaultAlgorithm: algo.FixedWindow,
 		ShadowMode:       sc.globalShadow,
 	})

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -49,6 +50,9 @@ type descInfo struct {
 // plan is the per-request working set. It is pooled so that the steady state
 // allocates little beyond the response itself.
 type plan struct {
+	// now is the request's time, read once: both backend runs of a
+	// request (see Service.apply) decide at it.
+	now        time.Time
 	reqEntries []algo.Entry
 	keyEntries []algo.Entry
 	checks     []algo.Check
@@ -67,6 +71,7 @@ type plan struct {
 }
 
 func (p *plan) reset() {
+	p.now = time.Time{}
 	clear(p.reqEntries)
 	clear(p.keyEntries)
 	clear(p.checks)

@@ -48,6 +48,9 @@ type Config struct {
 	Metrics *Metrics
 	// Logger is named "rls" by New; nil means no logging.
 	Logger *zap.Logger
+	// Now is the clock read once per request, the request's time for every
+	// backend on its path; nil means time.Now. Tests inject their own.
+	Now func() time.Time
 }
 
 // RequestLimits bounds what one RateLimitRequest may contain. Zero fields
@@ -116,6 +119,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("rls: max request cost %d and sliding-log cap %d must be 0 (default) or positive, the cap at most %d",
 			cfg.MaxRequestCost, cfg.SlidingLogCap, algo.MaxSlidingLogCap)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.MaxRequestCost == 0 {
 		cfg.MaxRequestCost = algo.DefaultMaxCost
 	}
@@ -161,6 +167,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	}
 	p := s.plans.Get().(*plan)
 	defer func() { p.reset(); s.plans.Put(p) }()
+	p.now = s.cfg.Now()
 
 	if err := p.build(req, snap, known, s.overrides()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
@@ -223,7 +230,7 @@ func (s *Service) apply(ctx context.Context, p *plan) error {
 
 // run applies p.batch and spreads the decisions back to the checks.
 func (s *Service) run(ctx context.Context, p *plan) error {
-	decisions, err := s.cfg.Backend.Apply(ctx, p.batch)
+	decisions, err := s.cfg.Backend.Apply(ctx, p.now, p.batch)
 	if err != nil {
 		return err
 	}

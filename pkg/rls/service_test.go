@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,18 +39,20 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// newTestService serves the YAML rules on a memstore driven by a fake clock.
+// newTestService serves the YAML rules on a memstore, with the service's
+// clock (the time of each request) a fake one.
 func newTestService(t testing.TB, yaml string, mutate func(*Config)) (*Service, *clock) {
 	t.Helper()
 	snap := mustSnapshot(t, yaml)
 	clk := &clock{t: epoch}
-	store, err := memstore.New(memstore.Options{Now: clk.Now})
+	store, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{
 		Rules:   func() *rules.Snapshot { return snap },
 		Backend: store,
+		Now:     clk.Now,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -431,7 +434,7 @@ func TestInvalidRequests(t *testing.T) {
 
 type failingBackend struct{}
 
-func (failingBackend) Apply(context.Context, []algo.Check) ([]algo.Decision, error) {
+func (failingBackend) Apply(context.Context, time.Time, []algo.Check) ([]algo.Decision, error) {
 	return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
 }
 
@@ -471,9 +474,9 @@ descriptors:
 	for _, be := range compatBackends {
 		t.Run(be.name, func(t *testing.T) {
 			clk := &clock{t: epoch}
-			backend, prefix := be.new(t, clk.Now)
+			backend, prefix := be.new(t)
 			snap := mustSnapshot(t, strings.Replace(yaml, "domain: d", "domain: "+strconv.Quote(prefix+"d"), 1))
-			s, err := New(Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend})
+			s, err := New(Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend, Now: clk.Now})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -493,5 +496,52 @@ descriptors:
 				t.Fatalf("%d hits admitted through an override of 5 (requests of 2 hits: want 4)", admitted)
 			}
 		})
+	}
+}
+
+// timeRecorder records the time each Apply was given, then applies on next.
+type timeRecorder struct {
+	next Backend
+	mu   sync.Mutex
+	at   []time.Time
+}
+
+func (r *timeRecorder) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	r.mu.Lock()
+	r.at = append(r.at, now)
+	r.mu.Unlock()
+	return r.next.Apply(ctx, now, checks)
+}
+
+// TestOneNowPerRequest: the service reads its clock once per request, and
+// every backend call of that request (here two: a shadow limit denied, so
+// the request is applied again without it) decides at that one time.
+func TestOneNowPerRequest(t *testing.T) {
+	const rules = `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: fixed_window}
+  - key: s
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: fixed_window}
+`
+	var reads atomic.Int64
+	var rec *timeRecorder
+	s, clk := newTestService(t, rules, func(c *Config) {
+		rec = &timeRecorder{next: c.Backend}
+		c.Backend = rec
+	})
+	inner := s.cfg.Now
+	s.cfg.Now = func() time.Time { reads.Add(1); clk.Advance(time.Millisecond); return inner() }
+	resp := call(t, s, request("d", desc("a=1"), desc("s=1")))
+	if resp.GetOverallCode() != pb.RateLimitResponse_OK {
+		t.Fatalf("overall %s, want OK (the denying limit is in shadow mode)", resp.GetOverallCode())
+	}
+	if reads.Load() != 1 {
+		t.Fatalf("clock read %d times for one request, want 1", reads.Load())
+	}
+	if len(rec.at) != 2 || !rec.at[0].Equal(rec.at[1]) {
+		t.Fatalf("backend calls at %v, want two at one time", rec.at)
 	}
 }
