@@ -191,7 +191,9 @@ func TestLoaderReloadPolicy(t *testing.T) {
 			change: func(t *testing.T, dir string) {
 				writeFile(t, filepath.Join(dir, "a.yaml"), fmt.Sprintf(empty, "a"))
 			},
-			applied: func(s *Snapshot) bool { return s.HasDomain("a") && s.Match("a", entries("k=x")) == nil && s.NumRules() == 1 },
+			applied: func(s *Snapshot) bool {
+				return s.HasDomain("a") && s.Match("a", entries("k=x")) == nil && s.NumRules() == 1
+			},
 		},
 		{
 			name: "one domain removed",
