@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -79,15 +80,34 @@ func TestReadinessAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatalf("health watch: %v", err)
 	}
-	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
-		t.Helper()
+	type update struct {
+		status healthpb.HealthCheckResponse_ServingStatus
+		err    error
+	}
+	updates := make(chan update, 100)
+	go func() {
 		for {
 			resp, err := watch.Recv()
+			updates <- update{resp.GetStatus(), err}
 			if err != nil {
-				t.Fatalf("health watch, waiting for %v: %v", want, err)
-			}
-			if resp.GetStatus() == want {
 				return
+			}
+		}
+	}()
+	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		deadline := time.After(eventually.Bound) // for a broken server; see eventually
+		for {
+			select {
+			case u := <-updates:
+				if u.err != nil {
+					t.Fatalf("health watch, waiting for %v: %v", want, u.err)
+				}
+				if u.status == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("health watch: no %v within %v", want, eventually.Bound)
 			}
 		}
 	}
