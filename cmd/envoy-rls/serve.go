@@ -230,29 +230,17 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Pprof:  cfg.pprof,
 	}), log)
 
-	gl, err := net.Listen("tcp", cfg.grpcAddr)
+	gl, hl, dl, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
-	}
-	hl, err := cfg.http.listen("http-addr", cfg.httpAddr)
-	if err != nil {
-		gl.Close()
 		return err
-	}
-	dl, debugAddr := net.Listener(nil), "off"
-	if cfg.http.debugAddr != "" {
-		if dl, err = cfg.http.listen("debug-addr", cfg.http.debugAddr); err != nil {
-			gl.Close()
-			hl.Close()
-			return err
-		}
-		debugAddr = dl.Addr().String()
 	}
 	serving = true
 	errs := make(chan error, 3)
 	go func() { errs <- gsrv.Serve(gl) }()
 	go func() { errs <- hsrv.Serve(hl) }()
+	debugAddr := "off"
 	if dl != nil {
+		debugAddr = dl.Addr().String()
 		go func() { errs <- dsrv.Serve(dl) }()
 	}
 	log.Info("envoy-rls serving",
@@ -290,6 +278,28 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	_ = dsrv.Close()
 	log.Info("envoy-rls stopped")
 	return serveErr
+}
+
+// listen opens the gRPC, HTTP and debug listeners (debug is nil when
+// --debug-addr is empty), or none of them.
+func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
+	grpcL, err = net.Listen("tcp", cfg.grpcAddr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	httpL, err = cfg.http.listen("http-addr", cfg.httpAddr)
+	if err != nil {
+		grpcL.Close()
+		return nil, nil, nil, err
+	}
+	if cfg.http.debugAddr != "" {
+		if debugL, err = cfg.http.listen("debug-addr", cfg.http.debugAddr); err != nil {
+			grpcL.Close()
+			httpL.Close()
+			return nil, nil, nil, err
+		}
+	}
+	return grpcL, httpL, debugL, nil
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
