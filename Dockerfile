@@ -34,7 +34,8 @@ COPY examples/config/ /etc/envoy-rls/config/
 # image's "nonroot" user).
 USER 65532:65532
 # 8081: gRPC (RateLimitService, health, reflection); 8080: HTTP (/healthz,
-# /readyz, /metrics, /json).
+# /readyz, /healthcheck, /metrics, /json). The debug port (/debug/config,
+# /debug/pprof) listens on 127.0.0.1:6070 and is deliberately not exposed.
 EXPOSE 8081 8080
 ENTRYPOINT ["/usr/local/bin/envoy-rls"]
 CMD ["serve"]

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -25,8 +24,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // serveConfig holds the serve command's flags.
@@ -50,6 +49,7 @@ type serveConfig struct {
 	limitOverrides   string
 	redis            redisFlags
 	tls              tlsFlags
+	http             httpFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -57,7 +57,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
-	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /metrics, /json, /debug/config)")
+	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
 	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: fixed_window|sliding_window|sliding_log|token_bucket|gcra")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug|info|warn|error")
@@ -66,7 +66,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
 	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
 	fs.IntVar(&c.memstoreMaxKeys, "memstore-max-keys", 1_000_000, "most keys the in-process store holds (also the local failure mode's); when full, expired keys go first, then the live key expiring soonest, whose client may then get one more full limit (counted in envoy_rls_memstore_evictions_total); 0: no bound")
-	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the debug address (--debug-addr)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest wait for in-flight requests to finish at shutdown")
 	fs.IntVar(&c.limits.MaxDescriptors, "max-descriptors", rls.DefaultRequestLimits.MaxDescriptors, "most descriptors one request may carry")
@@ -77,6 +77,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
 	c.redis.register(fs)
 	c.tls.register(fs)
+	c.http.register(fs)
 	return c, func(args []string) error { return parseFlags(fs, args) }
 }
 
@@ -98,11 +99,24 @@ func serve(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {
+		// One line either way: the error says what is wrong and where.
+		var se startError
+		if errors.As(err, &se) {
+			log.Error("envoy-rls cannot start", zap.Error(se.err))
+			return 1
+		}
 		log.Error("envoy-rls stopped", zap.Error(err))
 		return 1
 	}
 	return 0
 }
+
+// startError is a failure before the server began serving: a bad flag,
+// rule directory or address. Nothing was served, so nothing was "kept".
+type startError struct{ err error }
+
+func (e startError) Error() string { return e.err.Error() }
+func (e startError) Unwrap() error { return e.err }
 
 func newLogger(level, format string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
@@ -120,6 +134,9 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.Sampling = nil
+	// Errors here are about configuration and the network, and carry their
+	// context in the message; a Go stack trace only buries it.
+	zc.DisableStacktrace = true
 	return zc.Build()
 }
 
@@ -128,7 +145,20 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
+// rlsServiceName is the gRPC service whose health is reported besides "".
+const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// readinessInterval is how often readiness is re-evaluated between probes,
+// so that gRPC health watchers follow a backend that fails or recovers.
+const readinessInterval = 2 * time.Second
+
+func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err error) {
+	serving := false
+	defer func() {
+		if err != nil && !serving {
+			err = startError{err}
+		}
+	}()
 	defAlgo, err := algo.ParseAlgorithm(cfg.defaultAlgorithm)
 	if err != nil {
 		return fmt.Errorf("--default-algorithm: %w", err)
@@ -153,29 +183,16 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	if _, err := cfg.redis.validate(); err != nil {
 		return err
 	}
+	if err := cfg.http.validate(); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "envoy_rls_config_reloads_total",
-		Help: "Rule reloads by result (success or error).",
-	}, []string{"result"})
-	reg.MustRegister(reloads)
-	loader := rules.NewLoader(cfg.configDir, rules.Options{
-		DefaultAlgorithm: defAlgo,
-		SlidingLogCap:    int64(cfg.slidingLogCap),
-		Logger:           log,
-		OnReload: func(err error) {
-			if err != nil {
-				reloads.WithLabelValues("error").Inc()
-				return
-			}
-			reloads.WithLabelValues("success").Inc()
-		},
-	})
-	if err := loader.Reload(); err != nil {
-		return fmt.Errorf("load rules from %s: %w", cfg.configDir, err)
+	loader, err := loadRules(cfg, defAlgo, log, reg)
+	if err != nil {
+		return err
 	}
 	go func() {
 		if err := loader.Run(ctx); err != nil && ctx.Err() == nil {
@@ -217,48 +234,39 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	gsrv := grpc.NewServer(gopts...)
 	svc.Register(gsrv)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gsrv, hs)
+	ready := newReadiness(ctx, backend, hs, log)
+	healthpb.RegisterHealthServer(gsrv, healthService{Server: hs, ready: ready})
 	reflection.Register(gsrv)
+	go ready.Run(ctx, readinessInterval)
 
-	adm := admin.New(admin.Options{
-		Ready: func(ctx context.Context) error {
-			// An empty snapshot is as unready as none: a missing or
-			// empty mount would otherwise admit everything silently.
-			if loader.Current().NumRules() == 0 {
-				return errors.New("no rules loaded")
-			}
-			if p, ok := backend.(pinger); ok {
-				if err := p.Ping(ctx); err != nil {
-					return fmt.Errorf("backend: %w", err)
-				}
-			}
-			return nil
-		},
+	hsrv := cfg.http.server(admin.New(admin.Options{
+		Ready:   ready.Check,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		JSON:    svc.JSONHandler(),
-		Config:  func() any { return loader.Current() },
-		Pprof:   cfg.pprof,
-	})
-	hsrv := &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+	}), log)
+	dsrv := cfg.http.server(admin.NewDebug(admin.DebugOptions{
+		Config: func() any { return loader.Current() },
+		Pprof:  cfg.pprof,
+	}), log)
 
-	gl, err := net.Listen("tcp", cfg.grpcAddr)
+	gl, hl, dl, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
+		return err
 	}
-	hl, err := net.Listen("tcp", cfg.httpAddr)
-	if err != nil {
-		gl.Close()
-		return fmt.Errorf("--http-addr: %w", err)
-	}
-	errs := make(chan error, 2)
+	serving = true
+	errs := make(chan error, 3)
 	go func() { errs <- gsrv.Serve(gl) }()
 	go func() { errs <- hsrv.Serve(hl) }()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", healthpb.HealthCheckResponse_SERVING)
+	debugAddr := "off"
+	if dl != nil {
+		debugAddr = dl.Addr().String()
+		go func() { errs <- dsrv.Serve(dl) }()
+	}
 	log.Info("envoy-rls serving",
 		zap.String("version", version),
 		zap.String("grpc_addr", gl.Addr().String()),
 		zap.String("http_addr", hl.Addr().String()),
+		zap.String("debug_addr", debugAddr),
 		zap.String("backend", backendName(cfg)),
 		zap.String("default_algorithm", defAlgo.String()))
 
@@ -269,7 +277,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	case serveErr = <-errs:
 		log.Error("server failed", zap.Error(serveErr))
 	}
-	adm.Drain()
+	ready.Drain()
 	hs.Shutdown()
 	if cfg.shutdownDelay > 0 && serveErr == nil {
 		time.Sleep(cfg.shutdownDelay)
@@ -285,8 +293,82 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
 	_ = hsrv.Shutdown(sctx)
+	// Debug requests are not traffic to drain; a profile may run for long.
+	_ = dsrv.Close()
 	log.Info("envoy-rls stopped")
 	return serveErr
+}
+
+// listen opens the gRPC, HTTP and debug listeners (debug is nil when
+// --debug-addr is empty), or none of them.
+func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
+	grpcL, err = net.Listen("tcp", cfg.grpcAddr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	httpL, err = cfg.http.listen("http-addr", cfg.httpAddr)
+	if err != nil {
+		grpcL.Close()
+		return nil, nil, nil, err
+	}
+	if cfg.http.debugAddr != "" {
+		if debugL, err = cfg.http.listen("debug-addr", cfg.http.debugAddr); err != nil {
+			grpcL.Close()
+			httpL.Close()
+			return nil, nil, nil, err
+		}
+	}
+	return grpcL, httpL, debugL, nil
+}
+
+// newReadiness returns the one readiness answer for /readyz, /healthcheck
+// and gRPC health: not draining, and the backend reachable as its failure
+// policy defines (see redisBackend.Ping). It publishes every flip to the
+// gRPC health server, so watchers follow too, and logs it.
+func newReadiness(ctx context.Context, backend rls.Backend, hs *health.Server, log *zap.Logger) *readiness.Tracker {
+	var check func(ctx context.Context) error
+	if p, ok := backend.(pinger); ok {
+		check = func(ctx context.Context) error {
+			if err := p.Ping(ctx); err != nil {
+				return fmt.Errorf("backend: %w", err)
+			}
+			return nil
+		}
+	}
+	return readiness.New(ctx, readiness.Options{
+		Check: check,
+		OnChange: func(err error) {
+			st := healthpb.HealthCheckResponse_SERVING
+			switch {
+			case errors.Is(err, readiness.ErrDraining):
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+				log.Info("not ready", zap.Error(err))
+			case err != nil:
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+				log.Warn("not ready", zap.Error(err))
+			default:
+				log.Info("ready")
+			}
+			hs.SetServingStatus("", st)
+			hs.SetServingStatus(rlsServiceName, st)
+		},
+	})
+}
+
+// healthService is the gRPC health service. Check evaluates readiness as
+// /readyz does, so both answer alike at any moment; Watch and List follow
+// the statuses readiness publishes (on each evaluation, at least every
+// readinessInterval).
+type healthService struct {
+	*health.Server
+	ready *readiness.Tracker
+}
+
+// Check re-evaluates readiness, which publishes any flip to the embedded
+// server before it answers.
+func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	_ = h.ready.Check(ctx)
+	return h.Server.Check(ctx, req)
 }
 
 func backendName(cfg *serveConfig) string {

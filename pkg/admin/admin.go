@@ -1,7 +1,10 @@
-// Package admin serves envoy-rls's operational HTTP endpoints: liveness,
-// readiness, Prometheus metrics, the loaded rules, and optionally pprof. It
-// mounts handlers it is given (such as the /json twin of the gRPC API) but
-// knows nothing of rate limiting itself, and must not import backends.
+// Package admin serves envoy-rls's operational HTTP endpoints on two
+// handlers. The service handler is for the cluster: liveness, readiness,
+// Prometheus metrics, and handlers it is given (such as the /json twin of
+// the gRPC API). The debug handler is for an operator on the debug
+// listener, loopback by default: the loaded rules and optionally pprof. It
+// knows nothing of rate limiting itself, must not import backends, and must
+// not mount debug endpoints on the service handler.
 package admin
 
 import (
@@ -10,86 +13,78 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
-	"sync/atomic"
-	"time"
 )
 
-// Options lists what the admin mux serves. Nil fields are left out.
+// Options lists what the service handler serves. Nil fields are left out.
 type Options struct {
-	// Ready reports why the service cannot take traffic, or nil when it can.
+	// Ready reports why the service cannot take traffic, or nil when it
+	// can; it serves /readyz and /healthcheck. It bounds its own duration.
 	Ready func(ctx context.Context) error
 	// Metrics serves /metrics.
 	Metrics http.Handler
 	// JSON serves /json.
 	JSON http.Handler
+}
+
+// New returns the service handler for opts: /healthz, /readyz,
+// /healthcheck (envoyproxy/ratelimit's name for readiness), /metrics and
+// /json.
+func New(opts Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { text(w, http.StatusOK, "ok") })
+	ready := readyHandler(opts.Ready)
+	mux.HandleFunc("GET /readyz", ready)
+	mux.HandleFunc("GET /healthcheck", ready)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.JSON != nil {
+		mux.Handle("/json", opts.JSON)
+	}
+	return mux
+}
+
+// DebugOptions lists what the debug handler serves. Nil fields are left out.
+type DebugOptions struct {
 	// Config returns the loaded rules for /debug/config, as JSON-marshalable data.
 	Config func() any
 	// Pprof mounts /debug/pprof/.
 	Pprof bool
-	// ReadyTimeout bounds one readiness probe; 0 means one second.
-	ReadyTimeout time.Duration
 }
 
-// Server is the admin HTTP handler plus the draining switch that makes
-// /readyz fail during shutdown.
-type Server struct {
-	opts     Options
-	draining atomic.Bool
-	mux      *http.ServeMux
-}
-
-// New returns the admin handler for opts.
-func New(opts Options) *Server {
-	if opts.ReadyTimeout <= 0 {
-		opts.ReadyTimeout = time.Second
-	}
-	s := &Server{opts: opts, mux: http.NewServeMux()}
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { text(w, http.StatusOK, "ok") })
-	s.mux.HandleFunc("GET /readyz", s.readyz)
-	if opts.Metrics != nil {
-		s.mux.Handle("GET /metrics", opts.Metrics)
-	}
-	if opts.JSON != nil {
-		s.mux.Handle("/json", opts.JSON)
-	}
+// NewDebug returns the debug handler for opts: /debug/config and, with
+// Pprof, /debug/pprof/. It belongs on a listener apart from the service
+// handler's: a profile or the full rule set is not for every client that
+// can reach /metrics.
+func NewDebug(opts DebugOptions) http.Handler {
+	mux := http.NewServeMux()
 	if opts.Config != nil {
-		s.mux.HandleFunc("GET /debug/config", s.debugConfig)
+		mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) { debugConfig(w, opts.Config()) })
 	}
 	if opts.Pprof {
-		s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-		s.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		s.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return s
+	return mux
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
-// Drain makes /readyz fail from now on, so load balancers stop sending
-// traffic before the servers stop.
-func (s *Server) Drain() { s.draining.Store(true) }
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		text(w, http.StatusServiceUnavailable, "not ready: shutting down")
-		return
-	}
-	if s.opts.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
-		defer cancel()
-		if err := s.opts.Ready(ctx); err != nil {
-			text(w, http.StatusServiceUnavailable, fmt.Sprintf("not ready: %v", err))
-			return
+func readyHandler(ready func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			if err := ready(r.Context()); err != nil {
+				text(w, http.StatusServiceUnavailable, fmt.Sprintf("not ready: %v", err))
+				return
+			}
 		}
+		text(w, http.StatusOK, "ready")
 	}
-	text(w, http.StatusOK, "ready")
 }
 
-func (s *Server) debugConfig(w http.ResponseWriter, _ *http.Request) {
-	b, err := json.MarshalIndent(s.opts.Config(), "", "  ")
+func debugConfig(w http.ResponseWriter, cfg any) {
+	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		text(w, http.StatusInternalServerError, fmt.Sprintf("admin: encode config: %v", err))
 		return

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"os"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,12 +20,24 @@ const maxJSONBody = 1 << 20
 
 // JSONHandler serves POST /json: a protojson RateLimitRequest in, the
 // RateLimitResponse as protojson out, with 200 for OK, 429 for OVER_LIMIT,
-// 400 for a bad request and 503 when the backend is unavailable.
+// 400 for a bad request, 408 when the body does not arrive within the
+// server's read timeout, 415 for a Content-Type other than application/json
+// and 503 when the backend is unavailable.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			httpError(w, http.StatusMethodNotAllowed, "rls: /json takes POST with a JSON RateLimitRequest")
+			return
+		}
+		// A browser sends text/plain, form and multipart POSTs to any site
+		// without a CORS preflight; application/json needs one, so
+		// accepting only it keeps other web pages from spending quota (or
+		// probing limits) through a visitor's browser.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			w.Header().Set("Accept-Post", "application/json")
+			httpError(w, http.StatusUnsupportedMediaType,
+				fmt.Sprintf("rls: /json takes Content-Type application/json, got %q", r.Header.Get("Content-Type")))
 			return
 		}
 		var start time.Time
@@ -35,6 +49,10 @@ func (s *Service) JSONHandler() http.Handler {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("rls: request body exceeds %d bytes", maxJSONBody))
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				httpError(w, http.StatusRequestTimeout, "rls: request body not received within the read timeout")
 				return
 			}
 			httpError(w, http.StatusBadRequest, fmt.Sprintf("rls: read request body: %v", err))

@@ -128,20 +128,44 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	return build(files, err, opts)
 }
 
-// Validate checks the rule files in dir as LoadDir would load them, for
+// requireRules is the policy for a directory the service is to serve: it
+// must define at least one rule (a descriptor with rate_limit or
+// rate_limits; unlimited: true counts). A Loader refuses anything else, at
+// its first load and at every reload, and Validate reports it, so that
+// `envoy-rls validate` predicts what a server accepts.
+//
+// Why refuse rather than serve no limits: an empty directory, or files all
+// cut down to "descriptors: []", is far more often a broken mount, a
+// half-applied ConfigMap or a templating mistake than an intent to lift
+// every limit (a requests_per_unit: 0 block included) on every replica at
+// once. Removing a domain, or emptying one file while others still define
+// rules, is an ordinary change and applies. The two ways of emptying
+// everything (deleting the files, emptying them) are treated alike.
+func requireRules(dir string, files []ruleFile, snap *Snapshot) error {
+	switch {
+	case snap.NumRules() > 0:
+		return nil
+	case len(files) == 0:
+		return fmt.Errorf("rules: no rule files (*.yaml, *.yml) in %s (want at least one rule)", dir)
+	}
+	return fmt.Errorf("rules: no rule in %s (%s, no descriptor with rate_limit or rate_limits; "+
+		"want at least one, and to lift every limit keep a rule with unlimited: true)", dir, count(len(files), "rule file"))
+}
+
+// Validate checks the rule files in dir as a Loader would load them, for
 // `envoy-rls validate`. It returns a one-line summary such as
-// "3 domains, 17 rules OK", or every problem found. A directory without rule
-// files is an error.
+// "3 domains, 17 rules OK", or every problem found. A directory that
+// defines no rule is an error, as it is for a Loader.
 func Validate(dir string, opts Options) (summary string, err error) {
 	files, err := readDir(dir)
 	if files == nil && err != nil {
 		return "", err
 	}
-	if len(files) == 0 && err == nil {
-		return "", fmt.Errorf("rules: no rule files (*.yaml, *.yml) in %s", dir)
-	}
 	snap, err := build(files, err, opts)
 	if err != nil {
+		return "", err
+	}
+	if err := requireRules(dir, files, snap); err != nil {
 		return "", err
 	}
 	limits := 0

@@ -89,6 +89,9 @@ func TestLoadDirLayout(t *testing.T) {
 func TestValidateDirectoryProblems(t *testing.T) {
 	empty := t.TempDir()
 	writeFile(t, filepath.Join(empty, "notes.txt"), "x")
+	noRules := t.TempDir()
+	writeFile(t, filepath.Join(noRules, "a.yaml"), "domain: a\ndescriptors: []\n")
+	writeFile(t, filepath.Join(noRules, "b.yaml"), "domain: b\n")
 	dangling := t.TempDir()
 	if err := os.Symlink(filepath.Join(dangling, "gone.yaml"), filepath.Join(dangling, "rules.yaml")); err != nil {
 		t.Fatal(err)
@@ -98,7 +101,9 @@ func TestValidateDirectoryProblems(t *testing.T) {
 		dir  string
 		want string
 	}{
-		{"no rule files", empty, "rules: no rule files (*.yaml, *.yml) in " + empty},
+		{"no rule files", empty, "rules: no rule files (*.yaml, *.yml) in " + empty + " (want at least one rule)"},
+		{"no rules", noRules, "rules: no rule in " + noRules + " (2 rule files, no descriptor with rate_limit or rate_limits; " +
+			"want at least one, and to lift every limit keep a rule with unlimited: true)"},
 		{"missing directory", filepath.Join(empty, "nope"), "rules: read directory: open " + filepath.Join(empty, "nope") + ": no such file or directory"},
 		{"dangling symlink", dangling, "rules: stat " + filepath.Join(dangling, "rules.yaml") + ": no such file or directory"},
 	}

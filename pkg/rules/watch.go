@@ -16,7 +16,9 @@ import (
 )
 
 // Loader keeps the current snapshot of a rule directory and reloads it when
-// the directory changes. A failed reload keeps the last good snapshot.
+// the directory changes. A failed reload keeps the last good snapshot, and
+// a directory that defines no rule counts as failed (see requireRules), so
+// once loaded a Loader always serves at least one rule.
 // Its methods are safe for concurrent use.
 type Loader struct {
 	dir  string
@@ -31,9 +33,8 @@ type Loader struct {
 	hasLast bool
 }
 
-// NewLoader returns a loader for dir. It loads nothing yet: call Reload
-// once at start-up to fail fast on a bad directory, then Run to follow
-// changes.
+// NewLoader returns a loader for dir. It loads nothing yet: call Load once
+// at start-up to fail fast on a bad directory, then Run to follow changes.
 func NewLoader(dir string, opts Options) *Loader {
 	return &Loader{dir: dir, opts: opts, log: opts.logger()}
 }
@@ -42,14 +43,21 @@ func NewLoader(dir string, opts Options) *Loader {
 // first successful load.
 func (l *Loader) Current() *Snapshot { return l.cur.Load() }
 
+// Load is the first load, at start-up: like Reload, but a failure is left
+// for the caller to report (it has no last good rules to keep, and a
+// service should refuse to start), so only success is logged. The result
+// is still passed to Options.OnReload.
+func (l *Loader) Load() error { return l.reload(true, false) }
+
 // Reload reads the directory now. On success the new snapshot replaces the
 // current one; on failure the current one stays. Either way the result is
 // logged and passed to Options.OnReload.
-func (l *Loader) Reload() error { return l.reload(true) }
+func (l *Loader) Reload() error { return l.reload(true, true) }
 
 // reload reloads the directory; unless force is set, input identical to the
-// previous attempt's is skipped silently.
-func (l *Loader) reload(force bool) error {
+// previous attempt's is skipped silently. logFailure says whether a failure
+// is logged here or left to the caller.
+func (l *Loader) reload(force, logFailure bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	files, readErr := readDir(l.dir)
@@ -68,16 +76,18 @@ func (l *Loader) reload(force bool) error {
 	if files != nil || readErr == nil {
 		snap, err = build(files, readErr, l.opts)
 	}
-	if err == nil && len(snap.names) == 0 && l.cur.Load().NumRules() > 0 {
-		// Every rule file vanishing at once is far more often a broken mount
-		// or a half-applied ConfigMap than an intent to drop all limits.
-		err = fmt.Errorf("rules: %s holds no rule files; keeping the last good rules (deploy a domain with no descriptors to clear limits)", l.dir)
+	if err == nil {
+		err = requireRules(l.dir, files, snap)
 	}
-	if err != nil {
-		l.log.Error("rules reload failed, keeping the last good rules", zap.String("dir", l.dir), zap.Error(err))
-	} else {
+	switch {
+	case err == nil:
 		l.cur.Store(snap)
 		l.log.Info("rules loaded", zap.String("dir", l.dir), zap.Int("domains", len(snap.names)), zap.Int("rules", snap.rules))
+	case !logFailure:
+	case l.cur.Load() != nil:
+		l.log.Error("rules reload failed, keeping the last good rules", zap.String("dir", l.dir), zap.Error(err))
+	default:
+		l.log.Error("rules load failed; no rules in force", zap.String("dir", l.dir), zap.Error(err))
 	}
 	if l.opts.OnReload != nil {
 		l.opts.OnReload(err)
@@ -104,7 +114,7 @@ func (l *Loader) Run(ctx context.Context) error {
 	}
 	// Changes made between the caller's first Reload and the watch are
 	// caught here; unchanged input is skipped.
-	_ = l.reload(false)
+	_ = l.reload(false, true)
 
 	var poll <-chan time.Time
 	if d := l.opts.pollInterval(); d > 0 {
@@ -134,7 +144,7 @@ func (l *Loader) Run(ctx context.Context) error {
 		if err := ws.update(); err != nil {
 			l.log.Warn("rules watch update failed", zap.String("dir", l.dir), zap.Error(err))
 		}
-		_ = l.reload(false)
+		_ = l.reload(false, true)
 	}
 
 	for {

@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) {
@@ -101,7 +104,7 @@ func rulesYAML(domain string, rpu int) string {
 func TestLoaderFollowsFileChanges(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 1))
-	// z keeps the directory from emptying, which a Loader refuses.
+	// z keeps rules in force, without which a Loader refuses a reload.
 	writeFile(t, filepath.Join(dir, "z.yaml"), rulesYAML("z", 1))
 	w := startLoader(t, dir)
 
@@ -145,35 +148,139 @@ func TestLoaderKeepsLastGoodRules(t *testing.T) {
 	w.until("the fixed file", limitOf("a", "k", 5))
 }
 
-// TestLoaderKeepsRulesWhenAllFilesVanish: an emptied directory is treated
-// as a broken mount, not as "drop every limit".
-func TestLoaderKeepsRulesWhenAllFilesVanish(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 1))
-	w := startLoader(t, dir)
-	good := w.loader.Current()
-	must(t, os.Remove(filepath.Join(dir, "a.yaml")))
-	w.failure("holds no rule files; keeping the last good rules")
-	if w.loader.Current() != good {
-		t.Errorf("an emptied directory replaced the last good rules")
+// TestLoaderReloadPolicy: a reload that would leave no rule is refused and
+// the last good rules stay, whether the files were deleted or emptied;
+// removing a domain or emptying one file while others keep rules applies.
+func TestLoaderReloadPolicy(t *testing.T) {
+	const empty = "domain: %s\ndescriptors: []\n"
+	block := "domain: z\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n"
+	tests := []struct {
+		name   string
+		change func(t *testing.T, dir string)
+		// refused is the error a refused reload reports; "" when it applies.
+		refused string
+		// applied holds for the snapshot once the change applies.
+		applied func(*Snapshot) bool
+	}{
+		{
+			name: "every file deleted",
+			change: func(t *testing.T, dir string) {
+				must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+				must(t, os.Remove(filepath.Join(dir, "z.yaml")))
+			},
+			refused: "rules: no rule files (*.yaml, *.yml) in ",
+		},
+		{
+			name: "every file emptied",
+			change: func(t *testing.T, dir string) {
+				writeFile(t, filepath.Join(dir, "a.yaml"), fmt.Sprintf(empty, "a"))
+				writeFile(t, filepath.Join(dir, "z.yaml"), fmt.Sprintf(empty, "z"))
+			},
+			refused: "(2 rule files, no descriptor with rate_limit or rate_limits;",
+		},
+		{
+			name: "every file deleted but one emptied",
+			change: func(t *testing.T, dir string) {
+				must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+				writeFile(t, filepath.Join(dir, "z.yaml"), fmt.Sprintf(empty, "z"))
+			},
+			refused: "(1 rule file, no descriptor",
+		},
+		{
+			name: "one file emptied, another keeps rules",
+			change: func(t *testing.T, dir string) {
+				writeFile(t, filepath.Join(dir, "a.yaml"), fmt.Sprintf(empty, "a"))
+			},
+			applied: func(s *Snapshot) bool {
+				return s.HasDomain("a") && s.Match("a", entries("k=x")) == nil && s.NumRules() == 1
+			},
+		},
+		{
+			name: "one domain removed",
+			change: func(t *testing.T, dir string) {
+				must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+			},
+			applied: func(s *Snapshot) bool { return !s.HasDomain("a") && s.NumRules() == 1 },
+		},
+		{
+			name: "every limit lifted with unlimited",
+			change: func(t *testing.T, dir string) {
+				must(t, os.Remove(filepath.Join(dir, "a.yaml")))
+				writeFile(t, filepath.Join(dir, "z.yaml"), "domain: z\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n")
+			},
+			applied: func(s *Snapshot) bool { r := s.Match("z", entries("k=x")); return r != nil && r.Unlimited },
+		},
 	}
-	writeFile(t, filepath.Join(dir, "b.yaml"), rulesYAML("b", 3))
-	w.until("a new file after the empty directory", limitOf("b", "k", 3))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "a.yaml"), rulesYAML("a", 1))
+			writeFile(t, filepath.Join(dir, "z.yaml"), block)
+			w := startLoader(t, dir)
+			tt.change(t, dir)
+			if tt.applied != nil {
+				w.until("the change", tt.applied)
+				return
+			}
+			w.failure(tt.refused)
+			// The change may have applied in steps (a.yaml first, which
+			// is fine); the block in z.yaml, the last rule, stays.
+			if !limitOf("z", "k", 0)(w.loader.Current()) {
+				t.Errorf("a reload to no rules dropped the last rule, the requests_per_unit: 0 block")
+			}
+			writeFile(t, filepath.Join(dir, "b.yaml"), rulesYAML("b", 3))
+			w.until("a new rule after the refused reload", limitOf("b", "k", 3))
+		})
+	}
 }
 
-func TestReloadWithoutGoodRules(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "a.yaml"), "domain: [")
-	var got []error
-	l := NewLoader(dir, Options{OnReload: func(err error) { got = append(got, err) }})
-	err := l.Reload()
-	if err == nil || len(got) != 1 || got[0] != err {
-		t.Errorf("Reload = %v, OnReload got %v; want the same error once", err, got)
+// TestLoadRefusesNoRules: the first load fails the same way on a directory
+// without rules, and leaves reporting to the caller: nothing is logged and
+// nothing claims last good rules are kept.
+func TestLoadRefusesNoRules(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		dir   string // under the temporary directory; "" for itself
+		want  string
+	}{
+		{"missing directory", nil, "nope", "rules: read directory: open "},
+		{"no rule files", map[string]string{"notes.txt": "x"}, "", "rules: no rule files (*.yaml, *.yml) in "},
+		{"only empty domains", map[string]string{"a.yaml": "domain: a\ndescriptors: []\n"}, "", "(1 rule file, no descriptor"},
+		{"a bad file", map[string]string{"a.yaml": "domain: ["}, "", "a.yaml"},
 	}
-	if l.Current() != nil {
-		t.Errorf("Current = %v after a failed first load, want nil", l.Current())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, data := range tt.files {
+				writeFile(t, filepath.Join(root, name), data)
+			}
+			core, logs := observer.New(zapcore.DebugLevel)
+			var got []error
+			l := NewLoader(filepath.Join(root, tt.dir), Options{Logger: zap.New(core), OnReload: func(err error) { got = append(got, err) }})
+			err := l.Load()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load = %v, want an error containing %q", err, tt.want)
+			}
+			if len(got) != 1 || got[0] != err {
+				t.Errorf("OnReload got %v, want the error once", got)
+			}
+			if l.Current() != nil {
+				t.Errorf("Current = %v after a failed first load, want nil", l.Current())
+			}
+			if n := logs.Len(); n != 0 {
+				t.Errorf("Load logged %d entries (first %q), want none: the caller reports the failure", n, logs.All()[0].Message)
+			}
+			// A later Reload has no last good rules either, and says so.
+			_ = l.Reload()
+			for _, e := range logs.All() {
+				if strings.Contains(e.Message, "keeping the last good rules") {
+					t.Errorf("Reload without good rules logged %q", e.Message)
+				}
+			}
+		})
 	}
-	if err := NewLoader(filepath.Join(dir, "missing"), Options{}).Run(context.Background()); err == nil {
+	if err := NewLoader(filepath.Join(t.TempDir(), "missing"), Options{}).Run(context.Background()); err == nil {
 		t.Errorf("Run on a missing directory = nil, want an error")
 	}
 }

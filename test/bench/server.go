@@ -55,7 +55,9 @@ func (b *bench) startServer(ctx context.Context, name string, floor bool, redis 
 			args = []string{"--floor", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}
 		} else {
 			bin = b.opts.bin
-			args = []string{"serve", "--config-dir", rulesDir, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--log-level", "warn"}
+			// No debug listener: replicas on one machine would share its
+			// default port.
+			args = []string{"serve", "--config-dir", rulesDir, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--debug-addr=", "--log-level", "warn"}
 			if redis {
 				if b.redis == nil {
 					return nil, errors.New("bench: scenario needs Redis but none was started")

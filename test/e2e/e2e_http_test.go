@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,18 +62,36 @@ func TestJSONEndpoint(t *testing.T) {
 	if status, body := s.get("/json"); status != http.StatusMethodNotAllowed || !strings.Contains(body, "POST") {
 		t.Errorf("GET /json: %d %q, want 405 naming POST", status, body)
 	}
+	// What a web page may POST across sites without a CORS preflight.
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		resp, err := httpClient.Post("http://"+s.HTTPAddr+"/json", ct, strings.NewReader(free))
+		if err != nil {
+			t.Fatalf("POST /json as %s: %v", ct, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(b), "application/json") {
+			t.Errorf("POST /json as %s: %d %q, want 415 naming application/json", ct, resp.StatusCode, b)
+		}
+	}
 	s.stop()
 }
 
-// TestDebugEndpoints checks /healthz, /debug/config and that pprof is off
-// by default.
+// TestDebugEndpoints checks /healthz and /healthcheck on the HTTP address,
+// /debug/config on the debug address and nowhere else, and that pprof is
+// off by default.
 func TestDebugEndpoints(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
-	if status, body := s.get("/healthz"); status != http.StatusOK {
-		t.Errorf("/healthz: %d %q", status, body)
+	for _, path := range []string{"/healthz", "/healthcheck"} {
+		if status, body := s.get(path); status != http.StatusOK {
+			t.Errorf("%s: %d %q", path, status, body)
+		}
 	}
-	status, body := s.get("/debug/config")
+	if status, body := s.get("/debug/config"); status != http.StatusNotFound {
+		t.Errorf("/debug/config on the HTTP address the cluster reaches: %d %.100q, want 404", status, body)
+	}
+	status, body := s.getDebug("/debug/config")
 	if status != http.StatusOK {
 		t.Fatalf("/debug/config: %d %q", status, body)
 	}
@@ -105,8 +123,11 @@ func TestDebugEndpoints(t *testing.T) {
 			t.Errorf("/debug/config: %s = %q, want %q; all: %v", id, got[id], want, got)
 		}
 	}
-	if status, _ := s.get("/debug/pprof/"); status != http.StatusNotFound {
+	if status, _ := s.getDebug("/debug/pprof/"); status != http.StatusNotFound {
 		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", status)
+	}
+	if status, _ := s.getDebug("/metrics"); status != http.StatusNotFound {
+		t.Errorf("/metrics on the debug address: %d, want 404", status)
 	}
 	s.stop()
 }
@@ -119,8 +140,11 @@ func TestPprofAndHeaders(t *testing.T) {
 		Args:      []string{"--pprof", "--response-headers=all"},
 	})
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
-		if status, body := s.get(path); status != http.StatusOK {
+		if status, body := s.getDebug(path); status != http.StatusOK {
 			t.Errorf("%s with --pprof: %d %.200q, want 200", path, status, body)
+		}
+		if status, _ := s.get(path); status != http.StatusNotFound {
+			t.Errorf("%s on the HTTP address: %d, want 404 (only on --debug-addr)", path, status)
 		}
 	}
 
@@ -164,19 +188,5 @@ func TestPprofAndHeaders(t *testing.T) {
 	if reset, err := strconv.Atoi(h["X-RateLimit-Reset"]); err != nil || reset <= 720 || reset > 3600 {
 		t.Errorf("OVER_LIMIT X-RateLimit-Reset = %q, want whole seconds in (720, 3600]", h["X-RateLimit-Reset"])
 	}
-	s.stop()
-}
-
-// TestReadyzWithoutRules starts on an empty rules directory: the process
-// runs, but is not ready until rules arrive.
-func TestReadyzWithoutRules(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	s := startServer(t, serveOpts{ConfigDir: dir, NoReadyWait: true})
-	if status, body := s.get("/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "no rules") {
-		t.Errorf("/readyz with no rule files: %d %q, want 503 naming the missing rules", status, body)
-	}
-	writeFile(t, filepath.Join(dir, "shop.yaml"), shopRules)
-	s.awaitReadyz(t, "/readyz once rules arrive", http.StatusOK, "")
 	s.stop()
 }

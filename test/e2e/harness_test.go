@@ -2,8 +2,8 @@
 // way Envoy, Prometheus, an operator and Kubernetes do: over gRPC and HTTP,
 // through its flags, environment, signals and files. TestMain builds
 // cmd/envoy-rls once; every test starts its own server on free loopback
-// ports (127.0.0.1:0, the real addresses are read from the "envoy-rls
-// serving" log line), so tests run in parallel. Redis tests start their own
+// ports (127.0.0.1:0 for gRPC, HTTP and debug; the real addresses are read
+// from the "envoy-rls serving" log line), so tests run in parallel. Redis tests start their own
 // redis-server through internal/redistest.
 //
 // Set E2E_ENVOY_RLS_BIN to a prebuilt binary to test it instead of building.
@@ -129,13 +129,14 @@ func jsonLines(t *testing.T, out string) []logLine {
 
 // server is one running `envoy-rls serve` process.
 type server struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	GRPCAddr string
-	HTTPAddr string
-	logs     *logBuffer
-	done     chan struct{}
-	exitCode int
+	t         *testing.T
+	cmd       *exec.Cmd
+	GRPCAddr  string
+	HTTPAddr  string
+	DebugAddr string
+	logs      *logBuffer
+	done      chan struct{}
+	exitCode  int
 
 	connOnce sync.Once
 	conn     *grpc.ClientConn
@@ -162,7 +163,7 @@ func startServer(t *testing.T, o serveOpts) *server {
 	// A generous Redis timeout by default, so a slow CI machine cannot turn
 	// into failed requests; tests about timeouts set their own (the last
 	// flag wins).
-	args := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--redis-timeout=5s"}
+	args := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0", "--redis-timeout=5s"}
 	if o.ConfigDir != "" {
 		args = append(args, "--config-dir", o.ConfigDir)
 	}
@@ -195,7 +196,8 @@ func startServer(t *testing.T, o serveOpts) *server {
 		if time.Now().After(deadline) {
 			t.Fatalf("envoy-rls did not log its addresses within %v; logs:\n%s", startTimeout, s.logs)
 		}
-		s.GRPCAddr, s.HTTPAddr = servingAddrs(s.logs.String())
+		l := servingLine(s.logs.String())
+		s.GRPCAddr, s.HTTPAddr, s.DebugAddr = l.GRPC, l.HTTP, l.Debug
 	}
 	if !o.NoReadyWait {
 		s.awaitReadyz(t, "/readyz answers 200", http.StatusOK, "")
@@ -203,21 +205,31 @@ func startServer(t *testing.T, o serveOpts) *server {
 	return s
 }
 
-// servingAddrs finds the addresses in the "envoy-rls serving" log line.
+// servingAddrs finds the gRPC and HTTP addresses in the "envoy-rls
+// serving" log line.
 func servingAddrs(logs string) (grpcAddr, httpAddr string) {
+	l := servingLine(logs)
+	return l.GRPC, l.HTTP
+}
+
+// servingLine decodes the "envoy-rls serving" log line; its fields are
+// empty until it is logged. Debug is "off" when the debug listener is.
+func servingLine(logs string) (l struct{ GRPC, HTTP, Debug string }) {
 	sc := bufio.NewScanner(strings.NewReader(logs))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		var l struct {
-			Msg  string `json:"msg"`
-			GRPC string `json:"grpc_addr"`
-			HTTP string `json:"http_addr"`
+		var line struct {
+			Msg   string `json:"msg"`
+			GRPC  string `json:"grpc_addr"`
+			HTTP  string `json:"http_addr"`
+			Debug string `json:"debug_addr"`
 		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "envoy-rls serving" && l.GRPC != "" && l.HTTP != "" {
-			return l.GRPC, l.HTTP
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "envoy-rls serving" && line.GRPC != "" && line.HTTP != "" {
+			l.GRPC, l.HTTP, l.Debug = line.GRPC, line.HTTP, line.Debug
+			return l
 		}
 	}
-	return "", ""
+	return l
 }
 
 // childEnv is the test's environment without any ENVOY_RLS_* variable (a
@@ -340,8 +352,13 @@ func checkOnly(d *rlv3.RateLimitDescriptor) *rlv3.RateLimitDescriptor {
 var httpClient = &http.Client{Timeout: callTimeout}
 
 // get fetches path from the HTTP address; transport errors give code 0.
-func (s *server) get(path string) (int, string) {
-	resp, err := httpClient.Get("http://" + s.HTTPAddr + path)
+func (s *server) get(path string) (int, string) { return getURL("http://" + s.HTTPAddr + path) }
+
+// getDebug fetches path from the debug address.
+func (s *server) getDebug(path string) (int, string) { return getURL("http://" + s.DebugAddr + path) }
+
+func getURL(url string) (int, string) {
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}

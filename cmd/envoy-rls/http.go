@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
+)
+
+// Defaults of the HTTP server limits; see register.
+const (
+	defaultHTTPReadTimeout    = 10 * time.Second
+	defaultHTTPIdleTimeout    = 60 * time.Second
+	defaultHTTPMaxHeaderBytes = 64 << 10
+	defaultHTTPMaxConnections = 1024
+	defaultDebugAddr          = "127.0.0.1:6070"
+)
+
+// httpFlags configure the two HTTP listeners: the service port (/healthz,
+// /readyz, /metrics, /json), reached by the whole cluster, and the debug
+// port.
+//
+// Each connection costs a goroutine and a file descriptor for as long as
+// it is open, so a client must not be able to keep one open at will: the
+// read timeout cuts off a request whose headers or body stall, the idle
+// timeout closes kept-alive connections nobody uses, the header cap bounds
+// what one request may make the server buffer, and the connection cap
+// bounds what all of them together can hold.
+type httpFlags struct {
+	debugAddr      string
+	readTimeout    time.Duration
+	idleTimeout    time.Duration
+	maxHeaderBytes int
+	maxConnections int
+}
+
+func (h *httpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.debugAddr, "debug-addr", defaultDebugAddr, "debug listen address (/debug/config, /debug/pprof with --pprof); loopback by default, empty turns it off")
+	fs.DurationVar(&h.readTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest time to read one HTTP request, headers and body; a client that sends slower is cut off")
+	fs.DurationVar(&h.idleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
+	fs.IntVar(&h.maxHeaderBytes, "http-max-header-bytes", defaultHTTPMaxHeaderBytes, "largest HTTP request header block in bytes (larger gets 431)")
+	fs.IntVar(&h.maxConnections, "http-max-connections", defaultHTTPMaxConnections, "most HTTP connections open at once on each HTTP listener; further ones wait to be accepted")
+}
+
+// validate checks the HTTP flags, naming the flag in each error.
+func (h *httpFlags) validate() error {
+	var errs []error
+	if h.readTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--http-read-timeout: %v must be positive", h.readTimeout))
+	}
+	if h.idleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--http-idle-timeout: %v must be positive", h.idleTimeout))
+	}
+	if h.maxHeaderBytes < 1 {
+		errs = append(errs, fmt.Errorf("--http-max-header-bytes: %d must be positive", h.maxHeaderBytes))
+	}
+	if h.maxConnections < 1 {
+		errs = append(errs, fmt.Errorf("--http-max-connections: %d must be positive", h.maxConnections))
+	}
+	return errors.Join(errs...)
+}
+
+// server returns an HTTP server for handler with the configured limits.
+// There is no write timeout: responses are small and a pprof profile runs
+// as long as it was asked to.
+func (h *httpFlags) server(handler http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: h.readTimeout,
+		ReadTimeout:       h.readTimeout,
+		IdleTimeout:       h.idleTimeout,
+		MaxHeaderBytes:    h.maxHeaderBytes,
+		// net/http's own complaints (accept errors, panics in handlers)
+		// go to the JSON log, not to stderr as plain lines.
+		ErrorLog: zap.NewStdLog(log.Named("http")),
+	}
+}
+
+// listen opens addr for an HTTP server, accepting at most the configured
+// number of connections at once: the next one waits in the kernel's
+// backlog until one closes, which the timeouts above make sure happens.
+func (h *httpFlags) listen(flagName, addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	return netutil.LimitListener(l, h.maxConnections), nil
+}

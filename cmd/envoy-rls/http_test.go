@@ -1,0 +1,56 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+func TestHTTPFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // substring of the error; "" for valid
+	}{
+		{name: "defaults"},
+		{name: "debug off", args: []string{"--debug-addr="}},
+		{name: "zero read timeout", args: []string{"--http-read-timeout=0s"}, want: "--http-read-timeout: 0s must be positive"},
+		{name: "negative idle timeout", args: []string{"--http-idle-timeout=-1s"}, want: "--http-idle-timeout: -1s must be positive"},
+		{name: "zero header bytes", args: []string{"--http-max-header-bytes=0"}, want: "--http-max-header-bytes: 0 must be positive"},
+		{name: "zero connections", args: []string{"--http-max-connections=0"}, want: "--http-max-connections: 0 must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, parse := serveFlags(io.Discard)
+			if err := parse(tt.args); err != nil {
+				t.Fatalf("parse %v: %v", tt.args, err)
+			}
+			err := cfg.http.validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validate: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("validate = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestDebugAddrDefaultsToLoopback: the debug endpoints are not reachable
+// from the network unless an operator says so (envoyproxy/ratelimit binds
+// its debug port on all interfaces).
+func TestDebugAddrDefaultsToLoopback(t *testing.T) {
+	cfg, parse := serveFlags(io.Discard)
+	if err := parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.http.debugAddr != "127.0.0.1:6070" {
+		t.Errorf("--debug-addr default %q, want 127.0.0.1:6070", cfg.http.debugAddr)
+	}
+	srv := cfg.http.server(nil, zap.NewNop())
+	if srv.ReadTimeout <= 0 || srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
+		t.Errorf("server limits %v/%v/%v/%d, want all set by default", srv.ReadTimeout, srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	}
+}
