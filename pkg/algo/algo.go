@@ -12,6 +12,7 @@ package algo
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Algorithm names one of the supported rate-limit algorithms. The zero value
@@ -46,6 +47,10 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
+// UsesBurst reports whether a's capacity is Policy.Burst (token_bucket and
+// gcra) rather than Policy.Limit.
+func (a Algorithm) UsesBurst() bool { return a == TokenBucket || a == GCRA }
+
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
@@ -56,20 +61,19 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("algo: %w %q (want fixed_window|sliding_window|sliding_log|token_bucket|gcra)", ErrUnknownAlgorithm, s)
+	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownAlgorithm, s, AlgorithmNames())
 }
 
-// Microseconds per unit, as Envoy defines its units (month = 30 days,
-// year = 365 days).
-const (
-	Second int64 = 1_000_000
-	Minute       = 60 * Second
-	Hour         = 60 * Minute
-	Day          = 24 * Hour
-	Week         = 7 * Day
-	Month        = 30 * Day
-	Year         = 365 * Day
-)
+// AlgorithmNames returns the names of Algorithms joined with "|"
+// ("fixed_window|sliding_window|…"), the form every error message and flag
+// help uses to list them, so that a new algorithm appears in all of them.
+func AlgorithmNames() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = a.String()
+	}
+	return strings.Join(names, "|")
+}
 
 // Policy describes one limit: at most Limit hits per Period.
 type Policy struct {

@@ -630,22 +630,22 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	l := Limit{Name: name, UnitMultiplier: 1}
 	ok := true
 
-	var unitUS int64
 	if un, has := f["unit"]; has {
 		if s, sok := p.str(un, path+".unit"); sok {
-			u, known := units[strings.ToLower(s)]
-			if !known {
-				p.errorf(un.Line, path+".unit", "unknown unit %q (want %s)", s, wantUnits)
+			u, err := algo.ParseUnit(strings.ToLower(s))
+			if err != nil {
+				p.errorf(un.Line, path+".unit", "unknown unit %q (want %s)", s, algo.UnitNames())
 				ok = false
 			}
-			l.Unit, unitUS = u.name, u.us
+			l.Unit = u
 		} else {
 			ok = false
 		}
 	} else {
-		p.errorf(line, path+".unit", "missing (want %s)", wantUnits)
+		p.errorf(line, path+".unit", "missing (want %s)", algo.UnitNames())
 		ok = false
 	}
+	unitUS := l.Unit.Micros()
 
 	if rn, has := f["requests_per_unit"]; has {
 		v, vok := p.integer(rn, path+".requests_per_unit", 0, math.MaxUint32, "an integer 0..4294967295; 0 blocks every request")
@@ -659,7 +659,7 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	if mn, has := f["unit_multiplier"]; has {
 		v, vok := p.integer(mn, path+".unit_multiplier", 1, math.MaxUint32, "an integer 1..4294967295")
 		if vok && unitUS > 0 && v > math.MaxInt64/unitUS {
-			p.errorf(mn.Line, path+".unit_multiplier", "%d %ss overflow the period (want at most %d)", v, strings.ToLower(l.Unit), math.MaxInt64/unitUS)
+			p.errorf(mn.Line, path+".unit_multiplier", "%d %ss overflow the period (want at most %d)", v, l.Unit, math.MaxInt64/unitUS)
 			vok = false
 		}
 		l.UnitMultiplier = uint32(v)
@@ -672,7 +672,7 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 		if s, algOK = p.str(an, path+".algorithm"); algOK {
 			a, err := algo.ParseAlgorithm(strings.ToLower(s))
 			if err != nil {
-				p.errorf(an.Line, path+".algorithm", "unknown algorithm %q (want fixed_window|sliding_window|sliding_log|token_bucket|gcra)", s)
+				p.errorf(an.Line, path+".algorithm", "unknown algorithm %q (want %s)", s, algo.AlgorithmNames())
 				algOK = false
 			}
 			alg = a
@@ -683,7 +683,7 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	var burst int64
 	if bn, has := f["burst"]; has {
 		v, vok := p.integer(bn, path+".burst", 1, math.MaxUint32, "an integer 1..4294967295")
-		if vok && algOK && alg != algo.TokenBucket && alg != algo.GCRA {
+		if vok && algOK && !alg.UsesBurst() {
 			p.errorf(bn.Line, path+".burst", "set for algorithm %s (want burst only with token_bucket or gcra)", alg)
 			vok = false
 		}
@@ -704,7 +704,7 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 		return l, false
 	}
 
-	if burst == 0 && (alg == algo.TokenBucket || alg == algo.GCRA) {
+	if burst == 0 && alg.UsesBurst() {
 		burst = int64(l.RequestsPerUnit)
 	}
 	l.Policy = algo.Policy{
