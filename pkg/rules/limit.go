@@ -209,10 +209,22 @@ func (p *parser) burst(f map[string]*yaml.Node, path string, alg algo.Algorithm)
 	}
 	v, ok := p.integer(bn, path+".burst", 1, math.MaxUint32, "an integer 1..4294967295")
 	if ok && alg != 0 && !alg.UsesBurst() {
-		p.errorf(bn.Line, path+".burst", "set for algorithm %s (want burst only with token_bucket or gcra)", alg)
+		p.errorf(bn.Line, path+".burst", "set for algorithm %s (want burst only with %s)", alg, burstAlgorithms())
 		return v, false
 	}
 	return v, ok
+}
+
+// burstAlgorithms names the algorithms that take a burst, "token_bucket or
+// gcra", as algo defines them.
+func burstAlgorithms() string {
+	var names []string
+	for _, a := range algo.Algorithms {
+		if a.UsesBurst() {
+			names = append(names, a.String())
+		}
+	}
+	return strings.Join(names, " or ")
 }
 
 // aboveLogCap reports a sliding_log limit above the cap at its
