@@ -56,10 +56,8 @@ var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 // ParseAlgorithm returns the Algorithm named s.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range Algorithms {
-		if algorithmNames[a] == s {
-			return a, nil
-		}
+	if a, ok := byName(Algorithms, s); ok {
+		return a, nil
 	}
 	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownAlgorithm, s, AlgorithmNames())
 }
@@ -67,10 +65,24 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // AlgorithmNames returns the names of Algorithms joined with "|"
 // ("fixed_window|sliding_window|…"), the form every error message and flag
 // help uses to list them, so that a new algorithm appears in all of them.
-func AlgorithmNames() string {
-	names := make([]string, len(Algorithms))
-	for i, a := range Algorithms {
-		names[i] = a.String()
+func AlgorithmNames() string { return joinNames(Algorithms) }
+
+// byName returns the element of list whose String is s.
+func byName[T fmt.Stringer](list []T, s string) (T, bool) {
+	for _, v := range list {
+		if v.String() == s {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// joinNames returns the Strings of list joined with "|".
+func joinNames[T fmt.Stringer](list []T) string {
+	names := make([]string, len(list))
+	for i, v := range list {
+		names[i] = v.String()
 	}
 	return strings.Join(names, "|")
 }

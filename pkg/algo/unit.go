@@ -78,20 +78,12 @@ var ErrUnknownUnit = errors.New("unknown unit")
 
 // ParseUnit returns the Unit whose configuration name is s ("minute").
 func ParseUnit(s string) (Unit, error) {
-	for _, u := range Units {
-		if units[u].name == s {
-			return u, nil
-		}
+	if u, ok := byName(Units, s); ok {
+		return u, nil
 	}
 	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownUnit, s, UnitNames())
 }
 
 // UnitNames returns the configuration names of Units joined with "|"
 // ("second|minute|…"), the form error messages list them in.
-func UnitNames() string {
-	names := make([]string, len(Units))
-	for i, u := range Units {
-		names[i] = u.String()
-	}
-	return strings.Join(names, "|")
-}
+func UnitNames() string { return joinNames(Units) }

@@ -142,16 +142,7 @@ func (p *parser) limitUnit(f map[string]*yaml.Node, line int, path string) (algo
 		p.errorf(line, path+".unit", "missing (want %s)", algo.UnitNames())
 		return 0, false
 	}
-	s, ok := p.str(un, path+".unit")
-	if !ok {
-		return 0, false
-	}
-	u, err := algo.ParseUnit(strings.ToLower(s))
-	if err != nil {
-		p.errorf(un.Line, path+".unit", "unknown unit %q (want %s)", s, algo.UnitNames())
-		return 0, false
-	}
-	return u, true
+	return named(p, un, path+".unit", "unit", algo.UnitNames(), algo.ParseUnit)
 }
 
 func (p *parser) requestsPerUnit(f map[string]*yaml.Node, line int, path string) (uint32, bool) {
@@ -187,16 +178,23 @@ func (p *parser) limitAlgorithm(f map[string]*yaml.Node, path string) (algo.Algo
 	if !has {
 		return p.opts.defaultAlgorithm(), true
 	}
-	s, ok := p.str(an, path+".algorithm")
+	return named(p, an, path+".algorithm", "algorithm", algo.AlgorithmNames(), algo.ParseAlgorithm)
+}
+
+// named reads n as a name that parse knows, in any case: what says what
+// kind of name it is and want lists the names, for the error.
+func named[T any](p *parser, n *yaml.Node, path, what, want string, parse func(string) (T, error)) (T, bool) {
+	var zero T
+	s, ok := p.str(n, path)
 	if !ok {
-		return 0, false
+		return zero, false
 	}
-	a, err := algo.ParseAlgorithm(strings.ToLower(s))
+	v, err := parse(strings.ToLower(s))
 	if err != nil {
-		p.errorf(an.Line, path+".algorithm", "unknown algorithm %q (want %s)", s, algo.AlgorithmNames())
-		return 0, false
+		p.errorf(n.Line, path, "unknown %s %q (want %s)", what, s, want)
+		return zero, false
 	}
-	return a, true
+	return v, true
 }
 
 // burst reads the burst (0 when absent), which only algorithms with a
