@@ -12,6 +12,7 @@ package algo
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Algorithm names one of the supported rate-limit algorithms. The zero value
@@ -46,30 +47,45 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
+// UsesBurst reports whether a's capacity is Policy.Burst (token_bucket and
+// gcra) rather than Policy.Limit.
+func (a Algorithm) UsesBurst() bool { return a == TokenBucket || a == GCRA }
+
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 // ParseAlgorithm returns the Algorithm named s.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range Algorithms {
-		if algorithmNames[a] == s {
-			return a, nil
-		}
+	if a, ok := byName(Algorithms, s); ok {
+		return a, nil
 	}
-	return 0, fmt.Errorf("algo: %w %q (want fixed_window|sliding_window|sliding_log|token_bucket|gcra)", ErrUnknownAlgorithm, s)
+	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownAlgorithm, s, AlgorithmNames())
 }
 
-// Microseconds per unit, as Envoy defines its units (month = 30 days,
-// year = 365 days).
-const (
-	Second int64 = 1_000_000
-	Minute       = 60 * Second
-	Hour         = 60 * Minute
-	Day          = 24 * Hour
-	Week         = 7 * Day
-	Month        = 30 * Day
-	Year         = 365 * Day
-)
+// AlgorithmNames returns the names of Algorithms joined with "|"
+// ("fixed_window|sliding_window|…"), the form every error message and flag
+// help uses to list them, so that a new algorithm appears in all of them.
+func AlgorithmNames() string { return joinNames(Algorithms) }
+
+// byName returns the element of list whose String is s.
+func byName[T fmt.Stringer](list []T, s string) (T, bool) {
+	for _, v := range list {
+		if v.String() == s {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// joinNames returns the Strings of list joined with "|".
+func joinNames[T fmt.Stringer](list []T) string {
+	names := make([]string, len(list))
+	for i, v := range list {
+		names[i] = v.String()
+	}
+	return strings.Join(names, "|")
+}
 
 // Policy describes one limit: at most Limit hits per Period.
 type Policy struct {

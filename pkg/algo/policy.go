@@ -34,11 +34,30 @@ const (
 // ErrInvalidPolicy is wrapped by every error Validate returns.
 var ErrInvalidPolicy = errors.New("invalid policy")
 
+// ValidateSlidingLogCap reports whether logCap may bound sliding_log
+// limits: 1..MaxSlidingLogCap. Every place that accepts a cap (flags,
+// rules options, the service) checks it here, so they agree on the range
+// and say it in the same words.
+func ValidateSlidingLogCap(logCap int64) error {
+	if problem := logCapProblem(logCap); problem != "" {
+		return errors.New("algo: " + problem)
+	}
+	return nil
+}
+
+// logCapProblem says what is wrong with logCap, or "" when nothing is.
+func logCapProblem(logCap int64) string {
+	if logCap < 1 || logCap > MaxSlidingLogCap {
+		return fmt.Sprintf("sliding-log cap %d (want 1..%d)", logCap, MaxSlidingLogCap)
+	}
+	return ""
+}
+
 // Capacity returns the most hits p can admit at once: Burst (or Limit when
 // Burst is 0) for token_bucket and gcra, Limit for the other algorithms.
 // Decision.Remaining never exceeds it.
 func (p Policy) Capacity() int64 {
-	if (p.Algorithm == TokenBucket || p.Algorithm == GCRA) && p.Burst > 0 && p.Limit > 0 {
+	if p.Algorithm.UsesBurst() && p.Burst > 0 && p.Limit > 0 {
 		return p.Burst
 	}
 	return p.Limit
@@ -73,12 +92,12 @@ func (p Policy) ValidateWithLogCap(logCap int64) error {
 	if p.Burst < 0 {
 		bad("burst %d (want ≥ 0; 0 means the limit)", p.Burst)
 	}
-	if logCap < 1 || logCap > MaxSlidingLogCap {
-		bad("sliding-log cap %d (want 1..%d)", logCap, MaxSlidingLogCap)
+	if problem := logCapProblem(logCap); problem != "" {
+		bad("%s", problem)
 	} else if p.Algorithm == SlidingLog && p.Limit > logCap {
 		bad("sliding_log limit %d above the cap %d (memory is one entry per hit)", p.Limit, logCap)
 	}
-	if len(errs) == 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA) && p.Limit > 0 {
+	if len(errs) == 0 && p.Algorithm.UsesBurst() && p.Limit > 0 {
 		b := p.Capacity()
 		// mulDiv(a, period, limit) multiplies a ≤ burst by a value below
 		// limit; the product must stay exact in a double.

@@ -5,8 +5,6 @@ import (
 	"math/bits"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -65,9 +63,9 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 	if or.policy == OverridesIgnore {
 		return algo.Check{}, checkMeta{}, false, nil
 	}
-	unitUS, respUnit, known := overrideUnit(o.GetUnit())
+	unit, known := overrideUnit(o.GetUnit())
 	if !known {
-		return algo.Check{}, checkMeta{}, false, fmt.Errorf("unknown unit %s (want SECOND|MINUTE|HOUR|DAY|MONTH|YEAR)", o.GetUnit())
+		return algo.Check{}, checkMeta{}, false, fmt.Errorf("unknown unit %s (want %s)", o.GetUnit(), overrideUnitNames())
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
@@ -79,7 +77,7 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 		alg = r.Limits[0].Policy.Algorithm
 		ruleID = r.ID
 	}
-	hi, period := bits.Mul64(uint64(unitUS), uint64(mult))
+	hi, period := bits.Mul64(uint64(unit.Micros()), uint64(mult))
 	if hi != 0 || period > uint64(algo.MaxPeriod) {
 		return algo.Check{}, checkMeta{}, false, fmt.Errorf("period of %d %s is longer than %dµs", mult, o.GetUnit(), algo.MaxPeriod)
 	}
@@ -91,7 +89,7 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 		return algo.Check{}, checkMeta{}, false, nil
 	}
 	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol},
-		checkMeta{limit: limitView{unit: respUnit, multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID},
+		checkMeta{limit: limitView{unit: responseUnit(unit), multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID},
 		true, nil
 }
 
@@ -101,22 +99,4 @@ func looser(p, q algo.Policy) bool {
 	h1, l1 := bits.Mul64(uint64(p.Limit), uint64(q.Period))
 	h2, l2 := bits.Mul64(uint64(q.Limit), uint64(p.Period))
 	return h1 > h2 || (h1 == h2 && l1 > l2)
-}
-
-func overrideUnit(u typev3.RateLimitUnit) (int64, pb.RateLimitResponse_RateLimit_Unit, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return algo.Second, pb.RateLimitResponse_RateLimit_SECOND, true
-	case typev3.RateLimitUnit_MINUTE:
-		return algo.Minute, pb.RateLimitResponse_RateLimit_MINUTE, true
-	case typev3.RateLimitUnit_HOUR:
-		return algo.Hour, pb.RateLimitResponse_RateLimit_HOUR, true
-	case typev3.RateLimitUnit_DAY:
-		return algo.Day, pb.RateLimitResponse_RateLimit_DAY, true
-	case typev3.RateLimitUnit_MONTH:
-		return algo.Month, pb.RateLimitResponse_RateLimit_MONTH, true
-	case typev3.RateLimitUnit_YEAR:
-		return algo.Year, pb.RateLimitResponse_RateLimit_YEAR, true
-	}
-	return 0, 0, false
 }

@@ -251,8 +251,3 @@ func (p *plan) onlySoftDenied(soft func(int) bool) bool {
 	}
 	return denied
 }
-
-// responseUnit maps the rules' Envoy unit name ("MINUTE") to the enum.
-func responseUnit(name string) pb.RateLimitResponse_RateLimit_Unit {
-	return pb.RateLimitResponse_RateLimit_Unit(pb.RateLimitResponse_RateLimit_Unit_value[name])
-}

@@ -469,23 +469,23 @@ descriptors:
 		id     string
 		limits []Limit
 	}{
-		{"shop.plain", "shop.plain", []Limit{{Unit: "MINUTE", UnitMultiplier: 1, RequestsPerUnit: 100,
+		{"shop.plain", "shop.plain", []Limit{{Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
 			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute}}}},
-		{"shop.bucket", "shop.bucket", []Limit{{Unit: "SECOND", UnitMultiplier: 1, RequestsPerUnit: 10,
+		{"shop.bucket", "shop.bucket", []Limit{{Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
 			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}}}},
-		{"shop.shaped", "shop.shaped", []Limit{{Unit: "HOUR", UnitMultiplier: 6, RequestsPerUnit: 7,
+		{"shop.shaped", "shop.shaped", []Limit{{Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
 			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 7, Period: 6 * algo.Hour, Burst: 3}}}},
 		{"shop.open", "free", nil},
 		{"shop.many", "shop.many", []Limit{
-			{Name: "burst", Unit: "SECOND", UnitMultiplier: 1, RequestsPerUnit: 5,
+			{Name: "burst", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 5,
 				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 5, Period: algo.Second, Burst: 9}},
-			{Name: "daily", Unit: "DAY", UnitMultiplier: 1, RequestsPerUnit: 500,
+			{Name: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day}},
-			{Unit: "WEEK", UnitMultiplier: 1, RequestsPerUnit: 2000,
+			{Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
 				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}},
-			{Unit: "MONTH", UnitMultiplier: 1, RequestsPerUnit: 0,
+			{Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month}},
-			{Unit: "YEAR", UnitMultiplier: 1, RequestsPerUnit: 4294967295,
+			{Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year}},
 		}},
 	}
@@ -579,7 +579,7 @@ descriptors:
 	}
 	leaf := ruleAt(t, d, "compat.flags_x*.leaf")
 	if leaf.ID != "leaf" || !leaf.QuotaMode || !leaf.ValueToMetric || !leaf.ShareThreshold || leaf.Limits[0].RequestsPerUnit != 20 ||
-		leaf.Limits[0].Unit != "SECOND" {
+		leaf.Limits[0].Unit != algo.UnitSecond {
 		t.Errorf("leaf = %+v, want quota, value_to_metric, share_threshold and the merged 20/s", leaf)
 	}
 	wantMeta := map[string]any{

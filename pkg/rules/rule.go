@@ -8,18 +8,14 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// DefaultSlidingLogCap is the largest requests_per_unit a sliding_log limit
-// may have when Options.SlidingLogCap is zero: the log keeps one entry per
-// admitted hit, so its memory grows with the limit.
-const DefaultSlidingLogCap = 10_000
-
 // Options configures parsing, loading and watching. The zero value is usable.
 type Options struct {
 	// DefaultAlgorithm applies to limits that name no algorithm; zero means
 	// algo.SlidingWindow.
 	DefaultAlgorithm algo.Algorithm
-	// SlidingLogCap bounds requests_per_unit of sliding_log limits; zero
-	// means DefaultSlidingLogCap. It must not exceed algo.MaxSlidingLogCap
+	// SlidingLogCap bounds requests_per_unit of sliding_log limits (the log
+	// keeps one entry per admitted hit); zero means
+	// algo.DefaultSlidingLogCap. It must pass algo.ValidateSlidingLogCap
 	// (every limit is rejected otherwise); check the flag that sets it.
 	SlidingLogCap int64
 
@@ -48,7 +44,7 @@ func (o Options) defaultAlgorithm() algo.Algorithm {
 
 func (o Options) slidingLogCap() int64 {
 	if o.SlidingLogCap <= 0 {
-		return DefaultSlidingLogCap
+		return algo.DefaultSlidingLogCap
 	}
 	return o.SlidingLogCap
 }
@@ -155,9 +151,8 @@ type Limit struct {
 	// Name is the rate_limit's name ("" when unnamed); replaces refers to it
 	// and responses report it in current_limit.
 	Name string
-	// Unit is Envoy's upper-case unit name: SECOND, MINUTE, HOUR, DAY, WEEK,
-	// MONTH or YEAR.
-	Unit string
+	// Unit is the unit of the period; responses report it.
+	Unit algo.Unit
 	// UnitMultiplier is the number of units in one period, at least 1.
 	UnitMultiplier uint32
 	// RequestsPerUnit is the configured limit per period.
@@ -167,19 +162,3 @@ type Limit struct {
 	// burst.
 	Policy algo.Policy
 }
-
-// units maps the lower-case unit name to Envoy's enum name and its length.
-var units = map[string]struct {
-	name string
-	us   int64
-}{
-	"second": {"SECOND", algo.Second},
-	"minute": {"MINUTE", algo.Minute},
-	"hour":   {"HOUR", algo.Hour},
-	"day":    {"DAY", algo.Day},
-	"week":   {"WEEK", algo.Week},
-	"month":  {"MONTH", algo.Month},
-	"year":   {"YEAR", algo.Year},
-}
-
-const wantUnits = "second|minute|hour|day|week|month|year"

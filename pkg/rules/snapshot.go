@@ -182,7 +182,7 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 			}
 			for _, l := range r.Limits {
 				rj.Limits = append(rj.Limits, limitJSON{
-					Name: l.Name, Unit: l.Unit, UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
+					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
 					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst,
 				})
 			}

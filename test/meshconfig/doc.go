@@ -7,11 +7,11 @@
 // file is parsed into the real types that would consume it: Envoy's
 // bootstrap/v3 protos (every Any unpacked, every message validated with its
 // protoc-gen-validate rules), Istio's EnvoyFilter, the typed Kubernetes API
-// objects after an in-process kustomize build. A descriptor simulator then
-// computes what the shipped route actions would send for sample requests and
-// checks that each descriptor reaches the intended rule of the shipped rules,
-// and a mutation test shows that broken copies of each file fail with a
-// clear message.
+// objects after an in-process kustomize build, checked by internal/kubelint.
+// A descriptor simulator then computes what the shipped route actions would
+// send for sample requests and checks that each descriptor reaches the
+// intended rule of the shipped rules, and a mutation test shows that broken
+// copies of each file fail with a clear message.
 //
 // The package has no runtime code and must not be imported; it only reads
 // the repository's files and writes nothing outside temporary directories.

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/envoy-rls/envoy-rls/internal/kubelint"
 )
 
 // overrides replaces repository files (by slash-separated relative path)
@@ -88,13 +90,13 @@ func checkManifests(t *testing.T, o overrides) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	errs = append(errs, checkEnvNames("manifests", objs.envNames(), envTwins(t)))
+	errs = append(errs, checkEnvNames("manifests", objs.EnvNames(), envTwins(t)))
 	snap, err := loadRules(ruleFiles)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	for _, ef := range objs.envoyFilters {
-		p, err := checkEnvoyFilter(ef, objs.services)
+	for _, ef := range envoyFilters(objs) {
+		p, err := checkEnvoyFilter(ef, objs.Services)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -109,15 +111,19 @@ func checkManifests(t *testing.T, o overrides) error {
 	return errors.Join(errs...)
 }
 
-// checkKustomizations runs checkKustomization on every kustomization.yaml
-// of an in-memory manifests tree.
+// kustomizeTree is an in-memory manifests tree as kubelint reads it.
+type kustomizeTree struct{ fsys filesys.FileSystem }
+
+func (k kustomizeTree) Stat(rel string) (isDir, ok bool) {
+	return k.fsys.IsDir("/" + rel), k.fsys.Exists("/" + rel)
+}
+
+func (k kustomizeTree) ReadFile(rel string) ([]byte, error) { return k.fsys.ReadFile("/" + rel) }
+
+// checkKustomizations runs kubelint.CheckKustomization on every
+// kustomization.yaml of an in-memory manifests tree.
 func checkKustomizations(fsys filesys.FileSystem) []error {
 	var errs []error
-	exists := func(rel string) (bool, bool) {
-		p := "/" + rel
-		return fsys.IsDir(p), fsys.Exists(p)
-	}
-	read := func(rel string) ([]byte, error) { return fsys.ReadFile("/" + rel) }
 	var files []string
 	err := fsys.Walk("/"+manifestsDir, func(p string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() && path.Base(p) == "kustomization.yaml" {
@@ -135,7 +141,7 @@ func checkKustomizations(fsys filesys.FileSystem) []error {
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, checkKustomization(rel, data, exists, read))
+		errs = append(errs, kubelint.CheckKustomization(rel, data, kustomizeTree{fsys}))
 	}
 	return errs
 }

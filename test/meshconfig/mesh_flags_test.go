@@ -45,18 +45,6 @@ func checkEnvNames(where string, names []string, known map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-func (o *kubeObjects) envNames() []string {
-	var out []string
-	for _, d := range o.deployments {
-		for _, c := range d.Spec.Template.Spec.Containers {
-			for _, e := range c.Env {
-				out = append(out, e.Name)
-			}
-		}
-	}
-	return out
-}
-
 func (c *composeFile) envNames() []string {
 	var out []string
 	for _, s := range c.Services {

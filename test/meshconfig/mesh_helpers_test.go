@@ -1,19 +1,13 @@
 package meshconfig
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"testing"
-
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // repoRoot returns the repository root: this package lives in test/meshconfig.
@@ -63,36 +57,6 @@ func repoGlob(t testing.TB, pattern string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// splitYAML splits a multi-document YAML stream and drops documents that
-// hold nothing but comments.
-func splitYAML(data []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("split yaml documents: %w", err)
-		}
-		if isBlankYAML(doc) {
-			continue
-		}
-		docs = append(docs, doc)
-	}
-}
-
-func isBlankYAML(doc []byte) bool {
-	for _, line := range strings.Split(string(doc), "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && line != "---" && !strings.HasPrefix(line, "#") {
-			return false
-		}
-	}
-	return true
 }
 
 // mutate returns a copy of data with the first occurrence of old replaced by

@@ -419,13 +419,14 @@ func TestEnvoyFiltersPatchValuesAndDescriptors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs.envoyFilters) != 2 {
-		t.Fatalf("rendered %d EnvoyFilters, want the gateway's and the sidecar's", len(objs.envoyFilters))
+	filters := envoyFilters(objs)
+	if len(filters) != 2 {
+		t.Fatalf("rendered %d EnvoyFilters, want the gateway's and the sidecar's", len(filters))
 	}
 	contexts := map[networking.EnvoyFilter_PatchContext]bool{}
-	for _, ef := range objs.envoyFilters {
+	for _, ef := range filters {
 		t.Run(ef.meta.Name, func(t *testing.T) {
-			p, err := checkEnvoyFilter(ef, objs.services)
+			p, err := checkEnvoyFilter(ef, objs.Services)
 			if err != nil {
 				t.Fatal(err)
 			}

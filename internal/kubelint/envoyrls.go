@@ -1,0 +1,185 @@
+package kubelint
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// What envoy-rls's own wiring must match: the name of its Deployment and
+// container, and the defaults of `envoy-rls serve` (--config-dir,
+// --grpc-addr, --http-addr) that manifests rely on unless they set the
+// flags' environment twins.
+const (
+	envoyRLSName     = "envoy-rls"
+	defaultConfigDir = "/etc/envoy-rls/config"
+	grpcPort         = 8081
+	httpPort         = 8080
+)
+
+// checkEnvoyRLSContainer checks the wiring specific to envoy-rls: its
+// probes, ports and rules mount.
+func checkEnvoyRLSContainer(p *problems, cw string, c corev1.Container, volumes map[string]corev1.Volume) {
+	if pr := c.ReadinessProbe; pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/readyz" {
+		p.add("%s: readinessProbe must GET /readyz", cw)
+	}
+	if pr := c.LivenessProbe; pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/healthz" {
+		p.add("%s: livenessProbe must GET /healthz", cw)
+	}
+	for _, want := range []int32{grpcPort, httpPort} {
+		if !hasContainerPort(c, want) {
+			p.add("%s: containerPort %d is missing", cw, want)
+		}
+	}
+	dir := defaultConfigDir
+	for _, e := range c.Env {
+		if e.Name == "ENVOY_RLS_CONFIG_DIR" {
+			dir = e.Value
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) != path.Clean(dir) {
+			continue
+		}
+		mounted = true
+		if m.SubPath != "" {
+			p.add("%s: the rules mount uses subPath, which never sees ConfigMap updates", cw)
+		}
+		if v, ok := volumes[m.Name]; ok && v.ConfigMap == nil {
+			p.add("%s: the rules directory %s is not a ConfigMap volume", cw, dir)
+		}
+	}
+	if !mounted {
+		p.add("%s: nothing is mounted at the config directory %s", cw, dir)
+	}
+}
+
+func hasContainerPort(c corev1.Container, port int32) bool {
+	for _, cp := range c.Ports {
+		if cp.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRedisURLs checks that a literal ENVOY_RLS_REDIS_URL points at a
+// Service the manifests define, on a port it has.
+func checkRedisURLs(p *problems, objs *Objects) {
+	for _, d := range objs.Deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name != "ENVOY_RLS_REDIS_URL" || e.Value == "" {
+					continue
+				}
+				where := fmt.Sprintf("Deployment %s/%s: ENVOY_RLS_REDIS_URL", d.Namespace, d.Name)
+				u, err := url.Parse(e.Value)
+				if err != nil {
+					p.add("%s: %w", where, err)
+					continue
+				}
+				if !svcHostExists(u.Host, objs.Services) {
+					p.add("%s: %s is not a Service and port of these manifests", where, u.Host)
+				}
+			}
+		}
+	}
+}
+
+// svcHostExists reports whether hostport ("name.ns.svc.cluster.local:port")
+// names a Service port of the manifests.
+func svcHostExists(hostport string, services []*corev1.Service) bool {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return false
+	}
+	for _, s := range services {
+		if host != s.Name+"."+s.Namespace+".svc.cluster.local" && host != s.Name+"."+s.Namespace+".svc" {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			if int(sp.Port) == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkRulesConfigMap finds the ConfigMap the envoy-rls Deployment mounts
+// as its rules, validates its rules with want.Validate, and checks that it
+// holds exactly want.Files.
+func checkRulesConfigMap(p *problems, objs *Objects, want Rules) {
+	cm := rulesConfigMap(objs)
+	if cm == nil {
+		p.add("no ConfigMap is mounted as the envoy-rls rules directory")
+		return
+	}
+	where := fmt.Sprintf("ConfigMap %s/%s", cm.Namespace, cm.Name)
+	if want.Validate != nil {
+		files := map[string][]byte{}
+		for k, v := range cm.Data {
+			files[where+" "+k] = []byte(v)
+		}
+		if err := want.Validate(files); err != nil {
+			p.add("%s: rules do not validate:\n%w", where, err)
+		}
+	}
+	byKey := map[string][]byte{}
+	for name, data := range want.Files {
+		byKey[path.Base(name)] = data
+	}
+	for _, k := range sortedKeys(cm.Data) {
+		if w, ok := byKey[k]; !ok {
+			p.add("%s: key %q is not a file of %s", where, k, want.Source)
+		} else if !bytes.Equal(w, []byte(cm.Data[k])) {
+			p.add("%s: key %q differs from %s/%s (copy it to %s/)", where, k, want.Source, k, want.CopyDir)
+		}
+	}
+	for _, k := range sortedKeys(byKey) {
+		if _, ok := cm.Data[k]; !ok {
+			p.add("%s: %s/%s is missing (copy it to %s/ and list it in the configMapGenerator)", where, want.Source, k, want.CopyDir)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// rulesConfigMap returns the ConfigMap that the envoy-rls Deployment
+// mounts, or nil.
+func rulesConfigMap(objs *Objects) *corev1.ConfigMap {
+	for _, d := range objs.Deployments {
+		if d.Name != envoyRLSName {
+			continue
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.ConfigMap == nil {
+				continue
+			}
+			for _, cm := range objs.ConfigMaps {
+				if cm.Namespace == d.Namespace && cm.Name == v.ConfigMap.Name {
+					return cm
+				}
+			}
+		}
+	}
+	return nil
+}
