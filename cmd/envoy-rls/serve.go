@@ -59,12 +59,12 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
-	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: fixed_window|sliding_window|sliding_log|token_bucket|gcra")
+	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: "+algo.AlgorithmNames())
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug|info|warn|error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json|console")
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
-	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", 10000, "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
+	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", int(algo.DefaultSlidingLogCap), "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
 	fs.IntVar(&c.memstoreMaxKeys, "memstore-max-keys", 1_000_000, "most keys the in-process store holds (also the local failure mode's); when full, expired keys go first, then the live key expiring soonest, whose client may then get one more full limit (counted in envoy_rls_memstore_evictions_total); 0: no bound")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the debug address (--debug-addr)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
@@ -167,8 +167,8 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	if err != nil {
 		return fmt.Errorf("--response-headers: %w", err)
 	}
-	if cfg.slidingLogCap < 1 || int64(cfg.slidingLogCap) > algo.MaxSlidingLogCap {
-		return fmt.Errorf("--sliding-log-cap: %d must be between 1 and %d", cfg.slidingLogCap, algo.MaxSlidingLogCap)
+	if err := algo.ValidateSlidingLogCap(int64(cfg.slidingLogCap)); err != nil {
+		return fmt.Errorf("--sliding-log-cap: %w", err)
 	}
 	if cfg.maxRequestCost < 1 {
 		return fmt.Errorf("--max-request-cost: %d must be at least 1", cfg.maxRequestCost)

@@ -115,9 +115,13 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DefaultAlgorithm == 0 {
 		cfg.DefaultAlgorithm = algo.SlidingWindow
 	}
-	if cfg.MaxRequestCost < 0 || cfg.SlidingLogCap < 0 || cfg.SlidingLogCap > algo.MaxSlidingLogCap {
-		return nil, fmt.Errorf("rls: max request cost %d and sliding-log cap %d must be 0 (default) or positive, the cap at most %d",
-			cfg.MaxRequestCost, cfg.SlidingLogCap, algo.MaxSlidingLogCap)
+	if cfg.MaxRequestCost < 0 {
+		return nil, fmt.Errorf("rls: max request cost %d must be 0 (default) or positive", cfg.MaxRequestCost)
+	}
+	if cfg.SlidingLogCap != 0 {
+		if err := algo.ValidateSlidingLogCap(cfg.SlidingLogCap); err != nil {
+			return nil, fmt.Errorf("rls: %w", err)
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
