@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/envoy-rls/envoy-rls/pkg/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 // Breaker defaults for the service; see register.
@@ -95,21 +92,15 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	return mode, errors.Join(errs...)
 }
 
-// newRedisBackend returns the Redis backend behind the failure policy and
-// circuit breaker of pkg/failover. The returned backend's Ping is the
-// readiness check (see redisBackend.Ping).
-func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (rls.Backend, func(), error) {
-	mode, err := cfg.redis.validate()
-	if err != nil {
-		return nil, nil, err
-	}
+// newRedisClient builds the Redis client the flags describe.
+func newRedisClient(cfg *serveConfig, log *zap.Logger) (redis.UniversalClient, error) {
 	opts, err := redisalgo.ParseURL(cfg.redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis-url: %w", err)
+		return nil, fmt.Errorf("--redis-url: %w", err)
 	}
 	if !cfg.redis.tls.IsZero() {
 		if err := opts.SetTLS(cfg.redis.tls); err != nil {
-			return nil, nil, fmt.Errorf("--redis-tls-*: %w", err)
+			return nil, fmt.Errorf("--redis-tls-*: %w", err)
 		}
 	}
 	opts.SetTimeouts(cfg.redis.timeout)
@@ -117,105 +108,23 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		opts.SetPoolSize(cfg.redis.poolSize)
 	}
 	redis.SetLogger(redisLogger{log.Named("redis")})
-	client, err := redisalgo.NewClient(opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	// LazyLoad lets the service start while Redis is down; the failure mode
-	// answers until it is back, and NOSCRIPT handling loads the script then.
-	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg, MaxCallCost: cfg.maxRequestCost})
-	if err != nil {
-		client.Close()
-		return nil, nil, err
-	}
-	lctx, cancel := context.WithTimeout(ctx, cfg.redis.timeout)
-	if err := b.LoadScript(lctx); err != nil {
-		log.Warn("redis not reachable at start; answering with the failure mode until it is",
-			zap.String("mode", mode.String()), zap.Error(err))
-	}
-	cancel()
+	return redisalgo.NewClient(opts)
+}
 
-	fo := failover.Options{
-		Mode:             mode,
-		ExpectedReplicas: cfg.redis.expectedReplicas,
-		Timeout:          cfg.redis.timeout,
+// stackConfig is the backend stack the flags describe, without its client.
+func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
+	return stack.Config{
+		Timeout:          r.timeout,
+		FailureMode:      mode,
+		ExpectedReplicas: r.expectedReplicas,
 		Breaker: failover.BreakerOptions{
-			Failures:     cfg.redis.breaker.failures,
-			FailureRatio: cfg.redis.breaker.ratio,
-			Cooldown:     cfg.redis.breaker.cooldown,
-			Probes:       cfg.redis.breaker.probes,
+			Failures:     r.breaker.failures,
+			FailureRatio: r.breaker.ratio,
+			Cooldown:     r.breaker.cooldown,
+			Probes:       r.breaker.probes,
 		},
-		// One breaker per Redis Cluster master (one in all for standalone
-		// and Sentinel): a dead master's keys get the failure mode, the
-		// others' keep being decided by Redis.
-		Shard:      b.Shard,
-		ShardName:  b.ShardName,
-		Logger:     log,
-		Registerer: reg,
+		DenyCacheEntries: r.denyCacheEntries,
 	}
-	stopSweep := func() {}
-	if mode == failover.ModeLocal {
-		store, err := memstore.New(memstore.Options{MaxKeys: cfg.memstoreMaxKeys, Registerer: reg})
-		if err != nil {
-			b.Close()
-			client.Close()
-			return nil, nil, fmt.Errorf("local failure-mode store: %w", err)
-		}
-		sctx, cancel := context.WithCancel(context.Background())
-		go store.Run(sctx, 10*time.Second)
-		fo.Local, stopSweep = store, cancel
-	}
-	if err := fo.Validate(); err != nil {
-		stopSweep()
-		b.Close()
-		client.Close()
-		return nil, nil, err
-	}
-	closeAll := func() {
-		stopSweep()
-		b.Close()
-		client.Close()
-	}
-	// The deny cache sits inside the failure policy: outside it, the answers
-	// of the deny and local modes would be cached and outlive Redis's return.
-	var primary failover.Limiter = b
-	if cfg.redis.denyCacheEntries > 0 {
-		dc, err := denycache.New(b, denycache.Options{MaxEntries: cfg.redis.denyCacheEntries, Registerer: reg})
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		primary = dc
-	}
-	return redisBackend{Backend: failover.New(primary, fo), log: log}, closeAll, nil
-}
-
-// redisBackend adds the readiness policy to the failover-wrapped backend.
-//
-// With --redis-failure-mode=error, a Redis that is down (or an open breaker)
-// makes /readyz fail: every request would get UNAVAILABLE anyway, and a
-// load balancer may find a replica whose Redis works. With allow, deny or
-// local the operator chose how to answer without Redis, and every replica
-// shares the same Redis: failing readiness would pull all of them out of
-// the Service and turn the chosen policy into connection errors, which
-// Envoy then treats by its own failure_mode_deny. So those modes stay
-// ready; the outage shows in envoy_rls_backend_breaker_state,
-// envoy_rls_backend_errors_total, envoy_rls_backend_failure_mode_total and
-// a warning logged at each readiness probe.
-type redisBackend struct {
-	*failover.Backend
-	log *zap.Logger
-}
-
-// Ping is the readiness check; see redisBackend.
-func (r redisBackend) Ping(ctx context.Context) error {
-	err := r.Backend.Ping(ctx)
-	if err == nil || r.Mode() == failover.ModeError {
-		return err
-	}
-	r.log.Warn("redis unavailable; staying ready and answering with the failure mode",
-		zap.String("mode", r.Mode().String()), zap.String("breaker", r.State().String()), zap.Error(err))
-	return nil
 }
 
 // redisLogger sends go-redis's own messages (dial and pool failures) to the

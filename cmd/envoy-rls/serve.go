@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -23,9 +24,10 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
-	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 // serveConfig holds the serve command's flags.
@@ -140,17 +142,48 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	return zc.Build()
 }
 
-// pinger is what readiness needs from a backend that can be unreachable.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // rlsServiceName is the gRPC service whose health is reported besides "".
 const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // readinessInterval is how often readiness is re-evaluated between probes,
 // so that gRPC health watchers follow a backend that fails or recovers.
 const readinessInterval = 2 * time.Second
+
+// serveOptions are the serve flags that parse into values.
+type serveOptions struct {
+	defaultAlgorithm algo.Algorithm
+	headers          rls.HeaderOptions
+	overrides        rls.OverridePolicy
+	failureMode      failover.Mode
+}
+
+// check parses and checks every flag, naming the flag in each error.
+func (c *serveConfig) check() (serveOptions, error) {
+	var o serveOptions
+	var err error
+	if o.defaultAlgorithm, err = algo.ParseAlgorithm(c.defaultAlgorithm); err != nil {
+		return o, fmt.Errorf("--default-algorithm: %w", err)
+	}
+	if o.headers, err = rls.ParseHeaderOptions(c.headers); err != nil {
+		return o, fmt.Errorf("--response-headers: %w", err)
+	}
+	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
+		return o, fmt.Errorf("--sliding-log-cap: %w", err)
+	}
+	if c.maxRequestCost < 1 {
+		return o, fmt.Errorf("--max-request-cost: %d must be at least 1", c.maxRequestCost)
+	}
+	if o.overrides, err = rls.ParseOverridePolicy(c.limitOverrides); err != nil {
+		return o, fmt.Errorf("--limit-overrides: %w", err)
+	}
+	if c.memstoreMaxKeys < 0 {
+		return o, fmt.Errorf("--memstore-max-keys: %d must be 0 (no bound) or positive", c.memstoreMaxKeys)
+	}
+	if o.failureMode, err = c.redis.validate(); err != nil {
+		return o, err
+	}
+	return o, c.http.validate()
+}
 
 func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err error) {
 	serving := false
@@ -159,38 +192,15 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 			err = startError{err}
 		}
 	}()
-	defAlgo, err := algo.ParseAlgorithm(cfg.defaultAlgorithm)
+	opts, err := cfg.check()
 	if err != nil {
-		return fmt.Errorf("--default-algorithm: %w", err)
-	}
-	headers, err := rls.ParseHeaderOptions(cfg.headers)
-	if err != nil {
-		return fmt.Errorf("--response-headers: %w", err)
-	}
-	if err := algo.ValidateSlidingLogCap(int64(cfg.slidingLogCap)); err != nil {
-		return fmt.Errorf("--sliding-log-cap: %w", err)
-	}
-	if cfg.maxRequestCost < 1 {
-		return fmt.Errorf("--max-request-cost: %d must be at least 1", cfg.maxRequestCost)
-	}
-	overrides, err := rls.ParseOverridePolicy(cfg.limitOverrides)
-	if err != nil {
-		return fmt.Errorf("--limit-overrides: %w", err)
-	}
-	if cfg.memstoreMaxKeys < 0 {
-		return fmt.Errorf("--memstore-max-keys: %d must be 0 (no bound) or positive", cfg.memstoreMaxKeys)
-	}
-	if _, err := cfg.redis.validate(); err != nil {
-		return err
-	}
-	if err := cfg.http.validate(); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
-	loader, err := loadRules(cfg, defAlgo, log, reg)
+	loader, err := loadRules(cfg, opts.defaultAlgorithm, log, reg)
 	if err != nil {
 		return err
 	}
@@ -199,104 +209,130 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 			log.Error("rule watcher stopped; rules will no longer reload", zap.Error(err))
 		}
 	}()
-
-	backend, closeBackend, err := newBackend(ctx, cfg, log, reg)
+	backend, closeBackend, err := newBackend(ctx, cfg, opts.failureMode, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeBackend()
-
 	svc, err := rls.New(rls.Config{
 		Rules:            loader.Current,
 		Backend:          backend,
-		DefaultAlgorithm: defAlgo,
+		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
-		Headers:          headers,
+		Headers:          opts.headers,
 		Limits:           cfg.limits,
 		MaxRequestCost:   cfg.maxRequestCost,
 		SlidingLogCap:    int64(cfg.slidingLogCap),
-		Overrides:        overrides,
+		Overrides:        opts.overrides,
 		Metrics:          rls.NewMetrics(reg),
 		Logger:           log,
 	})
 	if err != nil {
 		return err
 	}
-
-	creds, err := cfg.tls.serverOption(log)
+	srv, err := newServers(ctx, cfg, svc, backend.Ready, func() any { return loader.Current() }, reg, log)
 	if err != nil {
 		return err
 	}
-	var gopts []grpc.ServerOption
-	if creds != nil {
-		gopts = append(gopts, creds)
-	}
-	gsrv := grpc.NewServer(gopts...)
-	svc.Register(gsrv)
-	hs := health.NewServer()
-	ready := newReadiness(ctx, backend, hs, log)
-	healthpb.RegisterHealthServer(gsrv, healthService{Server: hs, ready: ready})
-	reflection.Register(gsrv)
-	go ready.Run(ctx, readinessInterval)
-
-	hsrv := cfg.http.server(admin.New(admin.Options{
-		Ready:   ready.Check,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		JSON:    svc.JSONHandler(),
-	}), log)
-	dsrv := cfg.http.server(admin.NewDebug(admin.DebugOptions{
-		Config: func() any { return loader.Current() },
-		Pprof:  cfg.pprof,
-	}), log)
-
 	gl, hl, dl, err := listen(cfg)
 	if err != nil {
 		return err
 	}
 	serving = true
+	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
+}
+
+// servers are the three servers of serve and the readiness they share.
+type servers struct {
+	grpc   *grpc.Server
+	http   *http.Server
+	debug  *http.Server
+	health *health.Server
+	ready  *readiness.Tracker
+	log    *zap.Logger
+}
+
+// newServers builds the gRPC server (the service, health, reflection), the
+// HTTP server and the debug server; ready is the backend's readiness and
+// rulesNow the rules /debug/config shows.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() any, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+	creds, err := cfg.tls.serverOption(log)
+	if err != nil {
+		return nil, err
+	}
+	var gopts []grpc.ServerOption
+	if creds != nil {
+		gopts = append(gopts, creds)
+	}
+	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log}
+	svc.Register(s.grpc)
+	s.ready = newReadiness(ctx, ready, s.health, log)
+	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, ready: s.ready})
+	reflection.Register(s.grpc)
+	go s.ready.Run(ctx, readinessInterval)
+
+	s.http = cfg.http.server(admin.New(admin.Options{
+		Ready:   s.ready.Check,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		JSON:    svc.JSONHandler(),
+	}), log)
+	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{Config: rulesNow, Pprof: cfg.pprof}), log)
+	return s, nil
+}
+
+// run serves on the listeners (dl may be nil) until ctx ends or a server
+// fails, then shuts down (see shutdown).
+func (s *servers) run(ctx context.Context, cfg *serveConfig, gl, hl, dl net.Listener, backend string, defAlgo algo.Algorithm) error {
 	errs := make(chan error, 3)
-	go func() { errs <- gsrv.Serve(gl) }()
-	go func() { errs <- hsrv.Serve(hl) }()
+	go func() { errs <- s.grpc.Serve(gl) }()
+	go func() { errs <- s.http.Serve(hl) }()
 	debugAddr := "off"
 	if dl != nil {
 		debugAddr = dl.Addr().String()
-		go func() { errs <- dsrv.Serve(dl) }()
+		go func() { errs <- s.debug.Serve(dl) }()
 	}
-	log.Info("envoy-rls serving",
+	s.log.Info("envoy-rls serving",
 		zap.String("version", version),
 		zap.String("grpc_addr", gl.Addr().String()),
 		zap.String("http_addr", hl.Addr().String()),
 		zap.String("debug_addr", debugAddr),
-		zap.String("backend", backendName(cfg)),
+		zap.String("backend", backend),
 		zap.String("default_algorithm", defAlgo.String()))
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining")
+		s.log.Info("shutting down: draining")
 	case serveErr = <-errs:
-		log.Error("server failed", zap.Error(serveErr))
+		s.log.Error("server failed", zap.Error(serveErr))
 	}
-	ready.Drain()
-	hs.Shutdown()
-	if cfg.shutdownDelay > 0 && serveErr == nil {
+	s.shutdown(cfg, serveErr == nil)
+	return serveErr
+}
+
+// shutdown fails readiness, waits --shutdown-delay (when delay) so load
+// balancers notice, drains in-flight RPCs for at most --shutdown-timeout,
+// then stops the HTTP servers.
+func (s *servers) shutdown(cfg *serveConfig, delay bool) {
+	s.ready.Drain()
+	s.health.Shutdown()
+	if cfg.shutdownDelay > 0 && delay {
 		time.Sleep(cfg.shutdownDelay)
 	}
 	stopped := make(chan struct{})
-	go func() { gsrv.GracefulStop(); close(stopped) }()
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(cfg.shutdownTimeout):
-		log.Warn("in-flight requests did not finish in time; closing them", zap.Duration("timeout", cfg.shutdownTimeout))
-		gsrv.Stop()
+		s.log.Warn("in-flight requests did not finish in time; closing them", zap.Duration("timeout", cfg.shutdownTimeout))
+		s.grpc.Stop()
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
-	_ = hsrv.Shutdown(sctx)
+	_ = s.http.Shutdown(sctx)
 	// Debug requests are not traffic to drain; a profile may run for long.
-	_ = dsrv.Close()
-	log.Info("envoy-rls stopped")
-	return serveErr
+	_ = s.debug.Close()
+	s.log.Info("envoy-rls stopped")
 }
 
 // listen opens the gRPC, HTTP and debug listeners (debug is nil when
@@ -322,19 +358,10 @@ func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health: not draining, and the backend reachable as its failure
-// policy defines (see redisBackend.Ping). It publishes every flip to the
-// gRPC health server, so watchers follow too, and logs it.
-func newReadiness(ctx context.Context, backend rls.Backend, hs *health.Server, log *zap.Logger) *readiness.Tracker {
-	var check func(ctx context.Context) error
-	if p, ok := backend.(pinger); ok {
-		check = func(ctx context.Context) error {
-			if err := p.Ping(ctx); err != nil {
-				return fmt.Errorf("backend: %w", err)
-			}
-			return nil
-		}
-	}
+// and gRPC health: not draining, and check (the backend stack's Ready)
+// passing. It publishes every flip to the gRPC health server, so watchers
+// follow too, and logs it.
+func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
 	return readiness.New(ctx, readiness.Options{
 		Check: check,
 		OnChange: func(err error) {
@@ -371,25 +398,30 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 	return h.Server.Check(ctx, req)
 }
 
-func backendName(cfg *serveConfig) string {
-	if cfg.redisURL == "" {
-		return "memory"
-	}
-	return "redis"
-}
-
-// newBackend returns the in-process store when no Redis is configured.
-func newBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (rls.Backend, func(), error) {
-	if cfg.redisURL == "" {
-		store, err := memstore.New(memstore.Options{MaxKeys: cfg.memstoreMaxKeys, Registerer: reg})
+// newBackend builds the backend stack the flags describe: the in-process
+// store, or Redis behind the deny cache and the failure policy. close stops
+// the stack and closes its Redis client.
+func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *zap.Logger, reg prometheus.Registerer) (*stack.Stack, func(), error) {
+	sc := cfg.redis.stackConfig(mode)
+	sc.MaxCallCost, sc.MemstoreMaxKeys, sc.Logger, sc.Registerer = cfg.maxRequestCost, cfg.memstoreMaxKeys, log, reg
+	if cfg.redisURL != "" {
+		client, err := newRedisClient(cfg, log)
 		if err != nil {
-			return nil, nil, fmt.Errorf("in-process store: %w", err)
+			return nil, nil, err
 		}
-		sctx, cancel := context.WithCancel(ctx)
-		go store.Run(sctx, 10*time.Second)
-		return store, cancel, nil
+		sc.Redis = client
 	}
-	return newRedisBackend(ctx, cfg, log, reg)
+	st, err := stack.New(ctx, sc)
+	closeClient := func() {
+		if sc.Redis != nil {
+			sc.Redis.Close()
+		}
+	}
+	if err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); closeClient() }, nil
 }
 
 func buildInfo() prometheus.Collector {

@@ -398,19 +398,6 @@ func (c *Cache) Stats() (hits, misses, bypasses uint64) {
 	return c.hits.Load(), c.misses.Load(), c.bypasses.Load()
 }
 
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// Ping forwards to the wrapped backend when it can report its
-// reachability (readiness probes look for this method), else succeeds.
-func (c *Cache) Ping(ctx context.Context) error {
-	if p, ok := c.next.(pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
 func count(n *atomic.Uint64, m prometheus.Counter) {
 	n.Add(1)
 	if m != nil {

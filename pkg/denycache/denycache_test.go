@@ -311,9 +311,6 @@ func TestErrorPassesThrough(t *testing.T) {
 	if c.Len() != 0 {
 		t.Errorf("Len = %d after an error, want 0", c.Len())
 	}
-	if err := c.Ping(context.Background()); err != nil {
-		t.Errorf("Ping of a backend without Ping: %v", err)
-	}
 	if _, err := New(nil, Options{}); err == nil {
 		t.Error("New(nil) succeeded")
 	}

@@ -102,7 +102,8 @@ func shardFailure(t *testing.T, fault func(*redistest.Server, testing.TB), break
 	}
 	t.Cleanup(rb.Close)
 	reg := prometheus.NewRegistry()
-	fb := failover.New(rb, failover.Options{
+	fb := mustNew(t, rb, failover.Options{
+		Ping:       rb.Ping,
 		Timeout:    timeout,
 		Breaker:    breaker,
 		Shard:      rb.Shard,

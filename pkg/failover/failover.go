@@ -41,12 +41,6 @@ type Limiter interface {
 	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
 }
 
-// pinger is implemented by primaries that can report their reachability
-// (redisalgo.Backend does).
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // Mode says what Apply answers when the primary fails or the breaker is
 // open. The zero value is ModeError.
 type Mode uint8
@@ -157,6 +151,9 @@ type BreakerOptions struct {
 // primary fails (ModeError), adds no deadline of its own and uses the
 // default breaker.
 type Options struct {
+	// Ping reports whether the primary is reachable, for Backend.Ping
+	// (readiness); nil means the primary is always reachable.
+	Ping func(ctx context.Context) error
 	// Mode is what Apply answers when the primary fails.
 	Mode Mode
 	// Local is the fallback store of ModeLocal (the caller passes an
@@ -239,6 +236,7 @@ func (o Options) Validate() error {
 // is open. It is safe for concurrent use and starts no goroutines.
 type Backend struct {
 	primary  Limiter
+	ping     func(ctx context.Context) error
 	local    Limiter
 	mode     Mode
 	replicas int64
@@ -263,18 +261,18 @@ type Backend struct {
 	transitions *prometheus.CounterVec
 }
 
-// New returns a Backend around primary. It panics when opts.Validate fails:
-// options come from code that has already validated its flags, never from
-// a request.
-func New(primary Limiter, opts Options) *Backend {
+// New returns a Backend around primary, or the reasons opts.Validate
+// gives.
+func New(primary Limiter, opts Options) (*Backend, error) {
 	if primary == nil {
-		panic("failover: New: nil primary")
+		return nil, errors.New("failover: New: nil primary")
 	}
 	if err := opts.Validate(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	b := &Backend{
 		primary:   primary,
+		ping:      opts.Ping,
 		local:     opts.Local,
 		mode:      opts.Mode,
 		replicas:  int64(max(opts.ExpectedReplicas, 1)),
@@ -337,19 +335,21 @@ func New(primary Limiter, opts Options) *Backend {
 		b.transitions.WithLabelValues(s.String())
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(b.errors, b.failures, b.transitions, stateCollector{b: b,
+		if err := register(opts.Registerer, b.errors, b.failures, b.transitions, stateCollector{b: b,
 			state: prometheus.NewDesc("envoy_rls_backend_breaker_state",
 				"Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others. With a breaker per shard (Redis Cluster masters) it is the most severe state of any shard: open, else half_open, else closed.",
 				[]string{"state"}, nil),
 			shards: prometheus.NewDesc("envoy_rls_backend_breaker_shards",
 				"Backend shards (Redis Cluster masters; 1 for standalone Redis or Sentinel) whose circuit breaker is in each state.",
 				[]string{"state"}, nil),
-		})
+		}); err != nil {
+			return nil, err
+		}
 	}
 	// Shard 0 always exists, so that the metrics describe a backend that
 	// has had no request yet.
 	b.shards.get(0).use(b.now().UnixMicro())
-	return b
+	return b, nil
 }
 
 // newShard returns shard id's breaker; shardSet calls it once per id.
@@ -635,8 +635,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 	if b.allOpen() {
 		return fmt.Errorf("%w (last error: %v)", ErrOpen, b.lastError())
 	}
-	p, ok := b.primary.(pinger)
-	if !ok {
+	if b.ping == nil {
 		return nil
 	}
 	if b.timeout > 0 {
@@ -644,8 +643,19 @@ func (b *Backend) Ping(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)
 		defer cancel()
 	}
-	if err := p.Ping(ctx); err != nil {
+	if err := b.ping(ctx); err != nil {
 		return fmt.Errorf("failover: %w", err)
+	}
+	return nil
+}
+
+// register registers every collector, or reports the first that fails
+// (a second Backend on one registry, say).
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("failover: register metrics: %w", err)
+		}
 	}
 	return nil
 }

@@ -150,7 +150,14 @@ func newTest(t *testing.T, f Limiter, opts Options) (*Backend, *prometheus.Regis
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
-	return New(f, opts), reg
+	if fk, ok := f.(*fake); ok && opts.Ping == nil {
+		opts.Ping = fk.Ping
+	}
+	b, err := New(f, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b, reg
 }
 
 func TestModes(t *testing.T) {
@@ -565,6 +572,31 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate: %v, want nil", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 				t.Errorf("Validate: %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestNewErrors: New reports bad arguments instead of panicking.
+func TestNewErrors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(&fake{}, Options{Registerer: reg}); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	tests := []struct {
+		name    string
+		primary Limiter
+		opts    Options
+		want    string
+	}{
+		{"nil primary", nil, Options{}, "nil primary"},
+		{"local mode without a store", &fake{}, Options{Mode: ModeLocal}, "Local"},
+		{"registered twice", &fake{}, Options{Registerer: reg}, "register metrics"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.primary, tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: %v, want an error containing %q", err, tt.want)
 			}
 		})
 	}

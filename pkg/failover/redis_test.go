@@ -33,7 +33,7 @@ func TestBackendSuite(t *testing.T) {
 		if err != nil {
 			t.Fatalf("redisalgo.New: %v", err)
 		}
-		return failover.New(b, failover.Options{Mode: failover.ModeDeny, Timeout: 10 * time.Second})
+		return mustNew(t, b, failover.Options{Ping: b.Ping, Mode: failover.ModeDeny, Timeout: 10 * time.Second})
 	})
 }
 
@@ -164,7 +164,8 @@ func outage(t *testing.T, mode failover.Mode, cooldown time.Duration,
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb := failover.New(cnt, failover.Options{
+	fb := mustNew(t, cnt, failover.Options{
+		Ping: cnt.Ping,
 		Mode: mode, Local: local, ExpectedReplicas: 2, Timeout: timeout,
 		Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: cooldown},
 		Registerer: prometheus.NewRegistry(),
@@ -348,7 +349,8 @@ func TestDeadRedisFailsFast(t *testing.T) {
 			}
 			t.Cleanup(primary.Close)
 			reg := prometheus.NewRegistry()
-			fb := failover.New(primary, failover.Options{
+			fb := mustNew(t, primary, failover.Options{
+				Ping:       primary.Ping,
 				Timeout:    bound,
 				Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: time.Hour},
 				Registerer: reg,
@@ -384,4 +386,14 @@ func TestDeadRedisFailsFast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustNew is failover.New, failing t on an error.
+func mustNew(t testing.TB, primary failover.Limiter, opts failover.Options) *failover.Backend {
+	t.Helper()
+	fb, err := failover.New(primary, opts)
+	if err != nil {
+		t.Fatalf("failover.New: %v", err)
+	}
+	return fb
 }

@@ -1,0 +1,209 @@
+// Package stack builds the rate-limit backend that envoy-rls serves from,
+// in one place, so that the service, the tests and the benchmark driver
+// run the same layers in the same order:
+//
+//	Redis:     failover (timeout, breaker per shard, failure mode)
+//	             → denycache (known denials answered in-process)
+//	               → redisalgo (Lua on Redis)
+//	in-process: memstore
+//
+// The deny cache sits inside the failure policy: outside it, the answers of
+// the deny and local failure modes would be cached and outlive Redis's
+// return. The stack also owns the readiness answer of its backend (Ready)
+// and what must be stopped at shutdown (Close).
+//
+// stack must not parse flags, URLs or environment variables, build Redis
+// clients, or know gRPC: it takes a client that is already built and
+// options that are already validated by their owners.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/memstore"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+)
+
+// sweepEvery is how often an in-process store drops expired state.
+const sweepEvery = 10 * time.Second
+
+// Config selects and configures the layers. The zero value (with no
+// Redis) is the embedded in-process store.
+type Config struct {
+	// Redis is the client of the shared store; nil runs the in-process
+	// store alone.
+	Redis redis.UniversalClient
+	// Timeout bounds every Redis call (failover.Options.Timeout) and the
+	// script load at start.
+	Timeout time.Duration
+	// FailureMode, ExpectedReplicas and Breaker configure pkg/failover.
+	FailureMode      failover.Mode
+	ExpectedReplicas int
+	Breaker          failover.BreakerOptions
+	// DenyCacheEntries sizes the deny cache; 0 turns it off.
+	DenyCacheEntries int
+	// MaxCallCost bounds one merged script call (redisalgo.Options).
+	MaxCallCost int64
+	// MemstoreMaxKeys bounds the in-process store, the embedded one or the
+	// local failure mode's; 0 means no bound.
+	MemstoreMaxKeys int
+	Logger          *zap.Logger
+	Registerer      prometheus.Registerer
+	// CallerTime makes Redis evaluate at each request's now instead of its
+	// own TIME (redisalgo.Options.CallerTime). Only tests set it.
+	CallerTime bool
+}
+
+// Stack is a built backend. Its Apply is the pkg/rls Backend contract.
+type Stack struct {
+	apply func(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
+	ready func(ctx context.Context) error
+	name  string
+	close []func()
+}
+
+// New builds the stack cfg describes. With Redis it does not fail when
+// Redis is unreachable: the failure mode answers until Redis is back, and
+// the script is loaded then.
+func New(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Redis == nil {
+		store, stop, err := newStore(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("stack: in-process store: %w", err)
+		}
+		return &Stack{apply: store.Apply, name: "memory", close: []func(){stop}}, nil
+	}
+	return newRedis(ctx, cfg)
+}
+
+// Apply applies checks at now on the stack's backend.
+func (s *Stack) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	return s.apply(ctx, now, checks)
+}
+
+// Ready reports whether the stack can decide, for readiness probes: the
+// in-process store always can. With Redis, see readyUnder.
+func (s *Stack) Ready(ctx context.Context) error {
+	if s.ready == nil {
+		return nil
+	}
+	return s.ready(ctx)
+}
+
+// Name is "memory" or "redis", for the start-up log line.
+func (s *Stack) Name() string { return s.name }
+
+// Close stops what the stack started, in reverse order. The Redis client
+// stays the caller's to close.
+func (s *Stack) Close() {
+	for i := len(s.close) - 1; i >= 0; i-- {
+		s.close[i]()
+	}
+}
+
+// newStore returns an in-process store and starts its sweeper.
+func newStore(cfg Config) (*memstore.Store, func(), error) {
+	store, err := memstore.New(memstore.Options{MaxKeys: cfg.MemstoreMaxKeys, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go store.Run(ctx, sweepEvery)
+	return store, cancel, nil
+}
+
+func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
+	log := cfg.Logger
+	b, err := redisalgo.New(cfg.Redis, redisalgo.Options{
+		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	s := &Stack{name: "redis", close: []func(){b.Close}}
+	lctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	if err := b.LoadScript(lctx); err != nil {
+		log.Warn("redis not reachable at start; answering with the failure mode until it is",
+			zap.String("mode", cfg.FailureMode.String()), zap.Error(err))
+	}
+	cancel()
+
+	fo := failover.Options{
+		Ping:             b.Ping,
+		Mode:             cfg.FailureMode,
+		ExpectedReplicas: cfg.ExpectedReplicas,
+		Timeout:          cfg.Timeout,
+		Breaker:          cfg.Breaker,
+		// One breaker per Redis Cluster master (one in all for standalone
+		// and Sentinel): a dead master's keys get the failure mode, the
+		// others' keep being decided by Redis.
+		Shard:      b.Shard,
+		ShardName:  b.ShardName,
+		Logger:     log,
+		Registerer: cfg.Registerer,
+	}
+	if cfg.FailureMode == failover.ModeLocal {
+		store, stop, err := newStore(cfg)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("stack: local failure-mode store: %w", err)
+		}
+		fo.Local = store
+		s.close = append(s.close, stop)
+	}
+	var primary failover.Limiter = b
+	if cfg.DenyCacheEntries > 0 {
+		dc, err := denycache.New(b, denycache.Options{MaxEntries: cfg.DenyCacheEntries, Registerer: cfg.Registerer})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		primary = dc
+	}
+	fb, err := failover.New(primary, fo)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	s.apply, s.ready = fb.Apply, readyUnder(fb, log)
+	return s, nil
+}
+
+// readyUnder is the readiness of a Redis stack under its failure mode.
+//
+// With the error mode, a Redis that is down (or open breakers) makes the
+// replica unready: every request would get UNAVAILABLE anyway, and a load
+// balancer may find a replica whose Redis works. With allow, deny or local
+// the operator chose how to answer without Redis, and every replica shares
+// the same Redis: failing readiness would pull all of them out of the
+// Service and turn the chosen policy into connection errors, which Envoy
+// then treats by its own failure_mode_deny. So those modes stay ready; the
+// outage shows in envoy_rls_backend_breaker_state,
+// envoy_rls_backend_errors_total, envoy_rls_backend_failure_mode_total and
+// a warning logged at each readiness check.
+func readyUnder(fb *failover.Backend, log *zap.Logger) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		err := fb.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if fb.Mode() == failover.ModeError {
+			return fmt.Errorf("backend: %w", err)
+		}
+		log.Warn("redis unavailable; staying ready and answering with the failure mode",
+			zap.String("mode", fb.Mode().String()), zap.String("breaker", fb.State().String()), zap.Error(err))
+		return nil
+	}
+}
