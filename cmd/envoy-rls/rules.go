@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -54,14 +53,10 @@ func (m *reloadMetrics) observe(err error) {
 // loadRules loads the rule directory once, failing when it cannot be read,
 // holds a bad file or defines no rule (the loader's policy), and returns
 // the loader to watch it with.
-func loadRules(cfg *serveConfig, defAlgo algo.Algorithm, log *zap.Logger, reg prometheus.Registerer) (*rules.Loader, error) {
+func loadRules(dir string, opts rules.Options, log *zap.Logger, reg prometheus.Registerer) (*rules.Loader, error) {
 	metrics := newReloadMetrics(reg)
-	loader := rules.NewLoader(cfg.configDir, rules.Options{
-		DefaultAlgorithm: defAlgo,
-		SlidingLogCap:    int64(cfg.slidingLogCap),
-		Logger:           log,
-		OnReload:         metrics.observe,
-	})
+	opts.Logger, opts.OnReload = log, metrics.observe
+	loader := rules.NewLoader(dir, opts)
 	if err := loader.Load(); err != nil {
 		return nil, fmt.Errorf("--config-dir: %w", err)
 	}

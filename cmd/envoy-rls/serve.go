@@ -27,6 +27,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
@@ -55,8 +56,15 @@ type serveConfig struct {
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
+	c, fs := serveFlagSet("serve", stderr)
+	return c, func(args []string) error { return parseFlags(fs, args) }
+}
+
+// serveFlagSet defines serve's flags on a flag set for the command name:
+// serve's, and validate's, which takes the same ones.
+func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
-	fs := newFlagSet("serve", stderr)
+	fs := newFlagSet(name, stderr)
 	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
@@ -80,7 +88,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
-	return c, func(args []string) error { return parseFlags(fs, args) }
+	return c, fs
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -151,24 +159,36 @@ const readinessInterval = 2 * time.Second
 
 // serveOptions are the serve flags that parse into values.
 type serveOptions struct {
+	rules            rules.Options
 	defaultAlgorithm algo.Algorithm
 	headers          rls.HeaderOptions
 	overrides        rls.OverridePolicy
 	failureMode      failover.Mode
 }
 
+// rulesOptions parses and checks the rule flags, for serve and validate
+// alike: a directory that validates is one serve loads.
+func (c *serveConfig) rulesOptions() (rules.Options, error) {
+	alg, err := algo.ParseAlgorithm(c.defaultAlgorithm)
+	if err != nil {
+		return rules.Options{}, fmt.Errorf("--default-algorithm: %w", err)
+	}
+	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
+		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
+	}
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap)}, nil
+}
+
 // check parses and checks every flag, naming the flag in each error.
 func (c *serveConfig) check() (serveOptions, error) {
 	var o serveOptions
 	var err error
-	if o.defaultAlgorithm, err = algo.ParseAlgorithm(c.defaultAlgorithm); err != nil {
-		return o, fmt.Errorf("--default-algorithm: %w", err)
+	if o.rules, err = c.rulesOptions(); err != nil {
+		return o, err
 	}
+	o.defaultAlgorithm = o.rules.DefaultAlgorithm
 	if o.headers, err = rls.ParseHeaderOptions(c.headers); err != nil {
 		return o, fmt.Errorf("--response-headers: %w", err)
-	}
-	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
-		return o, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
 	if c.maxRequestCost < 1 {
 		return o, fmt.Errorf("--max-request-cost: %d must be at least 1", c.maxRequestCost)
@@ -200,7 +220,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
-	loader, err := loadRules(cfg, opts.defaultAlgorithm, log, reg)
+	loader, err := loadRules(cfg.configDir, opts.rules, log, reg)
 	if err != nil {
 		return err
 	}

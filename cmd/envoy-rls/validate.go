@@ -6,19 +6,23 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // validate checks a rules directory the way serve would load it and lists
-// every problem, so users can run it in their own CI.
+// every problem, so users can run it in their own CI. It takes serve's
+// flags (one set of definitions), so the command line and ENVOY_RLS_*
+// environment of a Deployment validate as they serve; only the rule flags
+// (--default-algorithm, --sliding-log-cap) matter, and the directory is the
+// argument or else --config-dir.
 func validate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", stderr)
-	defaultAlgorithm := fs.String("default-algorithm", "sliding_window", "algorithm for rules that name none: "+algo.AlgorithmNames())
-	slidingLogCap := fs.Int("sliding-log-cap", int(algo.DefaultSlidingLogCap), "largest requests_per_unit a sliding_log rule may have")
+	cfg, fs := serveFlagSet("validate", stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: envoy-rls validate [flags] DIR\n\nflags:\n")
-		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "usage: envoy-rls validate [serve flags] [DIR]\n\nDIR defaults to --config-dir; of the flags, the rule flags matter:\n")
+		for _, name := range []string{"config-dir", "default-algorithm", "sliding-log-cap"} {
+			f := fs.Lookup(name)
+			fmt.Fprintf(fs.Output(), "  --%s (default %q, env %s)\n    \t%s\n", f.Name, f.DefValue, envName(f.Name), f.Usage)
+		}
 	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -27,23 +31,22 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", err)
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "envoy-rls validate: want exactly one directory argument")
+	dir := cfg.configDir
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		dir = fs.Arg(0)
+	default:
+		fmt.Fprintln(stderr, "envoy-rls validate: want at most one directory argument")
 		fs.Usage()
 		return 2
 	}
-	alg, err := algo.ParseAlgorithm(*defaultAlgorithm)
+	opts, err := cfg.rulesOptions()
 	if err != nil {
-		fmt.Fprintf(stderr, "envoy-rls validate: --default-algorithm: %v\n", err)
+		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", err)
 		return 2
 	}
-	// Zero would silently mean the default to rules.Options: reject what
-	// serve rejects, so a config that validates is one serve loads.
-	if err := algo.ValidateSlidingLogCap(int64(*slidingLogCap)); err != nil {
-		fmt.Fprintf(stderr, "envoy-rls validate: --sliding-log-cap: %v\n", err)
-		return 2
-	}
-	summary, err := rules.Validate(fs.Arg(0), rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(*slidingLogCap)})
+	summary, err := rules.Validate(dir, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1

@@ -62,3 +62,33 @@ func TestValidateHelpListsAlgorithms(t *testing.T) {
 		t.Errorf("validate -h: exit %d, want 0 and help listing %s:\n%s", code, algo.AlgorithmNames(), &stderr)
 	}
 }
+
+// TestValidateTakesServeFlags: validate accepts every serve flag (one set
+// of definitions), so a Deployment's arguments and environment validate as
+// they serve, and validates --config-dir when no directory is given.
+func TestValidateTakesServeFlags(t *testing.T) {
+	dir := logRulesDir(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+	}{
+		{name: "serve flags and a directory", args: []string{"--redis-url=redis://127.0.0.1:1", "--grpc-addr=:9", "--limit-overrides=ignore", dir}, code: 0},
+		{name: "config-dir flag", args: []string{"--config-dir", dir}, code: 0},
+		{name: "config-dir from env", env: map[string]string{"ENVOY_RLS_CONFIG_DIR": dir}, code: 0},
+		{name: "sliding-log-cap from env applies", env: map[string]string{"ENVOY_RLS_CONFIG_DIR": dir, "ENVOY_RLS_SLIDING_LOG_CAP": "10"}, code: 1},
+		{name: "two directories", args: []string{dir, dir}, code: 2},
+		{name: "unknown flag", args: []string{"--no-such-flag", dir}, code: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := validate(tc.args, &stdout, &stderr); code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, &stdout, &stderr)
+			}
+		})
+	}
+}
