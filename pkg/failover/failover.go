@@ -291,14 +291,26 @@ func New(primary Limiter, opts Options) (*Backend, error) {
 	}
 	b.log = b.log.Named("failover")
 
-	br := opts.Breaker
+	b.settings = breakerSettings(opts.Breaker, b.cooldown)
+	b.shards.newShard = b.newShard
+	if err := b.initMetrics(opts.Registerer); err != nil {
+		return nil, err
+	}
+	// Shard 0 always exists, so that the metrics describe a backend that
+	// has had no request yet.
+	b.shards.get(0).use(b.now().UnixMicro())
+	return b, nil
+}
+
+// breakerSettings are the gobreaker settings of every shard's breaker.
+func breakerSettings(br BreakerOptions, cooldown time.Duration) gobreaker.Settings {
 	failures := uint32(cmp.Or(br.Failures, DefaultFailures))
 	ratio := br.FailureRatio
 	minReq := uint32(cmp.Or(br.MinRequests, DefaultMinRequests))
-	b.settings = gobreaker.Settings{
+	st := gobreaker.Settings{
 		Name:        "backend",
 		MaxRequests: uint32(cmp.Or(br.Probes, DefaultProbes)),
-		Timeout:     b.cooldown,
+		Timeout:     cooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			if c.ConsecutiveFailures >= failures {
 				return true
@@ -310,11 +322,15 @@ func New(primary Limiter, opts Options) (*Backend, error) {
 	if ratio > 0 {
 		// A rolling window of ten buckets, so the ratio forgets old calls
 		// gradually instead of all at once.
-		b.settings.Interval = cmp.Or(br.Window, DefaultWindow)
-		b.settings.BucketPeriod = max(b.settings.Interval/10, time.Millisecond)
+		st.Interval = cmp.Or(br.Window, DefaultWindow)
+		st.BucketPeriod = max(st.Interval/10, time.Millisecond)
 	}
-	b.shards.newShard = b.newShard
+	return st
+}
 
+// initMetrics makes the backend's metrics and registers them with reg
+// (none when nil).
+func (b *Backend) initMetrics(reg prometheus.Registerer) error {
 	b.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "envoy_rls_backend_errors_total",
 		Help: "Failed backend calls by kind: timeout, connection, reply (the backend answered with an error), circuit_open (not attempted), canceled (the caller gave up) or other.",
@@ -334,8 +350,8 @@ func New(primary Limiter, opts Options) (*Backend, error) {
 	for s := range State(len(stateNames)) {
 		b.transitions.WithLabelValues(s.String())
 	}
-	if opts.Registerer != nil {
-		if err := register(opts.Registerer, b.errors, b.failures, b.transitions, stateCollector{b: b,
+	if reg != nil {
+		if err := register(reg, b.errors, b.failures, b.transitions, stateCollector{b: b,
 			state: prometheus.NewDesc("envoy_rls_backend_breaker_state",
 				"Circuit breaker state of the backend: 1 for the current state (closed, half_open or open), 0 for the others. With a breaker per shard (Redis Cluster masters) it is the most severe state of any shard: open, else half_open, else closed.",
 				[]string{"state"}, nil),
@@ -343,13 +359,10 @@ func New(primary Limiter, opts Options) (*Backend, error) {
 				"Backend shards (Redis Cluster masters; 1 for standalone Redis or Sentinel) whose circuit breaker is in each state.",
 				[]string{"state"}, nil),
 		}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	// Shard 0 always exists, so that the metrics describe a backend that
-	// has had no request yet.
-	b.shards.get(0).use(b.now().UnixMicro())
-	return b, nil
+	return nil
 }
 
 // newShard returns shard id's breaker; shardSet calls it once per id.

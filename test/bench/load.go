@@ -70,102 +70,125 @@ type worker struct {
 }
 
 // runLoad drives a closed loop: every worker sends one request, waits for
-// the answer, and sends the next (no sooner than cfg.rate allows). It returns when duration has passed after
-// warmup, when maxRequests calls were sent, or when ctx ends.
+// the answer, and sends the next (no sooner than cfg.rate allows). It
+// returns when duration has passed after warmup, when maxRequests calls
+// were sent, or when ctx ends.
 func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, error) {
 	if cfg.concurrency < 1 || cfg.maxRequests < 1 {
 		return nil, errors.New("bench: load: concurrency and max requests must be positive")
 	}
 	perConn := max(cfg.perConn, 1)
-	conns := make([]*grpc.ClientConn, (cfg.concurrency+perConn-1)/perConn)
-	for i := range conns {
-		cc, err := grpc.NewClient("passthrough:///"+cfg.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			closeConns(conns)
-			return nil, fmt.Errorf("bench: load: dial %s: %w", cfg.target, err)
-		}
-		conns[i] = cc
+	conns, err := dialConns(cfg.target, (cfg.concurrency+perConn-1)/perConn)
+	if err != nil {
+		return nil, err
 	}
 	defer closeConns(conns)
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		phase  atomic.Int32
-		issued atomic.Int64
-		wg     sync.WaitGroup
-	)
+	l := &loop{cfg: cfg, ctx: wctx, paceStart: time.Now()}
+	var wg sync.WaitGroup
 	workers := make([]*worker, cfg.concurrency)
-	paceStart := time.Now()
 	for i := range workers {
 		w := new(worker)
 		workers[i] = w
-		next := wl.newWorker()
-		conn := conns[i/perConn]
+		next, conn := wl.newWorker(), conns[i/perConn]
 		rnd := rand.New(rand.NewPCG(uint64(i)+1, 0x9e3779b97f4a7c15))
-		wg.Go(func() {
-			resp := new(rlsv3.RateLimitResponse)
-			for phase.Load() != phaseStop {
-				seq := issued.Add(1)
-				if seq > cfg.maxRequests {
-					return
-				}
-				if cfg.rate > 0 {
-					due := paceStart.Add(time.Duration(float64(seq-1) / cfg.rate * float64(time.Second)))
-					if wait := time.Until(due); wait > 0 {
-						time.Sleep(wait)
-					}
-				}
-				req := next(rnd, seq-1)
-				t0 := time.Now()
-				err := conn.Invoke(wctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, resp)
-				lat := time.Since(t0)
-				if cfg.progress != nil && err == nil {
-					cfg.progress.Add(1)
-				}
-				if phase.Load() != phaseMeasure {
-					continue
-				}
-				switch {
-				case err != nil:
-					w.errs++
-					if w.firstErr == nil {
-						w.firstErr = err
-					}
-				case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
-					w.over++
-					w.hist.record(lat)
-				default:
-					w.ok++
-					w.hist.record(lat)
-				}
-			}
-		})
+		wg.Go(func() { l.work(w, conn, next, rnd) })
 	}
 	allDone := make(chan struct{})
 	go func() { wg.Wait(); close(allDone) }()
-
-	res := &loadResult{}
 	stopWorkers := func() {
-		phase.Store(phaseStop)
+		l.phase.Store(phaseStop)
 		cancel()
 		<-allDone
 	}
+	res, err := l.measure(ctx, allDone, stopWorkers)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range workers {
+		res.hist.merge(&w.hist)
+		res.ok += w.ok
+		res.over += w.over
+		res.errors += w.errs
+		if res.firstErr == nil {
+			res.firstErr = w.firstErr
+		}
+	}
+	return res, nil
+}
+
+// loop is the state the workers of one runLoad share.
+type loop struct {
+	cfg       loadConfig
+	ctx       context.Context
+	paceStart time.Time
+	phase     atomic.Int32
+	issued    atomic.Int64
+}
+
+// work sends requests made by next on conn until the loop stops or the
+// request cap is reached, counting into w what the measure phase sees.
+func (l *loop) work(w *worker, conn *grpc.ClientConn, next func(*rand.Rand, int64) *rlsv3.RateLimitRequest, rnd *rand.Rand) {
+	resp := new(rlsv3.RateLimitResponse)
+	for l.phase.Load() != phaseStop {
+		seq := l.issued.Add(1)
+		if seq > l.cfg.maxRequests {
+			return
+		}
+		if l.cfg.rate > 0 {
+			due := l.paceStart.Add(time.Duration(float64(seq-1) / l.cfg.rate * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
+		req := next(rnd, seq-1)
+		t0 := time.Now()
+		err := conn.Invoke(l.ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, resp)
+		lat := time.Since(t0)
+		if l.cfg.progress != nil && err == nil {
+			l.cfg.progress.Add(1)
+		}
+		if l.phase.Load() != phaseMeasure {
+			continue
+		}
+		switch {
+		case err != nil:
+			w.errs++
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+			w.over++
+			w.hist.record(lat)
+		default:
+			w.ok++
+			w.hist.record(lat)
+		}
+	}
+}
+
+// measure runs the warmup, then the measured phase, then stops the
+// workers (stop) and returns the elapsed time of the measured phase.
+func (l *loop) measure(ctx context.Context, allDone <-chan struct{}, stop func()) (*loadResult, error) {
+	cfg := l.cfg
 	if cfg.warmup > 0 {
 		select {
 		case <-time.After(cfg.warmup):
 		case <-allDone:
 			return nil, errors.New("bench: load: request cap reached during warmup")
 		case <-ctx.Done():
-			stopWorkers()
+			stop()
 			return nil, ctx.Err()
 		}
 	}
 	if cfg.onStart != nil {
 		cfg.onStart()
 	}
+	res := &loadResult{}
 	start := time.Now()
-	phase.Store(phaseMeasure)
+	l.phase.Store(phaseMeasure)
 	timer := time.NewTimer(cfg.duration)
 	defer timer.Stop()
 	var ctxErr error
@@ -178,25 +201,30 @@ func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, err
 	}
 	// Stop counting first, snapshot, then tear the calls down: cancelling
 	// in-flight calls costs the server work that belongs to no decision.
-	phase.Store(phaseStop)
+	l.phase.Store(phaseStop)
 	res.elapsed = time.Since(start)
 	if cfg.onEnd != nil {
 		cfg.onEnd()
 	}
-	stopWorkers()
+	stop()
 	if ctxErr != nil {
 		return nil, ctxErr
 	}
-	for _, w := range workers {
-		res.hist.merge(&w.hist)
-		res.ok += w.ok
-		res.over += w.over
-		res.errors += w.errs
-		if res.firstErr == nil {
-			res.firstErr = w.firstErr
-		}
-	}
 	return res, nil
+}
+
+// dialConns opens n client connections to target, or none.
+func dialConns(target string, n int) ([]*grpc.ClientConn, error) {
+	conns := make([]*grpc.ClientConn, n)
+	for i := range conns {
+		cc, err := grpc.NewClient("passthrough:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeConns(conns)
+			return nil, fmt.Errorf("bench: load: dial %s: %w", target, err)
+		}
+		conns[i] = cc
+	}
+	return conns, nil
 }
 
 func closeConns(conns []*grpc.ClientConn) {

@@ -251,33 +251,10 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 	fmt.Fprintf(stdout, "## envoy-rls benchmark, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(stdout, "%s\n\n", machineLine(opts))
 
-	var errs []error
 	res := &results{}
-	rates := map[string]float64{}
-	for _, sc := range scens {
-		b.logf("scenario %s", sc.name)
-		var rate float64
-		if sc.pacedLike != "" {
-			if rate = rates[sc.pacedLike]; rate <= 0 {
-				err := fmt.Errorf("bench: %s has no throughput to pace to", sc.pacedLike)
-				errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
-				res.rows = append(res.rows, &row{name: sc.name, title: sc.title, err: err})
-				continue
-			}
-		}
-		r, err := b.runScenario(ctx, sc, rate)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("bench: interrupted during %s: %w", sc.name, ctx.Err())
-		}
-		if err != nil {
-			b.logf("scenario %s failed: %v", sc.name, err)
-			errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
-			r = &row{name: sc.name, title: sc.title, err: err}
-		}
-		res.rows = append(res.rows, r)
-		if err == nil {
-			rates[sc.name] = r.rps
-		}
+	errs, err := b.runScenarios(ctx, scens, res)
+	if err != nil {
+		return nil, err
 	}
 	if len(res.rows) > 0 {
 		writeLoadTables(stdout, res.rows)
@@ -312,6 +289,40 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 		return res, fmt.Errorf("bench: %d phase(s) failed: %w", len(errs), errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// runScenarios runs the load scenarios in order into res.rows, pacing a
+// paced scenario to the throughput its model reached. It returns the
+// scenarios' failures, and an error only when ctx ended.
+func (b *bench) runScenarios(ctx context.Context, scens []scenario, res *results) ([]error, error) {
+	var errs []error
+	rates := map[string]float64{}
+	for _, sc := range scens {
+		b.logf("scenario %s", sc.name)
+		var rate float64
+		if sc.pacedLike != "" {
+			if rate = rates[sc.pacedLike]; rate <= 0 {
+				err := fmt.Errorf("bench: %s has no throughput to pace to", sc.pacedLike)
+				errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
+				res.rows = append(res.rows, &row{name: sc.name, title: sc.title, err: err})
+				continue
+			}
+		}
+		r, err := b.runScenario(ctx, sc, rate)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: interrupted during %s: %w", sc.name, ctx.Err())
+		}
+		if err != nil {
+			b.logf("scenario %s failed: %v", sc.name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", sc.name, err))
+			r = &row{name: sc.name, title: sc.title, err: err}
+		}
+		res.rows = append(res.rows, r)
+		if err == nil {
+			rates[sc.name] = r.rps
+		}
+	}
+	return errs, nil
 }
 
 func machineLine(o options) string {
