@@ -142,7 +142,8 @@ func TestValidateCommand(t *testing.T) {
 	}{
 		{"empty dir", []string{"validate", t.TempDir()}, 1, "no rule files"},
 		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 1, "nope"},
-		{"no dir", []string{"validate"}, 2, "want exactly one directory argument"},
+		{"no dir: --config-dir's default", []string{"validate"}, 1, "/etc/envoy-rls/config"},
+		{"two dirs", []string{"validate", good, good}, 2, "want at most one directory argument"},
 		{"bad default algorithm", []string{"validate", "--default-algorithm", "leaky", good}, 2, "--default-algorithm"},
 	}
 	for _, m := range misuse {
