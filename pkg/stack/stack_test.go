@@ -31,8 +31,8 @@ func newStack(t *testing.T, cfg Config) *Stack {
 }
 
 // TestBackendSuite runs the backend suite on the stacks serve builds: the
-// in-process store, and Redis (standalone and Cluster) behind the deny
-// cache and the failure policy.
+// in-process store, and Redis (standalone, Cluster and Sentinel) behind the
+// deny cache and the failure policy.
 func TestBackendSuite(t *testing.T) {
 	redisStack := func(client func(t *testing.T) redis.UniversalClient) backendtest.Factory {
 		return func(t *testing.T) backendtest.Backend {
@@ -48,6 +48,7 @@ func TestBackendSuite(t *testing.T) {
 		{"memory", func(t *testing.T) backendtest.Backend { return newStack(t, Config{}) }},
 		{"standalone", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedStandalone(t).Client(t) })},
 		{"cluster", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).ClusterClient(t) })},
+		{"sentinel", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedSentinel(t).FailoverClient(t) })},
 	} {
 		t.Run(tc.name, func(t *testing.T) { backendtest.Run(t, tc.f) })
 	}
