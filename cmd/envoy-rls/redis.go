@@ -15,6 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -28,7 +29,7 @@ const (
 type redisFlags struct {
 	timeout          time.Duration
 	poolSize         int
-	tls              redisalgo.TLSFiles
+	tls              redisclient.TLSFiles
 	failureMode      string
 	expectedReplicas int
 	denyCacheEntries int
@@ -103,7 +104,7 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 	if err != nil {
 		return nil, nil, err
 	}
-	opts, err := redisalgo.ParseURL(cfg.redisURL)
+	opts, err := redisclient.ParseURL(cfg.redisURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis-url: %w", err)
 	}
@@ -117,13 +118,13 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		opts.SetPoolSize(cfg.redis.poolSize)
 	}
 	redis.SetLogger(redisLogger{log.Named("redis")})
-	client, err := redisalgo.NewClient(opts)
+	client, err := redisclient.New(opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	// LazyLoad lets the service start while Redis is down; the failure mode
 	// answers until it is back, and NOSCRIPT handling loads the script then.
-	b, err := redisalgo.New(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg, MaxCallCost: cfg.maxRequestCost})
+	b, err := newRedisAlgo(client, redisalgo.Options{Logger: log, LazyLoad: true, Registerer: reg, MaxCallCost: cfg.maxRequestCost})
 	if err != nil {
 		client.Close()
 		return nil, nil, err
@@ -188,6 +189,15 @@ func newRedisBackend(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg
 		primary = dc
 	}
 	return redisBackend{Backend: failover.New(primary, fo), log: log}, closeAll, nil
+}
+
+// newRedisAlgo returns the Redis backend over client: the cluster one,
+// grouping each request's keys by hash slot, when client is a cluster's.
+func newRedisAlgo(client *redisclient.Client, opts redisalgo.Options) (*redisalgo.Backend, error) {
+	if client.Cluster != nil {
+		return redisalgo.NewCluster(client.Cluster, opts)
+	}
+	return redisalgo.New(client.Single, opts)
 }
 
 // redisBackend adds the readiness policy to the failover-wrapped backend.

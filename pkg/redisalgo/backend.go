@@ -1,14 +1,18 @@
 // Package redisalgo is the Redis backend: it encodes each limit's Redis key
-// (key.go), builds Redis clients from URLs (client.go), and applies a
-// request's checks with one Lua script per hash-slot group, all groups in one
-// pipeline (backend.go), sharing pipelines between concurrent requests
-// (batch.go) and merging their script calls (merge.go). The script (lua/apply.lua) and its Go argument and reply codec
-// (script.go) mirror the pure cores of pkg/algo. On Redis Cluster it numbers
-// the masters as shards, so that a caller can keep a circuit breaker per
-// master, and batches per master (shard.go).
+// (key.go) and applies a request's checks with one Lua script call per
+// hash-slot group, all groups in one pipeline (backend.go), sharing
+// pipelines between concurrent requests (batch.go) and merging their script
+// calls (merge.go). The script (lua/apply.lua)
+// and its Go argument and reply codec (script.go) mirror the pure cores of
+// pkg/algo. On Redis Cluster it numbers the masters as shards, so that a
+// caller can keep a circuit breaker per master, and batches per master
+// (shard.go).
 //
-// It must not import pkg/rules, pkg/memstore, pkg/rls or anything that knows
-// about gRPC; it depends on pkg/algo and go-redis only.
+// It takes its Redis client through the small interfaces Client and
+// ClusterClient, whichever New or NewCluster is given, and never builds,
+// configures or closes clients (pkg/redisclient does). It must not import
+// pkg/rules, pkg/memstore, pkg/rls or anything that knows about gRPC; it
+// depends on pkg/algo and go-redis only.
 package redisalgo
 
 import (
@@ -36,8 +40,9 @@ type Options struct {
 	// that the clocks of envoy-rls replicas never matter: Redis's clock is
 	// the authority for the state Redis holds. Only tests set it.
 	CallerTime bool
-	// LazyLoad skips loading the script in New, so New does not contact
-	// Redis; the first call then loads it through the NOSCRIPT path.
+	// LazyLoad skips loading the script in New and NewCluster, so they do
+	// not contact Redis; the first call then loads it through the
+	// NOSCRIPT path.
 	LazyLoad bool
 	// Logger receives warnings about failed refunds; nil means none.
 	Logger *zap.Logger
@@ -56,11 +61,38 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// Client is what a Backend needs of a client of standalone Redis or of a
+// Sentinel-managed master: *redis.Client, including the failover client
+// redis.NewFailoverClient returns.
+type Client interface {
+	sender
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// ClusterClient is what a Backend needs of a Redis Cluster client
+// (*redis.ClusterClient): sending, every master (to load the script and to
+// ping), the master of a key and slot map reloads (shard.go).
+type ClusterClient interface {
+	sender
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ReloadState(ctx context.Context)
+}
+
+// sender sends the backend's commands: one alone, or several in a pipeline.
+type sender interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
 // Backend applies checks on Redis (standalone, Sentinel or Cluster). It is
 // safe for concurrent use.
 type Backend struct {
-	client  redis.UniversalClient
-	cluster *redis.ClusterClient // nil unless client is a cluster client
+	client sender
+	// Exactly one of single (New) and cluster (NewCluster) is set.
+	single  Client
+	cluster ClusterClient
 	// callerTime is Options.CallerTime.
 	callerTime bool
 	log        *zap.Logger
@@ -70,32 +102,74 @@ type Backend struct {
 	batch *batcher
 	// nodes numbers a cluster's masters (shard.go); nil unless cluster.
 	nodes *nodes
-	// roundTrips observes each pipeline's duration; nil for none.
-	roundTrips prometheus.Observer
-	bufs       sync.Pool
+	// sizes observes the calls per pipeline, roundTrips each pipeline's
+	// duration; nil for none.
+	sizes, roundTrips prometheus.Observer
+	bufs              sync.Pool
 	// noscript counts calls resent as EVAL after NOSCRIPT.
 	noscript atomic.Uint64
 	// maxCallCost is Options.MaxCallCost with its default.
 	maxCallCost int64
 }
 
-// New returns a Backend over client and, unless opts.LazyLoad, loads the
-// script on the master or every cluster master, failing when Redis is
-// unreachable. Close it before closing client.
-func New(client redis.UniversalClient, opts Options) (*Backend, error) {
+// New returns a Backend over a client of standalone Redis or of a Sentinel
+// master, where every key of a request goes in one script call, and, unless
+// opts.LazyLoad, loads the script, failing when Redis is unreachable.
+//
+// A Redis Cluster client needs NewCluster. New refuses a client that has
+// the cluster methods (ClusterClient), wrapped or not: it would send keys
+// of several hash slots in one script call, which Redis refuses with
+// CROSSSLOT. Close the Backend before closing client.
+func New(client Client, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redisalgo: New: nil client")
 	}
+	if _, ok := client.(ClusterClient); ok {
+		return nil, fmt.Errorf("redisalgo: New: %T is a Redis Cluster client; use NewCluster, which sends a request's keys in one script call per hash slot (with New, Redis would refuse keys of several slots with CROSSSLOT)", client)
+	}
+	b, err := newBase(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.single = client
+	if !opts.NoBatch {
+		b.batch = b.newBatcher(opts)
+	}
+	return b.start(opts)
+}
+
+// NewCluster returns a Backend over a Redis Cluster client: a request's
+// keys go in one script call per hash slot, and each master has its own
+// batcher and shard number (shard.go). Unless opts.LazyLoad, it loads the
+// script on every master, failing when one is unreachable. Close the
+// Backend before closing client.
+func NewCluster(client ClusterClient, opts Options) (*Backend, error) {
+	if client == nil {
+		return nil, errors.New("redisalgo: NewCluster: nil client")
+	}
+	b, err := newBase(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.cluster = client
+	var newBatch func() *batcher
+	if !opts.NoBatch {
+		newBatch = func() *batcher { return b.newBatcher(opts) }
+	}
+	b.nodes = newNodes(client, newBatch)
+	return b.start(opts)
+}
+
+// newBase returns the parts of a Backend that New and NewCluster share.
+func newBase(client sender, opts Options) (*Backend, error) {
 	if opts.MaxCallCost < 0 {
-		return nil, fmt.Errorf("redisalgo: New: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
+		return nil, fmt.Errorf("redisalgo: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
 	}
 	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
 	b.log = b.log.Named("redisalgo")
-	b.cluster, _ = client.(*redis.ClusterClient)
-	var sizes prometheus.Observer
 	if opts.Registerer != nil {
 		h, err := sharedHistogram(opts.Registerer, prometheus.HistogramOpts{
 			Name:    "envoy_rls_redis_batch_size",
@@ -113,21 +187,21 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
 		}
-		sizes, b.roundTrips = h, rt
-	}
-	var newBatch func() *batcher
-	if !opts.NoBatch {
-		newBatch = func() *batcher { return newBatcher(b.send, opts.MaxBatch, sizes) }
-	}
-	switch {
-	case b.cluster != nil:
-		b.nodes = newNodes(b.cluster, newBatch)
-	case newBatch != nil:
-		b.batch = newBatch()
+		b.sizes, b.roundTrips = h, rt
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
+	return b, nil
+}
+
+func (b *Backend) newBatcher(opts Options) *batcher {
+	return newBatcher(b.send, opts.MaxBatch, b.sizes)
+}
+
+// start loads the script unless opts.LazyLoad.
+func (b *Backend) start(opts Options) (*Backend, error) {
 	if !opts.LazyLoad {
 		if err := b.LoadScript(context.Background()); err != nil {
+			b.Close()
 			return nil, err
 		}
 	}
@@ -139,7 +213,9 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 // trip. Apply does not depend on it: a node that lacks the script (after a
 // restart, a failover to a replica or SCRIPT FLUSH) gets it with the retry.
 func (b *Backend) LoadScript(ctx context.Context) error {
-	load := func(ctx context.Context, c redis.Scripter) error {
+	load := func(ctx context.Context, c interface {
+		ScriptLoad(context.Context, string) *redis.StringCmd
+	}) error {
 		sha, err := c.ScriptLoad(ctx, applyLua).Result()
 		if err != nil {
 			return err
@@ -153,7 +229,7 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 	if b.cluster != nil {
 		err = b.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	} else {
-		err = load(ctx, b.client)
+		err = load(ctx, b.single)
 	}
 	if err != nil {
 		return fmt.Errorf("redisalgo: load script: %w", err)
@@ -184,7 +260,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 			return c.Ping(ctx).Err()
 		})
 	} else {
-		err = b.client.Ping(ctx).Err()
+		err = b.single.Ping(ctx).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("redisalgo: ping: %w", err)

@@ -86,7 +86,7 @@ type node struct {
 // every check's node until the client has a slot map, and the node of
 // addresses beyond maxNodes.
 type nodes struct {
-	cluster  *redis.ClusterClient
+	cluster  ClusterClient
 	newBatch func() *batcher // nil without batching
 	unknown  *node
 	// mapped is set once a call succeeded: the client then has a slot map,
@@ -100,7 +100,7 @@ type nodes struct {
 	closed bool
 }
 
-func newNodes(cluster *redis.ClusterClient, newBatch func() *batcher) *nodes {
+func newNodes(cluster ClusterClient, newBatch func() *batcher) *nodes {
 	ns := &nodes{cluster: cluster, newBatch: newBatch}
 	ns.unknown = &node{id: 0, addr: ""}
 	if newBatch != nil {
