@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
@@ -25,7 +25,7 @@ const (
 type redisFlags struct {
 	timeout          time.Duration
 	poolSize         int
-	tls              redisalgo.TLSFiles
+	tls              redisclient.TLSFiles
 	failureMode      string
 	expectedReplicas int
 	denyCacheEntries int
@@ -93,8 +93,8 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 }
 
 // newRedisClient builds the Redis client the flags describe.
-func newRedisClient(cfg *serveConfig, log *zap.Logger) (redis.UniversalClient, error) {
-	opts, err := redisalgo.ParseURL(cfg.redisURL)
+func newRedisClient(cfg *serveConfig, log *zap.Logger) (*redisclient.Client, error) {
+	opts, err := redisclient.ParseURL(cfg.redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-url: %w", err)
 	}
@@ -108,7 +108,7 @@ func newRedisClient(cfg *serveConfig, log *zap.Logger) (redis.UniversalClient, e
 		opts.SetPoolSize(cfg.redis.poolSize)
 	}
 	redis.SetLogger(redisLogger{log.Named("redis")})
-	return redisalgo.NewClient(opts)
+	return redisclient.New(opts)
 }
 
 // stackConfig is the backend stack the flags describe, without its client.

@@ -18,6 +18,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
 // shardLoad is one call of TestClusterShardFailure's load: when it ended
@@ -86,17 +87,17 @@ func shardFailure(t *testing.T, fault func(*redistest.Server, testing.TB), break
 		recoverWithin = 5 * time.Second
 	)
 	cl := redistest.Cluster(t)
-	opts, err := redisalgo.ParseURL("redis+cluster://" + strings.Join(cl.Addrs, ","))
+	opts, err := redisclient.ParseURL("redis+cluster://" + strings.Join(cl.Addrs, ","))
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.SetTimeouts(timeout)
-	client, err := redisalgo.NewClient(opts)
+	client, err := redisclient.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	rb, err := redisalgo.New(client, redisalgo.Options{})
+	rb, err := redisalgo.NewCluster(client.Cluster, redisalgo.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

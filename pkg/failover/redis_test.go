@@ -20,6 +20,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -296,7 +297,7 @@ func errorsByKind(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 }
 
 // TestDeadRedisFailsFast: with the client built as the service builds it
-// (redisalgo.ParseURL, then SetTimeouts), a Redis that refuses connections
+// (redisclient.ParseURL, then SetTimeouts), a Redis that refuses connections
 // fails each call at once with a connection error, so the breaker opens
 // after exactly Failures refusals and no call waits for its deadline.
 // Without the fail-fast client settings go-redis dials 5 times 100 ms
@@ -333,17 +334,22 @@ func TestDeadRedisFailsFast(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			url, kill := tc.up(t)
-			opts, err := redisalgo.ParseURL(url)
+			opts, err := redisclient.ParseURL(url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			opts.SetTimeouts(bound)
-			client, err := redisalgo.NewClient(opts)
+			client, err := redisclient.New(opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = client.Close() })
-			primary, err := redisalgo.New(client, redisalgo.Options{})
+			var primary *redisalgo.Backend
+			if client.Cluster != nil {
+				primary, err = redisalgo.NewCluster(client.Cluster, redisalgo.Options{})
+			} else {
+				primary, err = redisalgo.New(client.Single, redisalgo.Options{})
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,14 +1,18 @@
 // Package redisalgo is the Redis backend: it encodes each limit's Redis key
-// (key.go), builds Redis clients from URLs (client.go), and applies a
-// request's checks with one Lua script per hash-slot group, all groups in one
-// pipeline (backend.go), sharing pipelines between concurrent requests
-// (batch.go) and merging their script calls (merge.go). The script (lua/apply.lua) and its Go argument and reply codec
-// (script.go) mirror the pure cores of pkg/algo. On Redis Cluster it numbers
-// the masters as shards, so that a caller can keep a circuit breaker per
-// master, and batches per master (shard.go).
+// (key.go) and applies a request's checks with one Lua script call per
+// hash-slot group, all groups in one pipeline (backend.go), sharing
+// pipelines between concurrent requests (batch.go) and merging their script
+// calls into one EVALSHA per slot (merge.go). The script (lua/apply.lua)
+// and its Go argument and reply codec (script.go) mirror the pure cores of
+// pkg/algo. On Redis Cluster it numbers the masters as shards, so that a
+// caller can keep a circuit breaker per master, and batches per master
+// (shard.go).
 //
-// It must not import pkg/rules, pkg/memstore, pkg/rls or anything that knows
-// about gRPC; it depends on pkg/algo and go-redis only.
+// It takes its Redis client through the small interfaces Client and
+// ClusterClient, whichever New or NewCluster is given, and never builds,
+// configures or closes clients (pkg/redisclient does). It must not import
+// pkg/rules, pkg/memstore, pkg/rls or anything that knows about gRPC; it
+// depends on pkg/algo and go-redis only.
 package redisalgo
 
 import (
@@ -36,16 +40,18 @@ type Options struct {
 	// that the clocks of envoy-rls replicas never matter: Redis's clock is
 	// the authority for the state Redis holds. Only tests set it.
 	CallerTime bool
-	// LazyLoad skips loading the script in New, so New does not contact
-	// Redis; the first call then loads it through the NOSCRIPT path.
+	// LazyLoad skips loading the script in New and NewCluster, so they do
+	// not contact Redis; the first call then loads it through the
+	// NOSCRIPT path.
 	LazyLoad bool
 	// Logger receives warnings about failed refunds; nil means none.
 	Logger *zap.Logger
-	// NoBatch sends each request's commands in a pipeline of their own
+	// NoBatch sends each request's script calls in a pipeline of their own
 	// instead of sharing pipelines across concurrent requests (batch.go).
 	NoBatch bool
-	// MaxBatch is the number of queued commands at which a pipeline leaves
-	// without waiting for the one in flight; 0 means DefaultMaxBatch.
+	// MaxBatch is the number of queued script calls at which a pipeline
+	// leaves without waiting for the one in flight; 0 means
+	// DefaultMaxBatch.
 	MaxBatch int
 	// MaxCallCost bounds the summed algo.Check.Cost of the requests one
 	// merged script call carries; 0 means algo.DefaultMaxCost. A request
@@ -56,46 +62,115 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// Client is what a Backend needs of a client of standalone Redis or of a
+// Sentinel-managed master: *redis.Client, including the failover client
+// redis.NewFailoverClient returns.
+type Client interface {
+	sender
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// ClusterClient is what a Backend needs of a Redis Cluster client
+// (*redis.ClusterClient): sending, every master (to load the script and to
+// ping), the master of a key and slot map reloads (shard.go).
+type ClusterClient interface {
+	sender
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ReloadState(ctx context.Context)
+}
+
+// sender sends the backend's commands: one alone, or several in a pipeline.
+type sender interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
 // Backend applies checks on Redis (standalone, Sentinel or Cluster). It is
 // safe for concurrent use.
 type Backend struct {
-	client  redis.UniversalClient
-	cluster *redis.ClusterClient // nil unless client is a cluster client
+	client sender
+	// Exactly one of single (New) and cluster (NewCluster) is set.
+	single  Client
+	cluster ClusterClient
 	// callerTime is Options.CallerTime.
 	callerTime bool
 	log        *zap.Logger
 	// batch shares pipelines between concurrent requests; nil sends each
-	// request's commands alone (Options.NoBatch), and on a cluster, where
+	// request's calls alone (Options.NoBatch), and on a cluster, where
 	// each master has its own batcher (nodes).
 	batch *batcher
 	// nodes numbers a cluster's masters (shard.go); nil unless cluster.
 	nodes *nodes
-	// roundTrips observes each pipeline's duration; nil for none.
-	roundTrips prometheus.Observer
-	bufs       sync.Pool
+	// sizes observes the calls per pipeline, roundTrips each pipeline's
+	// duration; nil for none.
+	sizes, roundTrips prometheus.Observer
+	bufs              sync.Pool
 	// noscript counts calls resent as EVAL after NOSCRIPT.
 	noscript atomic.Uint64
 	// maxCallCost is Options.MaxCallCost with its default.
 	maxCallCost int64
 }
 
-// New returns a Backend over client and, unless opts.LazyLoad, loads the
-// script on the master or every cluster master, failing when Redis is
-// unreachable. Close it before closing client.
-func New(client redis.UniversalClient, opts Options) (*Backend, error) {
+// New returns a Backend over a client of standalone Redis or of a Sentinel
+// master, where every key of a request goes in one script call, and, unless
+// opts.LazyLoad, loads the script, failing when Redis is unreachable.
+//
+// A Redis Cluster client needs NewCluster. New refuses a client that has
+// the cluster methods (ClusterClient), wrapped or not: it would send keys
+// of several hash slots in one script call, which Redis refuses with
+// CROSSSLOT. Close the Backend before closing client.
+func New(client Client, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, errors.New("redisalgo: New: nil client")
 	}
+	if _, ok := client.(ClusterClient); ok {
+		return nil, fmt.Errorf("redisalgo: New: %T is a Redis Cluster client; use NewCluster, which sends a request's keys in one script call per hash slot (with New, Redis would refuse keys of several slots with CROSSSLOT)", client)
+	}
+	b, err := newBase(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.single = client
+	if !opts.NoBatch {
+		b.batch = b.newBatcher(opts)
+	}
+	return b.start(opts)
+}
+
+// NewCluster returns a Backend over a Redis Cluster client: a request's
+// keys go in one script call per hash slot, and each master has its own
+// batcher and shard number (shard.go). Unless opts.LazyLoad, it loads the
+// script on every master, failing when one is unreachable. Close the
+// Backend before closing client.
+func NewCluster(client ClusterClient, opts Options) (*Backend, error) {
+	if client == nil {
+		return nil, errors.New("redisalgo: NewCluster: nil client")
+	}
+	b, err := newBase(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.cluster = client
+	var newBatch func() *batcher
+	if !opts.NoBatch {
+		newBatch = func() *batcher { return b.newBatcher(opts) }
+	}
+	b.nodes = newNodes(client, newBatch)
+	return b.start(opts)
+}
+
+// newBase returns the parts of a Backend that New and NewCluster share.
+func newBase(client sender, opts Options) (*Backend, error) {
 	if opts.MaxCallCost < 0 {
-		return nil, fmt.Errorf("redisalgo: New: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
+		return nil, fmt.Errorf("redisalgo: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
 	}
 	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
 	b.log = b.log.Named("redisalgo")
-	b.cluster, _ = client.(*redis.ClusterClient)
-	var sizes prometheus.Observer
 	if opts.Registerer != nil {
 		h, err := sharedHistogram(opts.Registerer, prometheus.HistogramOpts{
 			Name:    "envoy_rls_redis_batch_size",
@@ -113,21 +188,21 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redisalgo: register metrics: %w", err)
 		}
-		sizes, b.roundTrips = h, rt
-	}
-	var newBatch func() *batcher
-	if !opts.NoBatch {
-		newBatch = func() *batcher { return newBatcher(b.send, opts.MaxBatch, sizes) }
-	}
-	switch {
-	case b.cluster != nil:
-		b.nodes = newNodes(b.cluster, newBatch)
-	case newBatch != nil:
-		b.batch = newBatch()
+		b.sizes, b.roundTrips = h, rt
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
+	return b, nil
+}
+
+func (b *Backend) newBatcher(opts Options) *batcher {
+	return newBatcher(b.send, opts.MaxBatch, b.sizes)
+}
+
+// start loads the script unless opts.LazyLoad.
+func (b *Backend) start(opts Options) (*Backend, error) {
 	if !opts.LazyLoad {
 		if err := b.LoadScript(context.Background()); err != nil {
+			b.Close()
 			return nil, err
 		}
 	}
@@ -139,7 +214,9 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 // trip. Apply does not depend on it: a node that lacks the script (after a
 // restart, a failover to a replica or SCRIPT FLUSH) gets it with the retry.
 func (b *Backend) LoadScript(ctx context.Context) error {
-	load := func(ctx context.Context, c redis.Scripter) error {
+	load := func(ctx context.Context, c interface {
+		ScriptLoad(context.Context, string) *redis.StringCmd
+	}) error {
 		sha, err := c.ScriptLoad(ctx, applyLua).Result()
 		if err != nil {
 			return err
@@ -153,7 +230,7 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 	if b.cluster != nil {
 		err = b.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	} else {
-		err = load(ctx, b.client)
+		err = load(ctx, b.single)
 	}
 	if err != nil {
 		return fmt.Errorf("redisalgo: load script: %w", err)
@@ -184,7 +261,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 			return c.Ping(ctx).Err()
 		})
 	} else {
-		err = b.client.Ping(ctx).Err()
+		err = b.single.Ping(ctx).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("redisalgo: ping: %w", err)
@@ -192,50 +269,46 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return nil
 }
 
-// call is one script invocation: checks (sharing a slot), their keys, and
-// where their decisions go.
+// call is one request's script call: its checks that share a slot, the
+// typed call the batcher carries, and the outcome.
 type call struct {
-	keys   [][]byte
+	script scriptCall
 	checks []algo.Check
 	out    []algo.Decision
-	// now is the time to evaluate at, 0 for the server's TIME.
-	now int64
 	// node is the cluster master the call goes to; nil unless cluster.
 	node *node
-
-	cmd *redis.IntSliceCmd
-	// Results: the time the script evaluated at, whether it admitted every
-	// check, or why it failed.
+	// The outcome: the time the script evaluated at, whether it admitted
+	// every check, or why it failed. Only the caller writes them, never a
+	// flusher (see scriptCall).
 	evalNow int64
 	allowed bool
 	err     error
 }
 
 // scratch is the per-Apply working memory, pooled so that the steady state
-// allocates little. A scratch whose batched commands may still be in
-// flight is lost (never pooled again): a flusher may still write into it.
+// allocates little. A scratch whose calls may still be queued or in flight
+// is lost (never pooled again): a flusher may still read its keys and
+// arguments and write into its calls.
 type scratch struct {
 	keys   []byte // every key, back to back
 	ends   []int  // ends[i]: end of check i's key in keys
-	keyv   [][]byte
-	order  []int // check indices grouped by slot
-	slots  []int // slots[i]: slot of check i
+	order  []int  // check indices grouped by slot
+	slots  []int  // slots[i]: slot of check i
 	sorted []algo.Check
 	out    []algo.Decision
 	calls  []call
-	cmds   []redis.Cmder
-	// cmdNodes[i] is the node of cmds[i] (cluster only); runs and jobs
-	// carry them per node through the batchers (roundTripNodes).
-	cmdNodes []*node
-	runs     []nodeRun
-	jobs     []*job
-	args     []any
-	// ints and strs hold the commands' numbers and keys; the arguments
-	// point into them (*int64, *string), which go-redis writes without
-	// boxing each value into an interface.
-	ints []int64
+	// strs views the keys in keys, in order; ints holds every call's
+	// arguments. Calls' keys and ints are slices of them, which the
+	// merged command points into (merge.go) instead of boxing each value.
 	strs []string
-	// job carries s.cmds through the batcher. After an abandoned round
+	ints []int64
+	// sending holds the calls of one round trip; queued and runs carry
+	// them to the batchers (roundTrip, roundTripNodes).
+	sending []*call
+	queued  []*scriptCall
+	runs    []nodeRun
+	jobs    []*job
+	// job carries queued through the batcher. After an abandoned round
 	// trip it is replaced: the batcher may still hold the old one.
 	job  *job
 	lost bool
@@ -244,8 +317,6 @@ type scratch struct {
 func (s *scratch) reset(n int) {
 	s.keys = s.keys[:0]
 	s.ends = s.ends[:0]
-	clear(s.keyv)
-	s.keyv = s.keyv[:0]
 	s.order = s.order[:0]
 	s.slots = s.slots[:0]
 	clear(s.sorted)
@@ -253,15 +324,13 @@ func (s *scratch) reset(n int) {
 	s.out = slices.Grow(s.out[:0], n)[:n]
 	clear(s.calls)
 	s.calls = s.calls[:0]
-	clear(s.cmds)
-	s.cmds = s.cmds[:0]
-	clear(s.cmdNodes)
-	s.cmdNodes = s.cmdNodes[:0]
-	clear(s.args)
-	s.args = s.args[:0]
-	s.ints = s.ints[:0]
 	clear(s.strs)
 	s.strs = s.strs[:0]
+	s.ints = s.ints[:0]
+	clear(s.sending)
+	s.sending = s.sending[:0]
+	clear(s.queued)
+	s.queued = s.queued[:0]
 }
 
 // Apply applies checks all or nothing and returns one Decision per check,
@@ -309,11 +378,23 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	b.group(s, checks, now)
 	if b.nodes != nil {
 		for i := range s.calls {
-			s.calls[i].node = b.nodes.forKey(s.calls[i].keys[0])
+			s.calls[i].node = b.nodes.forKey(s.calls[i].script.keys[0])
 		}
 	}
 	b.eval(ctx, s, s.calls)
+	if err := b.outcome(ctx, s); err != nil {
+		return nil, err
+	}
+	out := make([]algo.Decision, len(checks))
+	for j, i := range s.order {
+		out[i] = s.out[j]
+	}
+	return out, nil
+}
 
+// outcome returns the error of s's calls, if any, after refunding what a
+// request that failed or was denied consumed in other slot groups.
+func (b *Backend) outcome(ctx context.Context, s *scratch) error {
 	allowed := true
 	var failed error
 	nfailed := 0
@@ -342,32 +423,23 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 			// refreshed; ask for that now instead of at the next periodic
 			// reload.
 			b.nodes.reload()
-			return nil, &ShardError{Shards: shards, Err: failed}
+			return &ShardError{Shards: shards, Err: failed}
 		}
 	}
-	if failed != nil {
-		return nil, failed
-	}
-	out := make([]algo.Decision, len(checks))
-	for j, i := range s.order {
-		out[i] = s.out[j]
-	}
-	return out, nil
+	return failed
 }
 
-// group computes each check's key and slot, orders the checks into slot
-// groups (one group unless the client is a cluster client) and makes one
-// call per group.
+// group computes each check's key and slot (the one slot computation: the
+// merged commands group by it too), orders the checks into slot groups
+// (one group unless the backend is a cluster's) and makes one call per
+// group.
 func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 	for i := range checks {
+		start := len(s.keys)
 		s.keys = AppendKey(s.keys, checks[i])
 		s.ends = append(s.ends, len(s.keys))
 		slot := 0
 		if b.cluster != nil {
-			start := 0
-			if i > 0 {
-				start = s.ends[i-1]
-			}
 			slot = keySlot(s.keys[start:])
 		}
 		s.slots = append(s.slots, slot)
@@ -377,12 +449,17 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		// Stable, so checks keep their request order inside a group.
 		slices.SortStableFunc(s.order, func(x, y int) int { return s.slots[x] - s.slots[y] })
 	}
+	// The keys are complete: s.keys does not change again until s is
+	// reused, which a lost scratch never is, so views of it stay valid as
+	// long as any flusher may read them. This is the send path's one
+	// unsafe lifetime; it saves copying every key into a string.
 	for _, i := range s.order {
 		start := 0
 		if i > 0 {
 			start = s.ends[i-1]
 		}
-		s.keyv = append(s.keyv, s.keys[start:s.ends[i]])
+		k := s.keys[start:s.ends[i]]
+		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
 		s.sorted = append(s.sorted, checks[i])
 	}
 	lo := 0
@@ -390,7 +467,9 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		if j+1 < len(s.order) && s.slots[s.order[j+1]] == s.slots[i] {
 			continue
 		}
-		s.calls = append(s.calls, call{keys: s.keyv[lo : j+1], checks: s.sorted[lo : j+1], out: s.out[lo : j+1], now: now})
+		c := call{checks: s.sorted[lo : j+1], out: s.out[lo : j+1]}
+		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
+		s.calls = append(s.calls, c)
 		lo = j + 1
 	}
 }
@@ -401,36 +480,30 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 // which runs them and caches the script on that node in one round trip,
 // whichever node the slot lives on now.
 func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
-	s.cmds, s.cmdNodes = s.cmds[:0], s.cmdNodes[:0]
+	s.sending = s.sending[:0]
 	for i := range calls {
-		c := &calls[i]
-		c.cmd = b.command(ctx, s, argEvalSHA, argSHA, c)
-		s.cmds = append(s.cmds, c.cmd)
-		s.cmdNodes = append(s.cmdNodes, c.node)
+		s.sending = append(s.sending, &calls[i])
 	}
-	if err := b.roundTrip(ctx, s); err != nil {
+	if err := b.roundTrip(ctx, s, s.sending); err != nil {
 		for i := range calls {
 			calls[i].err = fmt.Errorf("redisalgo: apply script: %w", err)
 		}
 		return
 	}
 
-	s.cmds, s.cmdNodes = s.cmds[:0], s.cmdNodes[:0]
+	s.sending = s.sending[:0]
 	for i := range calls {
 		c := &calls[i]
-		if isNoScript(c.cmd.Err()) {
-			c.cmd = b.command(ctx, s, argEval, argScript, c)
-			s.cmds = append(s.cmds, c.cmd)
-			s.cmdNodes = append(s.cmdNodes, c.node)
+		if isNoScript(c.script.err) {
+			c.script.eval = true
+			s.sending = append(s.sending, c)
 		}
 	}
-	if len(s.cmds) > 0 {
-		b.noscript.Add(uint64(len(s.cmds)))
-		if err := b.roundTrip(ctx, s); err != nil {
-			for i := range calls {
-				if calls[i].cmd.Args()[0] == argEval {
-					calls[i].err = fmt.Errorf("redisalgo: apply script: %w", err)
-				}
+	if len(s.sending) > 0 {
+		b.noscript.Add(uint64(len(s.sending)))
+		if err := b.roundTrip(ctx, s, s.sending); err != nil {
+			for _, c := range s.sending {
+				c.err = fmt.Errorf("redisalgo: apply script: %w", err)
 			}
 			return
 		}
@@ -438,78 +511,44 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 
 	for i := range calls {
 		c := &calls[i]
-		if c.err != nil {
-			continue
-		}
-		if err := c.cmd.Err(); err != nil {
+		if err := c.script.err; err != nil {
 			c.err = fmt.Errorf("redisalgo: apply script: %w", err)
 			continue
 		}
 		// parseApplyInts's errors carry the package prefix and the detail.
-		c.evalNow, c.allowed, c.err = parseApplyInts(c.cmd.Val(), c.out)
+		c.evalNow, c.allowed, c.err = parseApplyInts(c.script.reply, c.out)
 	}
 }
 
-// roundTrip sends s.cmds in one round trip, through the batcher when there
-// is one. An error means the commands' results must not be read: the
-// caller's ctx ended before they arrived (s is then lost when the commands
-// may still be in flight) or the backend is closed.
-func (b *Backend) roundTrip(ctx context.Context, s *scratch) error {
+// roundTrip sends calls in one round trip, through the batcher when there
+// is one. An error means the calls' replies must not be read: the caller's
+// ctx ended before they arrived (s is then lost when the calls may still be
+// in flight) or the backend is closed.
+func (b *Backend) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
 	if b.nodes != nil && b.nodes.newBatch != nil {
-		return b.roundTripNodes(ctx, s)
+		return b.roundTripNodes(ctx, s, calls)
+	}
+	s.queued = s.queued[:0]
+	for _, c := range calls {
+		s.queued = append(s.queued, c.script.queue())
 	}
 	if b.batch == nil {
-		b.send(ctx, s.cmds)
+		b.send(ctx, s.queued)
 		return nil
 	}
 	j := s.job
-	j.cmds = s.cmds
+	j.calls = s.queued
 	abandoned, err := b.batch.do(ctx, j)
 	if abandoned {
-		// A flusher may still read j and write into the commands, which
-		// point into s: neither may be reused, and a later round trip of
-		// this call (a refund) needs a job of its own.
+		// A flusher may still read j and write into the calls, which
+		// live in s: neither may be reused, and a later round trip of
+		// this request (a refund) needs a job of its own.
 		s.lost = true
 		s.job = newJob()
 		return err
 	}
-	j.cmds = nil
+	j.calls = nil
 	return err
-}
-
-// The command names and scripts, boxed once: converting a string to an
-// interface allocates unless it is a constant.
-var (
-	argEvalSHA any = "evalsha"
-	argEval    any = "eval"
-	argSHA     any = applyScript.Hash()
-	argScript  any = applyLua
-)
-
-// command builds the EVALSHA (or EVAL) of c; apply.lua replies with
-// integers only, so an IntSliceCmd reads the reply without boxing. Its
-// arguments live in s.args and point into s.strs (the keys, viewed in place
-// in s.keys, which no longer changes) and s.ints; slices of those arrays
-// that a later append moves away from stay valid, as the old arrays do.
-func (b *Backend) command(ctx context.Context, s *scratch, name, script any, c *call) *redis.IntSliceCmd {
-	start := len(s.args)
-	s.args = append(s.args, name, script, len(c.keys))
-	ks := len(s.strs)
-	for _, k := range c.keys {
-		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
-	}
-	for i := range c.keys {
-		s.args = append(s.args, &s.strs[ks+i])
-	}
-	is := len(s.ints)
-	s.ints = appendApplyInts(s.ints, c.now, c.checks)
-	for i := is; i < len(s.ints); i++ {
-		s.args = append(s.args, &s.ints[i])
-	}
-	cmd := redis.NewIntSliceCmd(ctx, s.args[start:len(s.args):len(s.args)]...)
-	// Route by the first key's slot without parsing the command.
-	cmd.SetFirstKeyPos(3)
-	return cmd
 }
 
 // refund gives back the hits of every call that admitted consuming checks,
@@ -526,7 +565,8 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 		if !c.allowed || c.err != nil {
 			continue
 		}
-		r := call{now: c.evalNow, node: c.node}
+		r := call{node: c.node}
+		var keys []string
 		var idx []int
 		for j, ch := range c.checks {
 			if ch.Refund || ch.Hits <= 0 {
@@ -534,12 +574,13 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 			}
 			ch.Refund = true
 			r.checks = append(r.checks, ch)
-			r.keys = append(r.keys, c.keys[j])
+			keys = append(keys, c.script.keys[j])
 			idx = append(idx, j)
 		}
 		if len(idx) == 0 {
 			continue
 		}
+		s.ints = r.script.set(s.ints, c.script.slot, keys, c.evalNow, r.checks)
 		r.out = make([]algo.Decision, len(idx))
 		refunds = append(refunds, r)
 		from = append(from, idx)
@@ -560,30 +601,30 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 	}
 }
 
-// send runs cmds in one round trip: one command alone, several in one
-// pipeline, with the script calls that can share one merged (merge.go).
-// Errors land in the commands.
-func (b *Backend) send(ctx context.Context, cmds []redis.Cmder) {
+// send runs calls in one round trip, as the fewest script calls: one
+// EVALSHA (or EVAL) per run of calls that share a slot, within the cost
+// cap (merge.go); one command alone, several in one pipeline. Each call
+// gets its share of the reply, or its command's error.
+func (b *Backend) send(ctx context.Context, calls []*scriptCall) {
 	if b.roundTrips != nil {
 		defer func(start time.Time) { b.roundTrips.Observe(time.Since(start).Seconds()) }(time.Now())
 	}
-	if len(cmds) == 1 {
-		_ = b.client.Process(ctx, cmds[0])
-		return
-	}
 	m := mergers.Get().(*merger)
 	defer mergers.Put(m)
-	defer m.finish()
-	cmds = m.merge(ctx, cmds, b.cluster != nil, b.maxCallCost)
-	if len(cmds) == 1 {
-		_ = b.client.Process(ctx, cmds[0])
+	cmds := m.merge(ctx, calls, b.maxCallCost)
+	switch len(cmds) {
+	case 0:
 		return
+	case 1:
+		_ = b.client.Process(ctx, cmds[0])
+	default:
+		pipe := b.client.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
+		}
+		_, _ = pipe.Exec(ctx)
 	}
-	pipe := b.client.Pipeline()
-	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
-	}
-	_, _ = pipe.Exec(ctx)
+	m.split()
 }
 
 func isNoScript(err error) bool {

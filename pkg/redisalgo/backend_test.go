@@ -37,9 +37,18 @@ func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
 func (c *clock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
 func (c *clock) opts() Options       { return Options{CallerTime: true} }
 
+// open returns a Backend over client: NewCluster for the harness's
+// cluster client, New for the others.
+func open(client redis.UniversalClient, opts Options) (*Backend, error) {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		return NewCluster(cc, opts)
+	}
+	return New(client, opts)
+}
+
 func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backend {
 	t.Helper()
-	b, err := New(client, opts)
+	b, err := open(client, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -368,6 +377,67 @@ func TestNewFailsWithoutRedis(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "load script") {
 		t.Errorf("New on a dead server: err = %v, want a load script error", err)
+	}
+}
+
+// wrappedCluster is a cluster client wrapped as a caller might wrap it
+// (for hooks or tracing): its type is no longer *redis.ClusterClient.
+type wrappedCluster struct{ *redis.ClusterClient }
+
+// spread returns checks whose keys lie in n different slots.
+func spread(t *testing.T, dom string, n int) []algo.Check {
+	t.Helper()
+	var checks []algo.Check
+	slots := map[int]bool{}
+	for i := 0; len(slots) < n; i++ {
+		c := backendtest.UserCheck(dom, fmt.Sprint("user", i), backendtest.PerMinute(algo.FixedWindow, 2), 1)
+		if slot := keySlot(AppendKey(nil, c)); !slots[slot] {
+			slots[slot] = true
+			checks = append(checks, c)
+		}
+	}
+	return checks
+}
+
+// TestNewRefusesClusterClients: New, for standalone Redis and Sentinel,
+// refuses a cluster client, wrapped or not, with an error naming
+// NewCluster, instead of sending a request's keys of several slots in one
+// script call, which Redis refuses with CROSSSLOT. NewCluster takes the
+// wrapped client and groups by slot.
+func TestNewRefusesClusterClients(t *testing.T) {
+	cc := redistest.SharedCluster(t).ClusterClient(t)
+	checks := spread(t, redistest.KeyPrefix(t), 8)
+	for _, tc := range []struct {
+		name   string
+		client Client
+	}{
+		{"cluster client", cc},
+		{"wrapped cluster client", wrappedCluster{cc}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := New(tc.client, Options{CallerTime: true, LazyLoad: true})
+			if err == nil {
+				defer b.Close()
+				_, err := b.Apply(context.Background(), t0, checks)
+				t.Fatalf("New accepted a %T; a request over %d slots then got %v", tc.client, len(checks), err)
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "redisalgo: New: ") || !strings.Contains(msg, "NewCluster") || !strings.Contains(msg, "CROSSSLOT") {
+				t.Errorf("New(%T) error %q, want a redisalgo error naming NewCluster and CROSSSLOT", tc.client, msg)
+			}
+		})
+	}
+	b, err := NewCluster(wrappedCluster{cc}, Options{CallerTime: true})
+	if err != nil {
+		t.Fatalf("NewCluster(wrapped): %v", err)
+	}
+	t.Cleanup(b.Close)
+	for i, d := range backendtest.Apply(t, b, t0.UnixMicro(), checks...) {
+		if !d.Allowed || d.Remaining != 1 {
+			t.Errorf("check %d through the wrapped cluster client: %+v, want allowed with 1 left", i, d)
+		}
+	}
+	if _, err := NewCluster(nil, Options{}); err == nil {
+		t.Error("NewCluster(nil) succeeded")
 	}
 }
 

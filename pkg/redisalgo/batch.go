@@ -1,8 +1,8 @@
 package redisalgo
 
 // Cross-request batching (DESIGN §6). While a pipeline is in flight,
-// concurrent Apply calls put their commands in one queue; as soon as that
-// pipeline returns, one flusher goroutine sends everything queued as a
+// concurrent Apply calls put their script calls in one queue; as soon as
+// that pipeline returns, one flusher goroutine sends everything queued as a
 // single pipeline, and so on until the queue is empty. Under load each round
 // trip therefore carries many requests: Redis reads and writes one socket
 // buffer per batch instead of one per request, and the client makes one
@@ -16,15 +16,16 @@ package redisalgo
 //
 // The flusher runs only while there is work: it exits when it finds the
 // queue empty, so an idle Backend holds no goroutine and one that is never
-// closed leaks none. When the queue reaches maxBatch commands while a
-// pipeline is in flight, those commands leave at once in a pipeline of
-// their own instead of waiting, so a burst never waits behind more than one
-// round trip per maxBatch commands.
+// closed leaks none. When the queue reaches maxBatch calls while a
+// pipeline is in flight, those calls leave at once in a pipeline of their
+// own instead of waiting, so a burst never waits behind more than one round
+// trip per maxBatch calls.
 //
-// A job is one caller's commands; they always travel in one pipeline. A
-// queued caller waits for its job or for its ctx. A job whose ctx ends
-// while it is still queued is never sent; one that is already in flight
-// completes in the background (Redis may apply it, which can only
+// A job is one caller's typed script calls (merge.go), encoded into
+// commands only when their pipeline leaves; they always travel in one
+// pipeline. A queued caller waits for its job or for its ctx. A job whose
+// ctx ends while it is still queued is never sent; one that is already in
+// flight completes in the background (Redis may apply it, which can only
 // under-admit), and its memory is no longer the caller's to reuse. Shared
 // pipelines run under no caller's ctx: the client's timeouts bound them.
 
@@ -35,13 +36,13 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 )
 
-// DefaultMaxBatch is the number of queued commands at which a second
+// DefaultMaxBatch is the number of queued script calls at which a second
 // pipeline leaves without waiting for the one in flight. It also bounds how
-// many requests one merged script call carries (merge.go), and so how long
-// one script holds Redis.
+// many requests one merged script call carries (merge.go), as
+// Options.MaxCallCost bounds their summed cost, and so how long one script
+// holds Redis.
 const DefaultMaxBatch = 128
 
 // ErrClosed is returned by Apply after Close.
@@ -56,13 +57,13 @@ const (
 	jobAbandoned
 )
 
-// job is one caller's commands and the channel that reports them done. The
-// caller's pooled scratch holds it; see batcher.do for when the two may be
-// reused.
+// job is one caller's script calls and the channel that reports them done.
+// The caller's pooled scratch holds it; see batcher.do for when the two may
+// be reused.
 type job struct {
-	cmds  []redis.Cmder
+	calls []*scriptCall
 	state atomic.Int32
-	// done receives one value when every command has its result. Buffered,
+	// done receives one value when every call has its result. Buffered,
 	// so that a flusher never blocks on a caller that stopped waiting.
 	done chan struct{}
 }
@@ -72,14 +73,15 @@ func newJob() *job { return &job{done: make(chan struct{}, 1)} }
 // batcher queues jobs and sends them in shared pipelines. It is safe for
 // concurrent use.
 type batcher struct {
-	// send runs cmds in one round trip and sets each one's result or error.
-	send     func(ctx context.Context, cmds []redis.Cmder)
+	// send runs calls in one round trip and sets each one's reply or
+	// error.
+	send     func(ctx context.Context, calls []*scriptCall)
 	maxBatch int
-	sizes    prometheus.Observer // commands per pipeline; nil for none
+	sizes    prometheus.Observer // calls per pipeline; nil for none
 
 	mu      sync.Mutex
 	queue   []*job
-	queued  int  // commands in queue
+	queued  int  // calls in queue
 	running bool // a pipeline is in flight (inline or the flusher's)
 	closed  bool
 	// wg counts inline sends, the flusher and overflow senders, so that
@@ -87,14 +89,14 @@ type batcher struct {
 	wg sync.WaitGroup
 
 	// The flusher's buffers: only the one active flusher touches them.
-	jobs []*job
-	cmds []redis.Cmder
+	jobs  []*job
+	calls []*scriptCall
 	// flushFn is b.flush, bound once: starting a goroutine on a func value
 	// allocates nothing, on a method value it allocates the binding.
 	flushFn func()
 }
 
-func newBatcher(send func(context.Context, []redis.Cmder), maxBatch int, sizes prometheus.Observer) *batcher {
+func newBatcher(send func(context.Context, []*scriptCall), maxBatch int, sizes prometheus.Observer) *batcher {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
 	}
@@ -103,12 +105,13 @@ func newBatcher(send func(context.Context, []redis.Cmder), maxBatch int, sizes p
 	return b
 }
 
-// do sends j's commands, at once when nothing is in flight, else in a
-// shared pipeline, and waits for their results. On nil, every command of j
-// has its result. On an error (ctx's, or ErrClosed) the caller must not read
-// j's commands; abandoned then reports whether j was queued, in which case
-// neither j nor the memory its commands use may ever be reused, because a
-// flusher may still hold them.
+// do sends j's calls, at once when nothing is in flight, else in a shared
+// pipeline, and waits for their results. On nil, every call of j has its
+// reply or error. On an error (ctx's, or ErrClosed) the caller must not
+// read j's calls; abandoned then reports whether j was queued, in which
+// case neither j nor the memory its calls use may ever be reused, because
+// a flusher may still hold them. The calls slice itself is free again once
+// do returns: a flusher copies it when it takes the job.
 func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -123,8 +126,8 @@ func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
 		b.running = true
 		b.wg.Add(1)
 		b.mu.Unlock()
-		b.observe(len(j.cmds))
-		b.send(ctx, j.cmds)
+		b.observe(len(j.calls))
+		b.send(ctx, j.calls)
 		b.mu.Lock()
 		if len(b.queue) > 0 {
 			// The flusher inherits this call's place in the wait group.
@@ -138,14 +141,14 @@ func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
 	}
 	j.state.Store(jobQueued)
 	b.queue = append(b.queue, j)
-	b.queued += len(j.cmds)
+	b.queued += len(j.calls)
 	if b.queued >= b.maxBatch {
 		// A full batch does not wait for the pipeline in flight.
-		jobs, cmds := b.take(nil, nil)
+		jobs, calls := b.take(nil, nil)
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.run(jobs, cmds)
+			b.run(jobs, calls)
 		}()
 	}
 	b.mu.Unlock()
@@ -169,14 +172,14 @@ func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
 	}
 }
 
-// take removes up to maxBatch commands' worth of jobs from the queue (at
+// take removes up to maxBatch calls' worth of jobs from the queue (at
 // least one job, whatever its size) and marks them taken, skipping
-// abandoned ones. It appends them to jobs and their commands to cmds. The
+// abandoned ones. It appends them to jobs and their calls to calls. The
 // caller holds b.mu.
-func (b *batcher) take(jobs []*job, cmds []redis.Cmder) ([]*job, []redis.Cmder) {
+func (b *batcher) take(jobs []*job, calls []*scriptCall) ([]*job, []*scriptCall) {
 	n, size := 0, 0
 	for n < len(b.queue) {
-		k := len(b.queue[n].cmds)
+		k := len(b.queue[n].calls)
 		if n > 0 && size+k > b.maxBatch {
 			break
 		}
@@ -186,14 +189,14 @@ func (b *batcher) take(jobs []*job, cmds []redis.Cmder) ([]*job, []redis.Cmder) 
 	for _, j := range b.queue[:n] {
 		if j.state.CompareAndSwap(jobQueued, jobTaken) {
 			jobs = append(jobs, j)
-			cmds = append(cmds, j.cmds...)
+			calls = append(calls, j.calls...)
 		}
 	}
 	m := copy(b.queue, b.queue[n:])
 	clear(b.queue[m:])
 	b.queue = b.queue[:m]
 	b.queued -= size
-	return jobs, cmds
+	return jobs, calls
 }
 
 // flush sends batches until the queue is empty, then exits.
@@ -206,32 +209,32 @@ func (b *batcher) flush() {
 			b.mu.Unlock()
 			return
 		}
-		b.jobs, b.cmds = b.take(b.jobs[:0], b.cmds[:0])
+		b.jobs, b.calls = b.take(b.jobs[:0], b.calls[:0])
 		b.mu.Unlock()
-		b.run(b.jobs, b.cmds)
+		b.run(b.jobs, b.calls)
 		clear(b.jobs)
-		clear(b.cmds)
+		clear(b.calls)
 	}
 }
 
-// run sends cmds in one pipeline and reports every job done. The pipeline
+// run sends calls in one pipeline and reports every job done. The pipeline
 // is shared, so no caller's ctx governs it: the client's timeouts bound it,
 // and a caller that stops waiting does not cancel the others.
-func (b *batcher) run(jobs []*job, cmds []redis.Cmder) {
-	if len(cmds) == 0 {
+func (b *batcher) run(jobs []*job, calls []*scriptCall) {
+	if len(calls) == 0 {
 		return
 	}
-	b.observe(len(cmds))
-	b.send(context.Background(), cmds)
+	b.observe(len(calls))
+	b.send(context.Background(), calls)
 	for _, j := range jobs {
 		// The last touch of j: its caller may reuse it as soon as this lands.
 		j.done <- struct{}{}
 	}
 }
 
-func (b *batcher) observe(cmds int) {
+func (b *batcher) observe(calls int) {
 	if b.sizes != nil {
-		b.sizes.Observe(float64(cmds))
+		b.sizes.Observe(float64(calls))
 	}
 }
 
@@ -244,7 +247,7 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// pending returns the number of queued commands (tests use it to know that
+// pending returns the number of queued calls (tests use it to know that
 // callers have enqueued).
 func (b *batcher) pending() int {
 	b.mu.Lock()

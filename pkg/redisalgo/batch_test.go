@@ -60,7 +60,7 @@ func newGates(b *Backend) *gates {
 	g := &gates{}
 	wrap := func(bt *batcher) {
 		send := bt.send
-		bt.send = func(ctx context.Context, cmds []redis.Cmder) {
+		bt.send = func(ctx context.Context, calls []*scriptCall) {
 			g.mu.Lock()
 			var next *gate
 			if len(g.armed) > 0 {
@@ -72,7 +72,7 @@ func newGates(b *Backend) *gates {
 				close(next.entered)
 				<-next.open
 			}
-			send(ctx, cmds)
+			send(ctx, calls)
 		}
 	}
 	if b.nodes == nil {
@@ -90,7 +90,7 @@ func newGates(b *Backend) *gates {
 	return g
 }
 
-// pending returns the commands queued in b's batchers.
+// pending returns the calls queued in b's batchers.
 func pending(b *Backend) int {
 	if b.nodes != nil {
 		return b.nodes.pending()
@@ -415,6 +415,15 @@ func TestNoBatch(t *testing.T) {
 	}
 }
 
+// oneCall returns the script call of c alone, at the server's TIME, as
+// Apply makes it, in a scratch of its own.
+func oneCall(b *Backend, c algo.Check) *call {
+	s := new(scratch)
+	s.reset(1)
+	b.group(s, []algo.Check{c}, 0)
+	return &s.calls[0]
+}
+
 // TestAbandonedJobNotReused: after a round trip is abandoned while
 // queued, a later round trip of the same call (a refund, or the EVAL after
 // NOSCRIPT) must not reuse the job the queue still points at, or it would
@@ -427,15 +436,16 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	entered, release := gateFirst(b)
 	defer release()
 	dom := redistest.KeyPrefix(t)
-	blocker := applyAsync(ctx, b, backendtest.UserCheck(dom, "blocker", backendtest.PerMinute(algo.FixedWindow, 1), 1))
+	pol := backendtest.PerMinute(algo.FixedWindow, 1)
+	blocker := applyAsync(ctx, b, backendtest.UserCheck(dom, "blocker", pol, 1))
 	<-entered
 
 	s := &scratch{job: newJob()}
 	first := s.job
-	s.cmds = []redis.Cmder{redis.NewIntCmd(ctx, "incr", dom+"abandoned")}
+	abandoned := backendtest.UserCheck(dom, "abandoned", pol, 1)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- b.roundTrip(cctx, s) }()
+	go func() { done <- b.roundTrip(cctx, s, []*call{oneCall(b, abandoned)}) }()
 	eventually.Holds(t, "the first round trip is queued", func() bool { return b.batch.pending() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -444,22 +454,24 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	if !s.lost || s.job == first {
 		t.Fatalf("after abandoning: lost=%v, job replaced=%v; want both", s.lost, s.job != first)
 	}
-	second := redis.NewIntCmd(ctx, "incr", dom+"second")
-	s.cmds = []redis.Cmder{second}
-	go func() { done <- b.roundTrip(ctx, s) }()
+	second := oneCall(b, backendtest.UserCheck(dom, "second", pol, 1))
+	go func() { done <- b.roundTrip(ctx, s, []*call{second}) }()
 	eventually.Holds(t, "the second round trip is queued", func() bool { return b.batch.pending() == 2 })
 	release()
-	if err := <-done; err != nil || second.Val() != 1 {
-		t.Fatalf("second round trip: %v, INCR = %d; want 1", err, second.Val())
+	if err := <-done; err != nil || second.script.err != nil {
+		t.Fatalf("second round trip: %v, %v", err, second.script.err)
+	}
+	if _, allowed, err := parseApplyInts(second.script.reply, second.out); err != nil || !allowed {
+		t.Fatalf("second call: allowed=%v, %v; want allowed", allowed, err)
 	}
 	if r := <-blocker; r.err != nil {
 		t.Fatal(r.err)
 	}
 	if n, sum := batchStats(t, reg); n != 2 || sum != 2 {
-		t.Errorf("%d pipelines carrying %v commands, want 2 carrying 1 each", n, sum)
+		t.Errorf("%d pipelines carrying %v calls, want 2 carrying 1 each", n, sum)
 	}
-	if got, err := client.Exists(ctx, dom+"abandoned").Result(); err != nil || got != 0 {
-		t.Errorf("the abandoned INCR ran: EXISTS = %d, %v", got, err)
+	if got, err := client.Exists(ctx, string(AppendKey(nil, abandoned))).Result(); err != nil || got != 0 {
+		t.Errorf("the abandoned call ran: EXISTS = %d, %v", got, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,132 +11,175 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// applyCmd builds an apply.lua EVALSHA of n limits on key the way
-// Backend.command does (the argument values do not matter to merge).
-func applyCmd(key string, n int) *redis.IntSliceCmd {
+// limits returns n checks of one hit each (their values do not matter to
+// merge).
+func limits(n int) []algo.Check {
 	checks := make([]algo.Check, n)
 	for i := range checks {
 		checks[i] = algo.Check{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: 1}, Hits: 1}
 	}
-	return applyCmdOf(key, checks...)
+	return checks
 }
 
-// applyCmdOf builds an apply.lua EVALSHA of checks, all on key.
-func applyCmdOf(key string, checks ...algo.Check) *redis.IntSliceCmd {
-	args := []any{argEvalSHA, argSHA, len(checks)}
-	for range checks {
-		args = append(args, &key)
+// typedCall returns the call of checks, all on key, in slot.
+func typedCall(key string, slot int, checks ...algo.Check) *scriptCall {
+	keys := make([]string, len(checks))
+	for i := range keys {
+		keys[i] = key
 	}
-	for _, v := range appendApplyInts(nil, 0, checks) {
-		args = append(args, &v)
-	}
-	return redis.NewIntSliceCmd(context.Background(), args...)
+	sc := new(scriptCall)
+	sc.set(nil, slot, keys, 0, checks)
+	return sc
 }
 
-// TestMergeBoundsCost: requests join a merged call only while the call's
-// summed cost stays within the bound, so no merged script runs much longer
-// than one request may; a request above the bound goes alone.
+// mergedKeys returns each command's keys, as strings.
+func mergedKeys(t *testing.T, cmds []redis.Cmder) []string {
+	t.Helper()
+	var out []string
+	for _, c := range cmds {
+		args := c.Args()
+		n := args[2].(int)
+		keys := ""
+		for _, k := range args[3 : 3+n] {
+			keys += *k.(*string)
+		}
+		out = append(out, keys)
+	}
+	return out
+}
+
+// TestMergeBoundsCost: calls join a merged command only while its summed
+// cost stays within the bound, so no merged script runs much longer than
+// one request may; a call above the bound goes alone.
 func TestMergeBoundsCost(t *testing.T) {
 	ctx := context.Background()
 	log := func(hits int64) algo.Check {
 		return algo.Check{Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 10_000, Period: algo.Minute}, Hits: hits}
 	}
-	cmds := []redis.Cmder{
-		applyCmdOf("a", log(400)), applyCmdOf("b", log(400)), applyCmdOf("c", log(400)),
-		applyCmdOf("d", log(5000)), applyCmdOf("e", log(100), log(100)), applyCmdOf("f", log(1)),
+	calls := []*scriptCall{
+		typedCall("a", 0, log(400)), typedCall("b", 0, log(400)), typedCall("c", 0, log(400)),
+		typedCall("d", 0, log(5000)), typedCall("e", 0, log(100), log(100)), typedCall("f", 0, log(1)),
 	}
 	var m merger
-	out := m.merge(ctx, cmds, false, 1000)
-	defer m.finish()
-	var got []int
-	for _, c := range out {
-		got = append(got, c.Args()[2].(int))
-	}
-	// Keys per call: a+b (800), c alone (c+d would be 5400), d alone
+	cmds := m.merge(ctx, calls, 1000)
+	defer m.split()
+	// Keys per command: a+b (800), c alone (c+d would be 5400), d alone
 	// (5000, above the bound), then e+f (201).
-	if want := []int{2, 1, 1, 3}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("merged calls carry %v keys, want %v", got, want)
+	if got, want := mergedKeys(t, cmds), []string{"ab", "c", "d", "eef"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("merged commands carry keys %v, want %v", got, want)
 	}
-	for i, c := range out {
-		if cost := callCost(c.(*redis.IntSliceCmd)); cost == math.MaxInt64 || (cost > 1000 && c.Args()[2].(int) > 1) {
-			t.Errorf("call %d merges requests costing %d, above 1000", i, cost)
+	for i, mc := range m.merged {
+		var cost int64
+		for _, c := range mc.calls {
+			cost += c.cost
 		}
+		if cost > 1000 && len(mc.calls) > 1 {
+			t.Errorf("command %d merges calls costing %d, above 1000", i, cost)
+		}
+	}
+	if got := calls[3].cost; got != 5000 {
+		t.Errorf("cost of a sliding-log call of 5000 hits = %d, want 5000 (algo.Check.Cost)", got)
 	}
 }
 
-func TestIsApplyEvalSHA(t *testing.T) {
+// TestMergeGroupsBySlot: calls merge per slot as the calls carry it
+// (computed once, when the request was grouped), never one the merger
+// computes again: the slots given here are not their keys' slots. Slots
+// come out in order, each slot's calls in queue order, and calls resent
+// as EVAL after NOSCRIPT merge only with each other.
+func TestMergeGroupsBySlot(t *testing.T) {
 	ctx := context.Background()
-	key := "k"
+	evalCall := func(key string, slot int) *scriptCall {
+		c := typedCall(key, slot, limits(1)...)
+		c.eval = true
+		return c
+	}
 	tests := []struct {
-		name string
-		cmd  *redis.IntSliceCmd
-		want bool
+		name  string
+		calls []*scriptCall
+		want  []string // keys per command
+		names []any    // command names
 	}{
-		{"apply", applyCmd("k", 2), true},
-		{"eval", redis.NewIntSliceCmd(ctx, argEval, argScript, 1, &key), false},
-		{"other_sha", redis.NewIntSliceCmd(ctx, argEvalSHA, "0000", 1, &key), false},
-		{"count_not_int", redis.NewIntSliceCmd(ctx, argEvalSHA, argSHA, "1", &key), false},
-		{"count_zero", redis.NewIntSliceCmd(ctx, argEvalSHA, argSHA, 0, &key), false},
-		{"count_past_args", redis.NewIntSliceCmd(ctx, argEvalSHA, argSHA, 5, &key), false},
-		{"key_not_pointer", redis.NewIntSliceCmd(ctx, argEvalSHA, argSHA, 1, "k"), false},
-		{"short", redis.NewIntSliceCmd(ctx, argEvalSHA, argSHA), false},
+		{"one slot", []*scriptCall{typedCall("x", 0, limits(1)...), typedCall("y", 0, limits(2)...)}, []string{"xyy"}, []any{argEvalSHA}},
+		{"two slots", []*scriptCall{typedCall("x", 9, limits(1)...), typedCall("y", 2, limits(1)...), typedCall("z", 9, limits(1)...)}, []string{"y", "xz"}, []any{argEvalSHA, argEvalSHA}},
+		{"eval apart", []*scriptCall{evalCall("x", 0), typedCall("y", 0, limits(1)...), evalCall("z", 0)}, []string{"y", "xz"}, []any{argEvalSHA, argEval}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := isApplyEvalSHA(tt.cmd); got != tt.want {
-				t.Fatalf("isApplyEvalSHA(%v) = %v, want %v", tt.cmd.Args(), got, tt.want)
+			var m merger
+			cmds := m.merge(ctx, tt.calls, algo.DefaultMaxCost)
+			defer m.split()
+			if got := mergedKeys(t, cmds); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("commands carry keys %v, want %v", got, tt.want)
+			}
+			for i, c := range cmds {
+				if i < len(tt.names) && c.Args()[0] != tt.names[i] {
+					t.Errorf("command %d is %v, want %v", i, c.Args()[0], tt.names[i])
+				}
 			}
 		})
 	}
 }
 
-// TestMergeSplitsReply: merge keeps other commands as they are, merges the
-// apply calls into one whose keys and arguments come in part order, and
-// finish hands each part its share of the reply, or the error.
+// TestMergeSplitsReply: merge encodes the calls into one command whose keys
+// and arguments come in call order, and split hands each call its share of
+// the reply, or the command's error.
 func TestMergeSplitsReply(t *testing.T) {
 	ctx := context.Background()
-	a, b := applyCmd("a", 1), applyCmd("b", 2)
-	other := redis.NewIntCmd(ctx, "incr", "x")
+	a, b := typedCall("a", 0, limits(1)...), typedCall("b", 0, limits(2)...)
 	var m merger
-	out := m.merge(ctx, []redis.Cmder{a, other, b}, false, algo.DefaultMaxCost)
-	if len(out) != 2 || out[0] != other {
-		t.Fatalf("merge gave %d commands, first %v; want the INCR, then one merged call", len(out), out[0])
+	cmds := m.merge(ctx, []*scriptCall{a, b}, algo.DefaultMaxCost)
+	if len(cmds) != 1 {
+		t.Fatalf("merge gave %d commands, want one merged call", len(cmds))
 	}
-	merged := out[1].(*redis.IntSliceCmd)
+	merged := cmds[0].(*redis.IntSliceCmd)
 	args := merged.Args()
-	if args[2] != 3 || *args[3].(*string) != "a" || *args[4].(*string) != "b" || *args[5].(*string) != "b" {
-		t.Fatalf("merged keys %v, want 3 keys a, b, b", args[:6])
+	if args[0] != argEvalSHA || args[1] != argSHA || args[2] != 3 || *args[3].(*string) != "a" || *args[4].(*string) != "b" || *args[5].(*string) != "b" {
+		t.Fatalf("merged command starts %v, want EVALSHA of 3 keys a, b, b", args[:6])
 	}
 	if want := 3 + 3 + (2 + argsPerLimit) + (2 + 2*argsPerLimit); len(args) != want {
 		t.Fatalf("merged call has %d arguments, want %d", len(args), want)
 	}
+	var ints []int64
+	for _, v := range args[6:] {
+		ints = append(ints, *v.(*int64))
+	}
+	if want := append(appendApplyInts(nil, 0, limits(1)), appendApplyInts(nil, 0, limits(2))...); fmt.Sprint(ints) != fmt.Sprint(want) {
+		t.Errorf("merged arguments %v, want a's then b's: %v", ints, want)
+	}
 	reply := []int64{7, 1, 1, 4, 0, 0, 7, 0, 1, 2, 0, 0, 0, 0, 9, -1}
 	merged.SetVal(reply)
-	m.finish()
-	if got := a.Val(); len(got) != 6 || got[3] != 4 {
-		t.Errorf("part a got %v, want %v", got, reply[:6])
+	m.split()
+	if got := a.reply; a.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[:6]) {
+		t.Errorf("call a got %v, %v; want %v", got, a.err, reply[:6])
 	}
-	if got := b.Val(); len(got) != 10 || got[9] != -1 {
-		t.Errorf("part b got %v, want %v", got, reply[6:])
+	if got := b.reply; b.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[6:]) {
+		t.Errorf("call b got %v, %v; want %v", got, b.err, reply[6:])
 	}
 
-	a, b = applyCmd("a", 1), applyCmd("b", 2)
-	merged = m.merge(ctx, []redis.Cmder{a, b}, false, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd)
-	merged.SetVal(reply[:15])
-	m.finish()
-	for _, p := range []*redis.IntSliceCmd{a, b} {
-		if err := p.Err(); !errors.Is(err, ErrBadReply) {
-			t.Errorf("a short merged reply gave a part %v, want ErrBadReply", err)
+	for _, tt := range []struct {
+		name string
+		set  func(*redis.IntSliceCmd)
+		want error
+	}{
+		{"short reply", func(c *redis.IntSliceCmd) { c.SetVal(reply[:15]) }, ErrBadReply},
+		{"failed command", func(c *redis.IntSliceCmd) { c.SetErr(redis.ErrClosed) }, redis.ErrClosed},
+	} {
+		a, b = typedCall("a", 0, limits(1)...).queue(), typedCall("b", 0, limits(2)...).queue()
+		tt.set(m.merge(ctx, []*scriptCall{a, b}, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd))
+		m.split()
+		for _, c := range []*scriptCall{a, b} {
+			if !errors.Is(c.err, tt.want) || c.reply != nil {
+				t.Errorf("%s: a call got %v, %v; want no reply and %v", tt.name, c.reply, c.err, tt.want)
+			}
 		}
 	}
 
-	a, b = applyCmd("a", 1), applyCmd("b", 2)
-	merged = m.merge(ctx, []redis.Cmder{a, b}, false, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd)
-	merged.SetErr(redis.ErrClosed)
-	m.finish()
-	for _, p := range []*redis.IntSliceCmd{a, b} {
-		if err := p.Err(); !errors.Is(err, redis.ErrClosed) {
-			t.Errorf("a failed merged call gave a part %v, want its error", err)
-		}
+	// A lone call gets its reply whole, for parseApplyInts to judge.
+	lone := typedCall("a", 0, limits(1)...)
+	m.merge(ctx, []*scriptCall{lone}, algo.DefaultMaxCost)[0].(*redis.IntSliceCmd).SetVal(reply[:3])
+	m.split()
+	if fmt.Sprint(lone.reply) != fmt.Sprint(reply[:3]) || lone.err != nil {
+		t.Errorf("lone call got %v, %v; want %v", lone.reply, lone.err, reply[:3])
 	}
 }

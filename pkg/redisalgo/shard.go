@@ -40,8 +40,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
@@ -86,7 +84,7 @@ type node struct {
 // every check's node until the client has a slot map, and the node of
 // addresses beyond maxNodes.
 type nodes struct {
-	cluster  *redis.ClusterClient
+	cluster  ClusterClient
 	newBatch func() *batcher // nil without batching
 	unknown  *node
 	// mapped is set once a call succeeded: the client then has a slot map,
@@ -100,7 +98,7 @@ type nodes struct {
 	closed bool
 }
 
-func newNodes(cluster *redis.ClusterClient, newBatch func() *batcher) *nodes {
+func newNodes(cluster ClusterClient, newBatch func() *batcher) *nodes {
 	ns := &nodes{cluster: cluster, newBatch: newBatch}
 	ns.unknown = &node{id: 0, addr: ""}
 	if newBatch != nil {
@@ -112,12 +110,12 @@ func newNodes(cluster *redis.ClusterClient, newBatch func() *batcher) *nodes {
 }
 
 // forKey returns the node that serves key's slot in the client's slot map.
-func (ns *nodes) forKey(key []byte) *node {
+func (ns *nodes) forKey(key string) *node {
 	if !ns.mapped.Load() {
 		// MasterForKey would load the map, with I/O, on the caller's path.
 		return ns.unknown
 	}
-	c, err := ns.cluster.MasterForKey(context.Background(), unsafe.String(unsafe.SliceData(key), len(key)))
+	c, err := ns.cluster.MasterForKey(context.Background(), key)
 	if err != nil {
 		return ns.unknown
 	}
@@ -188,7 +186,7 @@ func (ns *nodes) close() {
 	}
 }
 
-// pending returns the commands queued on every node (for tests).
+// pending returns the calls queued on every node (for tests).
 func (ns *nodes) pending() int {
 	ns.mu.Lock()
 	all := slices.Clone(ns.all)
@@ -216,7 +214,8 @@ func (b *Backend) Shard(c algo.Check) int {
 	}
 	buf := keyBufs.Get().(*[]byte)
 	*buf = AppendKey((*buf)[:0], c)
-	n := b.nodes.forKey(*buf)
+	// A view of buf, which does not change until forKey returns.
+	n := b.nodes.forKey(unsafe.String(unsafe.SliceData(*buf), len(*buf)))
 	keyBufs.Put(buf)
 	if n.failing.Load() {
 		b.nodes.reload()
@@ -267,30 +266,28 @@ func (b *Backend) noteResults(calls []call) (failed []int) {
 // nodeRun is one node's share of a round trip (see roundTripNodes).
 type nodeRun struct {
 	node      *node
-	cmds      []redis.Cmder
+	calls     []*scriptCall
 	job       *job
 	abandoned bool
 	err       error
 }
 
-// roundTripNodes sends s.cmds, whose nodes are s.cmdNodes, through each
-// node's batcher: one job per node, all in flight at once, so that the
-// request waits for its slowest node and no request waits for a node it
-// does not use.
-func (b *Backend) roundTripNodes(ctx context.Context, s *scratch) error {
+// roundTripNodes sends calls through each node's batcher: one job per
+// node, all in flight at once, so that the request waits for its slowest
+// node and no request waits for a node it does not use.
+func (b *Backend) roundTripNodes(ctx context.Context, s *scratch, calls []*call) error {
 	runs := s.runs[:0]
-	for i, c := range s.cmds {
-		n := s.cmdNodes[i]
-		k := slices.IndexFunc(runs, func(r nodeRun) bool { return r.node == n })
+	for _, c := range calls {
+		k := slices.IndexFunc(runs, func(r nodeRun) bool { return r.node == c.node })
 		if k < 0 {
-			// Reuse the runs' command slices: the batcher copies a job's
-			// commands when it takes the job, and never reads those of a
-			// job abandoned before.
+			// Reuse the runs' call slices: the batcher copies a job's
+			// calls when it takes the job, and never reads those of a job
+			// abandoned before.
 			runs = slices.Grow(runs, 1)[:len(runs)+1]
 			k = len(runs) - 1
-			runs[k] = nodeRun{node: n, cmds: runs[k].cmds[:0]}
+			runs[k] = nodeRun{node: c.node, calls: runs[k].calls[:0]}
 		}
-		runs[k].cmds = append(runs[k].cmds, c)
+		runs[k].calls = append(runs[k].calls, c.script.queue())
 	}
 	for len(s.jobs) < len(runs) {
 		s.jobs = append(s.jobs, newJob())
@@ -298,7 +295,7 @@ func (b *Backend) roundTripNodes(ctx context.Context, s *scratch) error {
 	do := func(r *nodeRun) { r.abandoned, r.err = r.node.batch.do(ctx, r.job) }
 	for k := range runs {
 		runs[k].job = s.jobs[k]
-		runs[k].job.cmds = runs[k].cmds
+		runs[k].job.calls = runs[k].calls
 	}
 	if len(runs) == 1 {
 		do(&runs[0])
@@ -314,19 +311,19 @@ func (b *Backend) roundTripNodes(ctx context.Context, s *scratch) error {
 	for k := range runs {
 		r := &runs[k]
 		if r.abandoned {
-			// A flusher may still hold the job and write into its
-			// commands, which point into s: neither may be reused, and a
-			// later round trip of this call (a refund) needs a new job.
+			// A flusher may still hold the job and write into its calls,
+			// which live in s: neither may be reused, and a later round
+			// trip of this request (a refund) needs a new job.
 			s.lost = true
 			s.jobs[k] = newJob()
 		} else {
-			r.job.cmds = nil
+			r.job.calls = nil
 		}
 		if err == nil {
 			err = r.err
 		}
-		clear(r.cmds)
-		r.node, r.job, r.cmds = nil, nil, r.cmds[:0]
+		clear(r.calls)
+		r.node, r.job, r.calls = nil, nil, r.calls[:0]
 	}
 	s.runs = runs
 	return err

@@ -22,7 +22,7 @@ func TestBackendSuite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client := tc.client(t)
 			backendtest.Run(t, func(t *testing.T) backendtest.Backend {
-				b, err := New(client, Options{CallerTime: true})
+				b, err := open(client, Options{CallerTime: true})
 				if err != nil {
 					t.Fatalf("New: %v", err)
 				}

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -31,6 +30,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
 // sweepEvery is how often an in-process store drops expired state.
@@ -39,9 +39,9 @@ const sweepEvery = 10 * time.Second
 // Config selects and configures the layers. The zero value (with no
 // Redis) is the embedded in-process store.
 type Config struct {
-	// Redis is the client of the shared store; nil runs the in-process
-	// store alone.
-	Redis redis.UniversalClient
+	// Redis is the client of the shared store, a single-node (standalone or
+	// Sentinel) or a cluster client; nil runs the in-process store alone.
+	Redis *redisclient.Client
 	// Timeout bounds every Redis call (failover.Options.Timeout) and the
 	// script load at start.
 	Timeout time.Duration
@@ -126,9 +126,16 @@ func newStore(cfg Config) (*memstore.Store, func(), error) {
 
 func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 	log := cfg.Logger
-	b, err := redisalgo.New(cfg.Redis, redisalgo.Options{
+	opts := redisalgo.Options{
 		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
-	})
+	}
+	var b *redisalgo.Backend
+	var err error
+	if cfg.Redis.Cluster != nil {
+		b, err = redisalgo.NewCluster(cfg.Redis.Cluster, opts)
+	} else {
+		b, err = redisalgo.New(cfg.Redis.Single, opts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -34,7 +34,7 @@ func newStack(t *testing.T, cfg Config) *Stack {
 // in-process store, and Redis (standalone, Cluster and Sentinel) behind the
 // deny cache and the failure policy.
 func TestBackendSuite(t *testing.T) {
-	redisStack := func(client func(t *testing.T) redis.UniversalClient) backendtest.Factory {
+	redisStack := func(client func(t *testing.T) *redisclient.Client) backendtest.Factory {
 		return func(t *testing.T) backendtest.Backend {
 			return newStack(t, Config{
 				Redis: client(t), Timeout: 10 * time.Second, DenyCacheEntries: 1000, CallerTime: true,
@@ -46,9 +46,15 @@ func TestBackendSuite(t *testing.T) {
 		f    backendtest.Factory
 	}{
 		{"memory", func(t *testing.T) backendtest.Backend { return newStack(t, Config{}) }},
-		{"standalone", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedStandalone(t).Client(t) })},
-		{"cluster", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).ClusterClient(t) })},
-		{"sentinel", redisStack(func(t *testing.T) redis.UniversalClient { return redistest.SharedSentinel(t).FailoverClient(t) })},
+		{"standalone", redisStack(func(t *testing.T) *redisclient.Client {
+			return &redisclient.Client{Single: redistest.SharedStandalone(t).Client(t)}
+		})},
+		{"cluster", redisStack(func(t *testing.T) *redisclient.Client {
+			return &redisclient.Client{Cluster: redistest.SharedCluster(t).ClusterClient(t)}
+		})},
+		{"sentinel", redisStack(func(t *testing.T) *redisclient.Client {
+			return &redisclient.Client{Single: redistest.SharedSentinel(t).FailoverClient(t)}
+		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) { backendtest.Run(t, tc.f) })
 	}
@@ -63,14 +69,14 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("memory stack: %v", err)
 	}
 	srv := redistest.Standalone(t)
-	up := newStack(t, Config{Redis: srv.Client(t), Timeout: time.Second})
+	up := newStack(t, Config{Redis: &redisclient.Client{Single: srv.Client(t)}, Timeout: time.Second})
 	if err := up.Ready(ctx); err != nil {
 		t.Fatalf("Redis up: %v", err)
 	}
 	if up.Name() != "redis" || newStack(t, Config{}).Name() != "memory" {
 		t.Fatalf("names %q, %q", up.Name(), newStack(t, Config{}).Name())
 	}
-	client := srv.Client(t)
+	client := &redisclient.Client{Single: srv.Client(t)}
 	errorMode := newStack(t, Config{Redis: client, Timeout: time.Second, FailureMode: failover.ModeError})
 	allowMode := newStack(t, Config{Redis: client, Timeout: time.Second, FailureMode: failover.ModeAllow})
 	srv.Stop(t)
@@ -96,7 +102,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(context.Background(), Config{Registerer: reg}); err == nil {
 		t.Error("a second stack on one registry: no error")
 	}
-	client := redistest.SharedStandalone(t).Client(t)
+	client := &redisclient.Client{Single: redistest.SharedStandalone(t).Client(t)}
 	_, err := New(context.Background(), Config{Redis: client, Timeout: time.Second, FailureMode: failover.Mode(9), Registerer: prometheus.NewRegistry()})
 	if err == nil || !strings.Contains(err.Error(), "stack: ") {
 		t.Errorf("an unknown failure mode: %v, want an error", err)

@@ -1,4 +1,4 @@
-package redisalgo
+package redisclient
 
 import (
 	"context"
@@ -17,14 +17,14 @@ func TestParseURL(t *testing.T) {
 	tests := []struct {
 		name  string
 		url   string
-		check func(t *testing.T, o *ClientOptions)
+		check func(t *testing.T, o *Options)
 	}{
-		{"standalone", "redis://localhost:6379", func(t *testing.T, o *ClientOptions) {
+		{"standalone", "redis://localhost:6379", func(t *testing.T, o *Options) {
 			eq(t, "Mode", o.Mode, Standalone)
 			eq(t, "Addr", o.Simple.Addr, "localhost:6379")
 			eq(t, "TLS", o.Simple.TLSConfig == nil, true)
 		}},
-		{"standalone with options", "redis://user:pa%40ss@127.0.0.1:6380/2?pool_size=7&dial_timeout=250ms&read_timeout=1", func(t *testing.T, o *ClientOptions) {
+		{"standalone with options", "redis://user:pa%40ss@127.0.0.1:6380/2?pool_size=7&dial_timeout=250ms&read_timeout=1", func(t *testing.T, o *Options) {
 			eq(t, "Addr", o.Simple.Addr, "127.0.0.1:6380")
 			eq(t, "Username", o.Simple.Username, "user")
 			eq(t, "Password", o.Simple.Password, "pa@ss")
@@ -33,15 +33,15 @@ func TestParseURL(t *testing.T) {
 			eq(t, "DialTimeout", o.Simple.DialTimeout, 250*time.Millisecond)
 			eq(t, "ReadTimeout", o.Simple.ReadTimeout, time.Second)
 		}},
-		{"standalone TLS", "rediss://redis.example:6379", func(t *testing.T, o *ClientOptions) {
+		{"standalone TLS", "rediss://redis.example:6379", func(t *testing.T, o *Options) {
 			eq(t, "ServerName", o.Simple.TLSConfig.ServerName, "redis.example")
 		}},
-		{"unix socket", "unix:///run/redis.sock?db=3", func(t *testing.T, o *ClientOptions) {
+		{"unix socket", "unix:///run/redis.sock?db=3", func(t *testing.T, o *Options) {
 			eq(t, "Network", o.Simple.Network, "unix")
 			eq(t, "Addr", o.Simple.Addr, "/run/redis.sock")
 			eq(t, "DB", o.Simple.DB, 3)
 		}},
-		{"sentinel", "redis+sentinel://u:p@s1:26379,s2:26380,[::1]:26381/mymaster/1?pool_size=5&sentinel_password=sp&read_timeout=200ms", func(t *testing.T, o *ClientOptions) {
+		{"sentinel", "redis+sentinel://u:p@s1:26379,s2:26380,[::1]:26381/mymaster/1?pool_size=5&sentinel_password=sp&read_timeout=200ms", func(t *testing.T, o *Options) {
 			eq(t, "Mode", o.Mode, Sentinel)
 			eq(t, "MasterName", o.Failover.MasterName, "mymaster")
 			eq(t, "SentinelAddrs", o.Failover.SentinelAddrs, []string{"s1:26379", "s2:26380", "[::1]:26381"})
@@ -54,11 +54,11 @@ func TestParseURL(t *testing.T) {
 			eq(t, "ReadTimeout", o.Failover.ReadTimeout, 200*time.Millisecond)
 			eq(t, "TLS", o.Failover.TLSConfig == nil, true)
 		}},
-		{"sentinel TLS", "rediss+sentinel://s1:26379/m", func(t *testing.T, o *ClientOptions) {
+		{"sentinel TLS", "rediss+sentinel://s1:26379/m", func(t *testing.T, o *Options) {
 			eq(t, "MasterName", o.Failover.MasterName, "m")
 			eq(t, "TLS", o.Failover.TLSConfig != nil, true)
 		}},
-		{"cluster", "redis+cluster://u:p@n1:7000,n2:7001?pool_size=9&read_timeout=100ms", func(t *testing.T, o *ClientOptions) {
+		{"cluster", "redis+cluster://u:p@n1:7000,n2:7001?pool_size=9&read_timeout=100ms", func(t *testing.T, o *Options) {
 			eq(t, "Mode", o.Mode, Cluster)
 			eq(t, "Addrs", o.Cluster.Addrs, []string{"n1:7000", "n2:7001"})
 			eq(t, "Username", o.Cluster.Username, "u")
@@ -67,7 +67,7 @@ func TestParseURL(t *testing.T) {
 			eq(t, "ReadTimeout", o.Cluster.ReadTimeout, 100*time.Millisecond)
 			eq(t, "TLS", o.Cluster.TLSConfig == nil, true)
 		}},
-		{"cluster TLS", "rediss+cluster://n1:7000/", func(t *testing.T, o *ClientOptions) {
+		{"cluster TLS", "rediss+cluster://n1:7000/", func(t *testing.T, o *Options) {
 			eq(t, "TLS", o.Cluster.TLSConfig != nil, true)
 		}},
 	}
@@ -125,7 +125,7 @@ func TestParseURLErrors(t *testing.T) {
 			if !strings.Contains(msg, tc.want) {
 				t.Errorf("error %q does not mention %q", msg, tc.want)
 			}
-			if !strings.HasPrefix(msg, "redisalgo: ") {
+			if !strings.HasPrefix(msg, "redisclient: ") {
 				t.Errorf("error %q lacks the package prefix", msg)
 			}
 			if strings.Contains(msg, "secret") {
@@ -138,11 +138,11 @@ func TestParseURLErrors(t *testing.T) {
 // writeCert writes a certificate and its key as PEM files.
 func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
 	t.Helper()
-	ca, err := testcert.NewCA("redisalgo test CA")
+	ca, err := testcert.NewCA("redisclient test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := ca.Issue("redisalgo client", 2, false)
+	cert, key, err := ca.Issue("redisclient client", 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,40 +212,51 @@ func TestSetTLS(t *testing.T) {
 	}
 }
 
-// TestNewClientConnects builds a client from a URL for every deployment
-// the harness runs and checks that it reaches a master that accepts writes.
-func TestNewClientConnects(t *testing.T) {
+// TestNewConnects builds a client from a URL for every deployment the
+// harness runs, checks that it says which kind of client it is (a caller
+// must not guess: see Client) and that it reaches a master that accepts
+// writes.
+func TestNewConnects(t *testing.T) {
 	sa := redistest.SharedStandalone(t)
 	cl := redistest.SharedCluster(t)
 	se := redistest.SharedSentinel(t)
-	urls := map[string]string{
-		"standalone": "redis://" + sa.Addr + "/0?pool_size=4&dial_timeout=1s",
-		"cluster":    "redis+cluster://" + strings.Join(cl.Addrs[:2], ",") + "?read_timeout=2s",
-		"sentinel":   "redis+sentinel://" + strings.Join(se.SentinelAddrs, ",") + "/" + se.MasterName,
+	tests := []struct {
+		name    string
+		url     string
+		cluster bool
+	}{
+		{"standalone", "redis://" + sa.Addr + "/0?pool_size=4&dial_timeout=1s", false},
+		{"cluster", "redis+cluster://" + strings.Join(cl.Addrs[:2], ",") + "?read_timeout=2s", true},
+		{"sentinel", "redis+sentinel://" + strings.Join(se.SentinelAddrs, ",") + "/" + se.MasterName, false},
 	}
-	for name, u := range urls {
-		t.Run(name, func(t *testing.T) {
-			o, err := ParseURL(u)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := ParseURL(tc.url)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(o)
+			c, err := New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
+			if (c.Cluster != nil) != tc.cluster || (c.Single != nil) == tc.cluster {
+				t.Fatalf("New(%s): Single set %v, Cluster set %v; want exactly the cluster client %v", tc.url, c.Single != nil, c.Cluster != nil, tc.cluster)
+			}
 			ctx := context.Background()
 			key := redistest.KeyPrefix(t) + "k"
-			if err := c.Set(ctx, key, "v", time.Minute).Err(); err != nil {
-				t.Fatalf("SET through %s: %v", u, err)
+			if err := c.Universal().Set(ctx, key, "v", time.Minute).Err(); err != nil {
+				t.Fatalf("SET through %s: %v", tc.url, err)
 			}
-			if got := c.Get(ctx, key).Val(); got != "v" {
+			if got := c.Universal().Get(ctx, key).Val(); got != "v" {
 				t.Errorf("GET = %q, want v", got)
 			}
 		})
 	}
-	if _, err := NewClient(&ClientOptions{}); err == nil {
-		t.Error("NewClient with empty options succeeded")
+	for _, o := range []*Options{nil, {}} {
+		if _, err := New(o); err == nil || !strings.HasPrefix(err.Error(), "redisclient: ") {
+			t.Errorf("New(%v) = %v, want a redisclient error", o, err)
+		}
 	}
 }
 
@@ -272,12 +283,12 @@ func TestTLSConnects(t *testing.T) {
 			if err := o.SetTLS(tc.files); err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(o)
+			c, err := New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			err = c.Ping(context.Background()).Err()
+			err = c.Single.Ping(context.Background()).Err()
 			if (err == nil) != tc.wantOK {
 				t.Errorf("PING over TLS: err = %v, want ok=%v", err, tc.wantOK)
 			}

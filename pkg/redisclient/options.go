@@ -1,4 +1,4 @@
-package redisalgo
+package redisclient
 
 import "time"
 
@@ -13,7 +13,7 @@ import "time"
 // Redis must cost a request microseconds, not the whole timeout, so that
 // the circuit breaker opens from those failures and the failure mode
 // answers without waiting.
-func (o *ClientOptions) SetTimeouts(d time.Duration) {
+func (o *Options) SetTimeouts(d time.Duration) {
 	switch {
 	case o.Simple != nil:
 		o.Simple.DialTimeout, o.Simple.ReadTimeout, o.Simple.WriteTimeout = d, d, d
@@ -48,7 +48,7 @@ func failFast(dialerRetries *int, minBackoff, maxBackoff *time.Duration) {
 }
 
 // SetPoolSize sets the connections per node of whichever client o describes.
-func (o *ClientOptions) SetPoolSize(n int) {
+func (o *Options) SetPoolSize(n int) {
 	switch {
 	case o.Simple != nil:
 		o.Simple.PoolSize = n

@@ -1,4 +1,13 @@
-package redisalgo
+// Package redisclient builds go-redis clients from a Redis URL and the
+// service's settings: standalone, Sentinel and Cluster deployments, AUTH
+// and ACL users, TLS files, pool sizes and short timeouts that fail fast
+// when Redis refuses connections (options.go). The Client it returns says
+// which kind of deployment it talks to, so that callers are told that
+// fact instead of probing for it.
+//
+// It knows nothing about rate limits: it must not import any envoy-rls
+// package, and it never connects by itself (the first command does).
+package redisclient
 
 import (
 	"crypto/tls"
@@ -17,18 +26,18 @@ import (
 // Mode is the Redis deployment a URL names.
 type Mode string
 
-// The deployments NewClient can connect to.
+// The deployments New can connect to.
 const (
 	Standalone Mode = "standalone"
 	Sentinel   Mode = "sentinel"
 	Cluster    Mode = "cluster"
 )
 
-// ClientOptions is a parsed Redis URL. Exactly one of Simple, Failover and
+// Options is a parsed Redis URL. Exactly one of Simple, Failover and
 // Cluster is set, matching Mode. Keeping go-redis's own option structs (not
 // a lossy conversion to UniversalOptions) means every query parameter
 // go-redis understands takes effect.
-type ClientOptions struct {
+type Options struct {
 	Mode     Mode
 	Simple   *redis.Options
 	Failover *redis.FailoverOptions
@@ -49,13 +58,13 @@ type ClientOptions struct {
 // query authenticate to the sentinels. opts are go-redis's snake_case option
 // names, e.g. pool_size=50&dial_timeout=250ms&read_timeout=100ms
 // (a bare number means seconds); unknown options are errors.
-func ParseURL(raw string) (*ClientOptions, error) {
+func ParseURL(raw string) (*Options, error) {
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("redisalgo: redis URL %q: missing scheme (want redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://)", redact(raw))
+		return nil, fmt.Errorf("redisclient: redis URL %q: missing scheme (want redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://)", redact(raw))
 	}
 	var (
-		o   = &ClientOptions{}
+		o   = &Options{}
 		err error
 	)
 	switch scheme {
@@ -69,14 +78,14 @@ func ParseURL(raw string) (*ClientOptions, error) {
 		o.Mode = Cluster
 		o.Cluster, err = parseClusterURL(raw)
 	default:
-		return nil, fmt.Errorf("redisalgo: redis URL %q: unknown scheme %q (want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)", redact(raw), scheme)
+		return nil, fmt.Errorf("redisclient: redis URL %q: unknown scheme %q (want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)", redact(raw), scheme)
 	}
 	if ue := (*url.Error)(nil); errors.As(err, &ue) {
 		// url.Error quotes the whole URL, password included.
 		err = ue.Err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisalgo: redis URL %q: %w", redact(raw), err)
+		return nil, fmt.Errorf("redisclient: redis URL %q: %w", redact(raw), err)
 	}
 	return o, nil
 }
@@ -250,13 +259,13 @@ func (f TLSFiles) IsZero() bool { return f == TLSFiles{} }
 // SetTLS loads f into the TLS configuration of o. The URL must already ask
 // for TLS (a rediss scheme); TLS files with a plain-text URL are an error
 // rather than a silent upgrade or a silently unused flag.
-func (o *ClientOptions) SetTLS(f TLSFiles) error {
+func (o *Options) SetTLS(f TLSFiles) error {
 	if f.IsZero() {
 		return nil
 	}
 	cfg := o.tlsConfig()
 	if cfg == nil || *cfg == nil {
-		return errors.New("redisalgo: redis TLS files given but the URL does not use TLS (use a rediss scheme)")
+		return errors.New("redisclient: redis TLS files given but the URL does not use TLS (use a rediss scheme)")
 	}
 	c := (*cfg).Clone()
 	if c.MinVersion == 0 {
@@ -265,21 +274,21 @@ func (o *ClientOptions) SetTLS(f TLSFiles) error {
 	if f.CAFile != "" {
 		pem, err := os.ReadFile(f.CAFile)
 		if err != nil {
-			return fmt.Errorf("redisalgo: redis TLS CA: %w", err)
+			return fmt.Errorf("redisclient: redis TLS CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("redisalgo: redis TLS CA %s: no PEM certificate found", f.CAFile)
+			return fmt.Errorf("redisclient: redis TLS CA %s: no PEM certificate found", f.CAFile)
 		}
 		c.RootCAs = pool
 	}
 	if (f.CertFile == "") != (f.KeyFile == "") {
-		return errors.New("redisalgo: redis TLS client certificate and key must be given together")
+		return errors.New("redisclient: redis TLS client certificate and key must be given together")
 	}
 	if f.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 		if err != nil {
-			return fmt.Errorf("redisalgo: redis TLS client certificate: %w", err)
+			return fmt.Errorf("redisclient: redis TLS client certificate: %w", err)
 		}
 		c.Certificates = []tls.Certificate{cert}
 	}
@@ -290,7 +299,7 @@ func (o *ClientOptions) SetTLS(f TLSFiles) error {
 	return nil
 }
 
-func (o *ClientOptions) tlsConfig() **tls.Config {
+func (o *Options) tlsConfig() **tls.Config {
 	switch {
 	case o.Simple != nil:
 		return &o.Simple.TLSConfig
@@ -302,19 +311,44 @@ func (o *ClientOptions) tlsConfig() **tls.Config {
 	return nil
 }
 
-// NewClient returns a client for o: a plain client, a Sentinel-backed
-// failover client or a cluster client. It does not connect; use
-// Backend.Ping or New to find out whether Redis is reachable.
-func NewClient(o *ClientOptions) (redis.UniversalClient, error) {
+// Client is a client for the deployment its Options name. New makes it;
+// the zero Client is not usable. Exactly one of Single and Cluster is set.
+// Which one is a fact callers need and must not guess from a client's
+// type: a Redis backend groups a request's keys by hash slot on a cluster
+// only, and a cluster client taken for a single node fails every request
+// whose keys span slots with CROSSSLOT.
+type Client struct {
+	// Single is a standalone client or, for Sentinel, a failover client
+	// that follows the master the sentinels name.
+	Single *redis.Client
+	// Cluster is a Redis Cluster client.
+	Cluster *redis.ClusterClient
+}
+
+// New returns a client for o: a plain client, a Sentinel-backed failover
+// client or a cluster client. It does not connect; the first command does.
+func New(o *Options) (*Client, error) {
 	switch {
 	case o == nil:
-		return nil, errors.New("redisalgo: NewClient: nil options")
+		return nil, errors.New("redisclient: New: nil options")
 	case o.Simple != nil:
-		return redis.NewClient(o.Simple), nil
+		return &Client{Single: redis.NewClient(o.Simple)}, nil
 	case o.Failover != nil:
-		return redis.NewFailoverClient(o.Failover), nil
+		return &Client{Single: redis.NewFailoverClient(o.Failover)}, nil
 	case o.Cluster != nil:
-		return redis.NewClusterClient(o.Cluster), nil
+		return &Client{Cluster: redis.NewClusterClient(o.Cluster)}, nil
 	}
-	return nil, errors.New("redisalgo: NewClient: empty options")
+	return nil, errors.New("redisclient: New: empty options (want one of Simple, Failover and Cluster)")
 }
+
+// Universal returns the client that is set, for commands that work the
+// same on every deployment.
+func (c *Client) Universal() redis.UniversalClient {
+	if c.Cluster != nil {
+		return c.Cluster
+	}
+	return c.Single
+}
+
+// Close closes the client and its connections.
+func (c *Client) Close() error { return c.Universal().Close() }

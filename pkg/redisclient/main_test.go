@@ -1,0 +1,12 @@
+package redisclient
+
+import (
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// TestMain lets the tests share one standalone server, one cluster and one
+// Sentinel set (redistest.Shared*), started on first use and stopped after
+// the last test.
+func TestMain(m *testing.M) { redistest.Main(m) }
