@@ -18,7 +18,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
-	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
 // shardLoad is one call of TestClusterShardFailure's load: when it ended
@@ -87,28 +86,9 @@ func shardFailure(t *testing.T, fault func(*redistest.Server, testing.TB), break
 		recoverWithin = 5 * time.Second
 	)
 	cl := redistest.Cluster(t)
-	opts, err := redisclient.ParseURL("redis+cluster://" + strings.Join(cl.Addrs, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.SetTimeouts(timeout)
-	client, err := redisclient.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	rb, err := redisalgo.NewCluster(client.Cluster, redisalgo.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rb.Close)
 	reg := prometheus.NewRegistry()
-	fb := mustNew(t, rb, failover.Options{
-		Ping:       rb.Ping,
-		Timeout:    timeout,
+	_, fb := redisFailover(t, "redis+cluster://"+strings.Join(cl.Addrs, ","), timeout, failover.Options{
 		Breaker:    breaker,
-		Shard:      rb.Shard,
-		ShardName:  rb.ShardName,
 		Registerer: reg,
 	})
 

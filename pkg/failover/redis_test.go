@@ -21,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
+	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -334,30 +335,8 @@ func TestDeadRedisFailsFast(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			url, kill := tc.up(t)
-			opts, err := redisclient.ParseURL(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts.SetTimeouts(bound)
-			client, err := redisclient.New(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
-			var primary *redisalgo.Backend
-			if client.Cluster != nil {
-				primary, err = redisalgo.NewCluster(client.Cluster, redisalgo.Options{})
-			} else {
-				primary, err = redisalgo.New(client.Single, redisalgo.Options{})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(primary.Close)
 			reg := prometheus.NewRegistry()
-			fb := mustNew(t, primary, failover.Options{
-				Ping:       primary.Ping,
-				Timeout:    bound,
+			_, fb := redisFailover(t, url, bound, failover.Options{
 				Breaker:    failover.BreakerOptions{Failures: failures, Cooldown: time.Hour},
 				Registerer: reg,
 			})
@@ -402,4 +381,28 @@ func mustNew(t testing.TB, primary failover.Limiter, opts failover.Options) *fai
 		t.Fatalf("failover.New: %v", err)
 	}
 	return fb
+}
+
+// redisFailover builds the Redis backend for url, with timeout as its
+// client's timeouts, and the failure policy around it with opts, whose
+// Ping, Timeout, Shard and ShardName it fills in.
+func redisFailover(t testing.TB, url string, timeout time.Duration, opts failover.Options) (*redisalgo.Backend, *failover.Backend) {
+	t.Helper()
+	copts, err := redisclient.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copts.SetTimeouts(timeout)
+	client, err := redisclient.New(copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	rb, err := stack.RedisBackend(client, redisalgo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rb.Close)
+	opts.Ping, opts.Timeout, opts.Shard, opts.ShardName = rb.Ping, timeout, rb.Shard, rb.ShardName
+	return rb, mustNew(t, rb, opts)
 }

@@ -129,13 +129,7 @@ func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 	opts := redisalgo.Options{
 		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
 	}
-	var b *redisalgo.Backend
-	var err error
-	if cfg.Redis.Cluster != nil {
-		b, err = redisalgo.NewCluster(cfg.Redis.Cluster, opts)
-	} else {
-		b, err = redisalgo.New(cfg.Redis.Single, opts)
-	}
+	b, err := RedisBackend(cfg.Redis, opts)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
@@ -186,6 +180,16 @@ func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	s.apply, s.ready = fb.Apply, readyUnder(fb, log)
 	return s, nil
+}
+
+// RedisBackend returns the Redis backend for client: a cluster backend,
+// which sends one script call per hash slot, for a cluster client, and a
+// single-node one otherwise.
+func RedisBackend(client *redisclient.Client, opts redisalgo.Options) (*redisalgo.Backend, error) {
+	if client.Cluster != nil {
+		return redisalgo.NewCluster(client.Cluster, opts)
+	}
+	return redisalgo.New(client.Single, opts)
 }
 
 // readyUnder is the readiness of a Redis stack under its failure mode.
