@@ -8,6 +8,17 @@ import (
 	"go.uber.org/zap"
 )
 
+// parseServe parses args as serve's command line (and environment), failing
+// t when they do not parse; validation is left to the test.
+func parseServe(t *testing.T, args ...string) *serveConfig {
+	t.Helper()
+	cfg, parse := serveFlags(io.Discard)
+	if err := parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return cfg
+}
+
 func TestHTTPFlags(t *testing.T) {
 	tests := []struct {
 		name string
@@ -23,11 +34,7 @@ func TestHTTPFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, parse := serveFlags(io.Discard)
-			if err := parse(tt.args); err != nil {
-				t.Fatalf("parse %v: %v", tt.args, err)
-			}
-			err := cfg.http.validate()
+			err := parseServe(t, tt.args...).http.validate()
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("validate: %v", err)
@@ -42,10 +49,7 @@ func TestHTTPFlags(t *testing.T) {
 // from the network unless an operator says so (envoyproxy/ratelimit binds
 // its debug port on all interfaces).
 func TestDebugAddrDefaultsToLoopback(t *testing.T) {
-	cfg, parse := serveFlags(io.Discard)
-	if err := parse(nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseServe(t)
 	if cfg.http.debugAddr != "127.0.0.1:6070" {
 		t.Errorf("--debug-addr default %q, want 127.0.0.1:6070", cfg.http.debugAddr)
 	}

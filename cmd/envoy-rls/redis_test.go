@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"strings"
 	"testing"
 
@@ -30,11 +29,7 @@ func TestRedisFlagsValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, parse := serveFlags(io.Discard)
-			if err := parse(tt.args); err != nil {
-				t.Fatalf("parse %v: %v", tt.args, err)
-			}
-			mode, err := cfg.redis.validate()
+			mode, err := parseServe(t, tt.args...).redis.validate()
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("validate: %v", err)
@@ -50,10 +45,7 @@ func TestRedisFlagsValidate(t *testing.T) {
 func TestRedisFlagsFromEnv(t *testing.T) {
 	t.Setenv("ENVOY_RLS_REDIS_BREAKER_COOLDOWN", "3s")
 	t.Setenv("ENVOY_RLS_REDIS_FAILURE_MODE", "deny")
-	cfg, parse := serveFlags(io.Discard)
-	if err := parse(nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseServe(t)
 	mode, err := cfg.redis.validate()
 	if err != nil || mode != failover.ModeDeny || cfg.redis.breaker.cooldown.String() != "3s" {
 		t.Fatalf("from env: mode %v, cooldown %v, %v", mode, cfg.redis.breaker.cooldown, err)
