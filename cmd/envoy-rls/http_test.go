@@ -19,6 +19,18 @@ func parseServe(t *testing.T, args ...string) *serveConfig {
 	return cfg
 }
 
+// expectValidation fails t unless err is nil when want is "", or an error
+// containing want otherwise.
+func expectValidation(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("validate: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("validate = %v, want an error containing %q", err, want)
+	}
+}
+
 func TestHTTPFlags(t *testing.T) {
 	tests := []struct {
 		name string
@@ -34,13 +46,7 @@ func TestHTTPFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := parseServe(t, tt.args...).http.validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("validate: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("validate = %v, want an error containing %q", err, tt.want)
-			}
+			expectValidation(t, parseServe(t, tt.args...).http.validate(), tt.want)
 		})
 	}
 }

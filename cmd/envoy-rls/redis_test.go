@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
@@ -30,13 +29,9 @@ func TestRedisFlagsValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mode, err := parseServe(t, tt.args...).redis.validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("validate: %v", err)
-			case tt.want == "" && mode != tt.mode:
+			expectValidation(t, err, tt.want)
+			if tt.want == "" && mode != tt.mode {
 				t.Fatalf("mode %v, want %v", mode, tt.mode)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("validate: %v, want an error naming %s", err, tt.want)
 			}
 		})
 	}
