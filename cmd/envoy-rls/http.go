@@ -49,20 +49,21 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 
 // validate checks the HTTP flags, naming the flag in each error.
 func (h *httpFlags) validate() error {
-	var errs []error
-	if h.readTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--http-read-timeout: %v must be positive", h.readTimeout))
+	return errors.Join(
+		positive("--http-read-timeout", h.readTimeout),
+		positive("--http-idle-timeout", h.idleTimeout),
+		positive("--http-max-header-bytes", h.maxHeaderBytes),
+		positive("--http-max-connections", h.maxConnections),
+	)
+}
+
+// positive is the check of a flag whose value must be above zero: nil, or
+// an error naming the flag and the value.
+func positive[T int | time.Duration](flag string, v T) error {
+	if v > 0 {
+		return nil
 	}
-	if h.idleTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--http-idle-timeout: %v must be positive", h.idleTimeout))
-	}
-	if h.maxHeaderBytes < 1 {
-		errs = append(errs, fmt.Errorf("--http-max-header-bytes: %d must be positive", h.maxHeaderBytes))
-	}
-	if h.maxConnections < 1 {
-		errs = append(errs, fmt.Errorf("--http-max-connections: %d must be positive", h.maxConnections))
-	}
-	return errors.Join(errs...)
+	return fmt.Errorf("%s: %v must be positive", flag, v)
 }
 
 // server returns an HTTP server for handler with the configured limits.

@@ -8,6 +8,29 @@ import (
 	"go.uber.org/zap"
 )
 
+// parseServe parses args as serve's command line (and environment), failing
+// t when they do not parse; validation is left to the test.
+func parseServe(t *testing.T, args ...string) *serveConfig {
+	t.Helper()
+	cfg, parse := serveFlags(io.Discard)
+	if err := parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return cfg
+}
+
+// expectValidation fails t unless err is nil when want is "", or an error
+// containing want otherwise.
+func expectValidation(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("validate: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("validate = %v, want an error containing %q", err, want)
+	}
+}
+
 func TestHTTPFlags(t *testing.T) {
 	tests := []struct {
 		name string
@@ -23,17 +46,7 @@ func TestHTTPFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, parse := serveFlags(io.Discard)
-			if err := parse(tt.args); err != nil {
-				t.Fatalf("parse %v: %v", tt.args, err)
-			}
-			err := cfg.http.validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("validate: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("validate = %v, want an error containing %q", err, tt.want)
-			}
+			expectValidation(t, parseServe(t, tt.args...).http.validate(), tt.want)
 		})
 	}
 }
@@ -42,10 +55,7 @@ func TestHTTPFlags(t *testing.T) {
 // from the network unless an operator says so (envoyproxy/ratelimit binds
 // its debug port on all interfaces).
 func TestDebugAddrDefaultsToLoopback(t *testing.T) {
-	cfg, parse := serveFlags(io.Discard)
-	if err := parse(nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseServe(t)
 	if cfg.http.debugAddr != "127.0.0.1:6070" {
 		t.Errorf("--debug-addr default %q, want 127.0.0.1:6070", cfg.http.debugAddr)
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"strings"
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
@@ -30,18 +28,10 @@ func TestRedisFlagsValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, parse := serveFlags(io.Discard)
-			if err := parse(tt.args); err != nil {
-				t.Fatalf("parse %v: %v", tt.args, err)
-			}
-			mode, err := cfg.redis.validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("validate: %v", err)
-			case tt.want == "" && mode != tt.mode:
+			mode, err := parseServe(t, tt.args...).redis.validate()
+			expectValidation(t, err, tt.want)
+			if tt.want == "" && mode != tt.mode {
 				t.Fatalf("mode %v, want %v", mode, tt.mode)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("validate: %v, want an error naming %s", err, tt.want)
 			}
 		})
 	}
@@ -50,10 +40,7 @@ func TestRedisFlagsValidate(t *testing.T) {
 func TestRedisFlagsFromEnv(t *testing.T) {
 	t.Setenv("ENVOY_RLS_REDIS_BREAKER_COOLDOWN", "3s")
 	t.Setenv("ENVOY_RLS_REDIS_FAILURE_MODE", "deny")
-	cfg, parse := serveFlags(io.Discard)
-	if err := parse(nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseServe(t)
 	mode, err := cfg.redis.validate()
 	if err != nil || mode != failover.ModeDeny || cfg.redis.breaker.cooldown.String() != "3s" {
 		t.Fatalf("from env: mode %v, cooldown %v, %v", mode, cfg.redis.breaker.cooldown, err)

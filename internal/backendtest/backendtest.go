@@ -26,7 +26,8 @@ type Backend interface {
 // calls (a Redis server) keep scenarios apart.
 type Factory func(t *testing.T) Backend
 
-// Start is an epoch aligned to every window the suite uses.
+// Start is an epoch aligned to every window the suite uses. Scenarios
+// whose clock does not move decide at Start throughout.
 const Start int64 = 1_700_006_400 * algo.Second
 
 // Run runs every scenario against backends made by f.
@@ -64,7 +65,7 @@ func Apply(tb testing.TB, b Backend, now int64, checks ...algo.Check) []algo.Dec
 
 // UserCheck is a check of hits on the counter (user, user) of domain.
 func UserCheck(domain, user string, pol algo.Policy, hits int64) algo.Check {
-	return algo.Check{Domain: domain, Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: pol, Hits: hits}
+	return check(domain, pol, hits, "user", user)
 }
 
 // PerMinute is a policy of n per minute.
@@ -120,18 +121,16 @@ func burstDenyRecoverOne(t *testing.T, f Factory, a algo.Algorithm, limit int64)
 func allOrNothing(t *testing.T, f Factory) {
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(Start)
 			b := f(t)
 			wide := check(t.Name(), algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}, 1, "user", "u")
 			narrow := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 1, "path", "/x")
-			ds := Apply(t, b, now.Load(), wide, narrow)
+			ds := Apply(t, b, Start, wide, narrow)
 			expect(t, ds[0], true, 9)
 			expect(t, ds[1], true, 0)
-			ds = Apply(t, b, now.Load(), wide, narrow)
+			ds = Apply(t, b, Start, wide, narrow)
 			expect(t, ds[1], false, 0)
 			expect(t, ds[0], true, 9) // reported as a check: nothing consumed
-			expect(t, Apply(t, b, now.Load(), wide)[0], true, 8)
+			expect(t, Apply(t, b, Start, wide)[0], true, 8)
 		})
 	}
 }
@@ -139,17 +138,15 @@ func allOrNothing(t *testing.T, f Factory) {
 func checkOnlyAndRefund(t *testing.T, f Factory) {
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(Start)
 			b := f(t)
 			pol := algo.Policy{Algorithm: a, Limit: 5, Period: algo.Minute}
-			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
-			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, Start, check(t.Name(), pol, 3, "k", "v"))[0], true, 2)
+			expect(t, Apply(t, b, Start, check(t.Name(), pol, 0, "k", "v"))[0], true, 2)
 			refund := check(t.Name(), pol, 2, "k", "v")
 			refund.Refund = true
-			expect(t, Apply(t, b, now.Load(), refund)[0], true, 4)
-			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
-			expect(t, Apply(t, b, now.Load(), check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
+			expect(t, Apply(t, b, Start, refund)[0], true, 4)
+			expect(t, Apply(t, b, Start, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
+			expect(t, Apply(t, b, Start, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
 		})
 	}
 }
@@ -157,8 +154,6 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 // distinctCounters: descriptors that envoyproxy/ratelimit's "_"-joined keys
 // would merge keep separate counters here.
 func distinctCounters(t *testing.T, f Factory) {
-	var now atomic.Int64
-	now.Store(Start)
 	b := f(t)
 	pol := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}
 	d := t.Name() + "/d"
@@ -173,7 +168,7 @@ func distinctCounters(t *testing.T, f Factory) {
 		check(d, algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Minute}, 1, "a", "b_c_d"),
 	}
 	for i, c := range variants {
-		if !Apply(t, b, now.Load(), c)[0].Allowed {
+		if !Apply(t, b, Start, c)[0].Allowed {
 			t.Fatalf("variant %d (%+v) shares a counter with an earlier one", i, c)
 		}
 	}
@@ -197,14 +192,12 @@ func sharedCounter(t *testing.T, f Factory) {
 	for _, a := range algo.Algorithms {
 		for _, tc := range cases {
 			t.Run(a.String()+"/"+tc.name, func(t *testing.T) {
-				var now atomic.Int64
-				now.Store(Start)
 				b := f(t)
 				first := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.first, Period: algo.Minute}, 1, "user", "a")
 				second := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.second, Period: algo.Minute}, 1, "user", "a")
 				admitted := int64(0)
 				for range 2 * tc.wantLimit {
-					ds := Apply(t, b, now.Load(), first, second)
+					ds := Apply(t, b, Start, first, second)
 					if ds[0] != ds[1] {
 						t.Fatalf("one counter, two decisions: %+v and %+v", ds[0], ds[1])
 					}
@@ -219,7 +212,7 @@ func sharedCounter(t *testing.T, f Factory) {
 				}
 				// A check-only probe under the limit obeyed sees every hit.
 				probe := check(t.Name(), algo.Policy{Algorithm: a, Limit: tc.wantLimit, Period: algo.Minute}, 0, "user", "a")
-				if d := Apply(t, b, now.Load(), probe)[0]; d.Remaining != tc.wantLimit-admitted {
+				if d := Apply(t, b, Start, probe)[0]; d.Remaining != tc.wantLimit-admitted {
 					t.Fatalf("after %d admitted hits the counter reports remaining %d, want %d", admitted, d.Remaining, tc.wantLimit-admitted)
 				}
 			})
@@ -232,8 +225,6 @@ func sharedCounter(t *testing.T, f Factory) {
 func concurrentExact(t *testing.T, f Factory) {
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(Start)
 			b := f(t)
 			const limit, workers, each = 50, 8, 20
 			c := check(t.Name(), algo.Policy{Algorithm: a, Limit: limit, Period: algo.Hour}, 1, "k", "v")
@@ -245,7 +236,7 @@ func concurrentExact(t *testing.T, f Factory) {
 				go func() {
 					defer wg.Done()
 					for range each {
-						d, err := b.Apply(context.Background(), time.UnixMicro(now.Load()), []algo.Check{c})
+						d, err := b.Apply(context.Background(), time.UnixMicro(Start), []algo.Check{c})
 						if err != nil {
 							errs <- err
 							return

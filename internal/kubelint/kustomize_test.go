@@ -99,14 +99,7 @@ func TestCheckKustomization(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatalf("passed; want an error mentioning %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not mention %q:\n%v", w, err)
-				}
-			}
+			expectMentions(t, err, tc.want)
 		})
 	}
 }

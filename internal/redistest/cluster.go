@@ -47,15 +47,7 @@ type ClusterSet struct {
 // never agree); it is then torn down and made again, up to
 // clusterAttempts times.
 func StartCluster() (*ClusterSet, error) {
-	var errs []error
-	for range clusterAttempts {
-		c, err := startClusterOnce()
-		if err == nil {
-			return c, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, errors.Join(errs...)
+	return startAttempts(clusterAttempts, startClusterOnce)
 }
 
 // clusterAttempts bounds how often StartCluster makes a cluster anew.
@@ -66,40 +58,31 @@ func startClusterOnce() (*ClusterSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ClusterSet{Nodes: make([]*Server, 6)}
-	errs := make([]error, len(c.Nodes))
-	var wg sync.WaitGroup
-	for i := range c.Nodes {
-		wg.Go(func() {
-			c.Nodes[i], errs[i] = launch("cluster", func(dir string, ports []int) ([]string, error) {
-				return append(baseArgs(dir, ports[0]),
-					"--cluster-enabled", "yes",
-					"--cluster-config-file", "nodes.conf",
-					"--cluster-port", strconv.Itoa(ports[1]),
-					"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())),
-					// Replicas may always take over, however long the
-					// master was gone, and stay where they were put.
-					"--cluster-replica-validity-factor", "0",
-					"--cluster-allow-replica-migration", "no",
-					// Healthy masters keep serving their slots while a
-					// failed master's are uncovered (until its replica
-					// is promoted), as envoy-rls's README asks of
-					// production clusters; by default Redis answers
-					// CLUSTERDOWN for every key then.
-					"--cluster-require-full-coverage", "no",
-					"--repl-diskless-sync-delay", "0",
-				), nil
-			}, 2)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	c := &ClusterSet{}
+	c.Nodes, err = launchAll(6, "cluster", func(dir string, ports []int) ([]string, error) {
+		return append(baseArgs(dir, ports[0]),
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(ports[1]),
+			"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())),
+			// Replicas may always take over, however long the
+			// master was gone, and stay where they were put.
+			"--cluster-replica-validity-factor", "0",
+			"--cluster-allow-replica-migration", "no",
+			// Healthy masters keep serving their slots while a
+			// failed master's are uncovered (until its replica
+			// is promoted), as envoy-rls's README asks of
+			// production clusters; by default Redis answers
+			// CLUSTERDOWN for every key then.
+			"--cluster-require-full-coverage", "no",
+			"--repl-diskless-sync-delay", "0",
+		), nil
+	}, 2)
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redistest: cluster: %w", err)
 	}
-	for _, n := range c.Nodes {
-		c.Addrs = append(c.Addrs, n.Addr)
-	}
+	c.Addrs = addrs(c.Nodes)
 
 	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
 	defer cancel()
@@ -137,12 +120,8 @@ func (c *ClusterSet) ClusterClient(t testing.TB) *redis.ClusterClient {
 // Masters returns the current masters ordered by their first slot.
 func (c *ClusterSet) Masters(t testing.TB) []*Server {
 	t.Helper()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []*Server
-	for _, m := range topo.masters() {
+	for _, m := range c.mustTopology(t).masters() {
 		out = append(out, c.node(m.addr))
 	}
 	return out
@@ -151,48 +130,53 @@ func (c *ClusterSet) Masters(t testing.TB) []*Server {
 // MasterForSlot returns the node that currently serves slot.
 func (c *ClusterSet) MasterForSlot(t testing.TB, slot int) *Server {
 	t.Helper()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := topo.owner(slot)
-	if m == nil {
-		t.Fatalf("redistest: no node serves slot %d", slot)
-	}
-	return c.node(m.addr)
+	return c.node(mustOwner(t, c.mustTopology(t), slot).addr)
 }
 
 // ReplicaOf returns a running replica of master, or fails the test.
 func (c *ClusterSet) ReplicaOf(t testing.TB, master *Server) *Server {
 	t.Helper()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := c.replicaOf(topo, master.Addr)
-	if r == nil {
-		t.Fatalf("redistest: master %s has no running replica", master.Addr)
-	}
-	return r
+	return c.mustReplica(t, c.mustTopology(t), master.Addr)
 }
 
 // shard returns the master serving slot, as the cluster sees it, and its
 // running replica; the caller holds c.mu.
 func (c *ClusterSet) shard(t testing.TB, slot int) (master *clusterNode, replica *Server) {
 	t.Helper()
+	topo := c.mustTopology(t)
+	master = mustOwner(t, topo, slot)
+	return master, c.mustReplica(t, topo, master.addr)
+}
+
+// mustTopology is topology for the test helpers: a cluster no node answers
+// for fails the test.
+func (c *ClusterSet) mustTopology(t testing.TB) *topology {
+	t.Helper()
 	topo, err := c.topology()
 	if err != nil {
 		t.Fatal(err)
 	}
-	master = topo.owner(slot)
-	if master == nil {
+	return topo
+}
+
+// mustOwner returns the node topo says serves slot, or fails the test.
+func mustOwner(t testing.TB, topo *topology, slot int) *clusterNode {
+	t.Helper()
+	m := topo.owner(slot)
+	if m == nil {
 		t.Fatalf("redistest: no node serves slot %d", slot)
 	}
-	replica = c.replicaOf(topo, master.addr)
-	if replica == nil {
-		t.Fatalf("redistest: master %s has no running replica", master.addr)
+	return m
+}
+
+// mustReplica returns a running replica of masterAddr, or fails the test.
+func (c *ClusterSet) mustReplica(t testing.TB, topo *topology, masterAddr string) *Server {
+	t.Helper()
+	r := c.replicaOf(topo, masterAddr)
+	if r == nil {
+		t.Fatalf("redistest: master %s has no running replica", masterAddr)
 	}
-	return master, replica
+	return r
 }
 
 // Failover promotes the replica of the master serving slot with CLUSTER
@@ -286,16 +270,10 @@ func (c *ClusterSet) topology() (*topology, error) {
 // every running replica has its replication link up, with replicas also
 // every master has a running replica, and extra (if any) holds.
 func (c *ClusterSet) waitStable(replicas bool, extra func(*topology) bool) error {
-	deadline := time.Now().Add(topologyTimeout)
-	var why error
-	for time.Now().Before(deadline) {
-		why = c.stable(replicas, extra)
-		if why == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitFor(func() error { return c.stable(replicas, extra) }); err != nil {
+		return fmt.Errorf("redistest: cluster did not settle: %w", err)
 	}
-	return fmt.Errorf("redistest: cluster did not settle within %v: %w", topologyTimeout, why)
+	return nil
 }
 
 func (c *ClusterSet) stable(replicas bool, extra func(*topology) bool) error {

@@ -167,6 +167,22 @@ func KeyPrefix(t testing.TB) string {
 	return fmt.Sprintf("%s#%d:", name, prefixSeq.Add(1))
 }
 
+// startAttempts calls start until it succeeds, at most attempts times, and
+// returns every failure when none did. Each attempt makes a set anew on
+// fresh ports; the callers say why their kind of set may need another.
+func startAttempts[T any](attempts int, start func() (T, error)) (T, error) {
+	var errs []error
+	for range attempts {
+		v, err := start()
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, err)
+	}
+	var zero T
+	return zero, errors.Join(errs...)
+}
+
 // startForTest starts a set for one test, fails the test if it cannot, and
 // stops the set at the test's cleanup.
 func startForTest[T interface{ Close() }](t testing.TB, start func() (T, error)) T {

@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,19 +38,14 @@ type SentinelSet struct {
 // the master, the replica and the other two sentinels. The caller must Close
 // it. Use it from TestMain; tests use Sentinel or SharedSentinel.
 func StartSentinel() (*SentinelSet, error) {
-	// Sentinels find each other through hello messages; on a starved
-	// machine a set occasionally never completes that discovery. A fresh set
-	// on fresh ports is the cure, once.
-	s, err := startSentinelOnce()
-	if err == nil {
-		return s, nil
-	}
-	s, err2 := startSentinelOnce()
-	if err2 != nil {
-		return nil, errors.Join(err, err2)
-	}
-	return s, nil
+	return startAttempts(sentinelAttempts, startSentinelOnce)
 }
+
+// sentinelAttempts bounds how often StartSentinel makes a set anew.
+// Sentinels find each other through hello messages; on a starved machine a
+// set occasionally never completes that discovery. A fresh set on fresh
+// ports is the cure, once.
+const sentinelAttempts = 2
 
 func startSentinelOnce() (*SentinelSet, error) {
 	s := &SentinelSet{MasterName: sentinelMaster}
@@ -80,16 +74,11 @@ func startSentinelOnce() (*SentinelSet, error) {
 		return nil, fmt.Errorf("redistest: sentinel set: %w", err)
 	}
 
-	s.Sentinels = make([]*Server, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range s.Sentinels {
-		wg.Go(func() {
-			s.Sentinels[i], errs[i] = launch("sentinel", func(dir string, ports []int) ([]string, error) {
-				conf := filepath.Join(dir, "sentinel.conf")
-				// Sentinel rewrites its config file, so it must be a
-				// writable file, not command-line arguments alone.
-				text := fmt.Sprintf(`port %d
+	s.Sentinels, err = launchAll(3, "sentinel", func(dir string, ports []int) ([]string, error) {
+		conf := filepath.Join(dir, "sentinel.conf")
+		// Sentinel rewrites its config file, so it must be a
+		// writable file, not command-line arguments alone.
+		text := fmt.Sprintf(`port %d
 bind 127.0.0.1
 dir %s
 logfile %s
@@ -100,21 +89,16 @@ sentinel down-after-milliseconds %[4]s 1500
 sentinel failover-timeout %[4]s 3000
 sentinel parallel-syncs %[4]s 1
 `, ports[0], dir, filepath.Join(dir, "redis.log"), sentinelMaster, master.Port)
-				if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-					return nil, err
-				}
-				return []string{conf, "--sentinel"}, nil
-			}, 1)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+		return []string{conf, "--sentinel"}, nil
+	}, 1)
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("redistest: sentinel set: %w", err)
 	}
-	for _, n := range s.Sentinels {
-		s.SentinelAddrs = append(s.SentinelAddrs, n.Addr)
-	}
+	s.SentinelAddrs = addrs(s.Sentinels)
 	if err := s.waitStable(master, true); err != nil {
 		s.Close()
 		return nil, err

@@ -128,6 +128,29 @@ func launch(name string, argv func(dir string, ports []int) ([]string, error), n
 	}
 }
 
+// launchAll launches n servers alike (name, argv and nports as for launch)
+// in parallel. It returns every server, with nil for those that failed to
+// start, and their failures joined; the caller closes what started.
+func launchAll(n int, name string, argv func(dir string, ports []int) ([]string, error), nports int) ([]*Server, error) {
+	servers := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Go(func() { servers[i], errs[i] = launch(name, argv, nports) })
+	}
+	wg.Wait()
+	return servers, errors.Join(errs...)
+}
+
+// addrs returns the addresses of servers.
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = s.Addr
+	}
+	return out
+}
+
 // allocPorts returns n distinct free loopback ports. The listeners stay open
 // until all n are chosen so the kernel cannot hand out one port twice.
 func allocPorts(n int) ([]int, error) {

@@ -51,6 +51,17 @@ func simulate(p Policy, r *rand.Rand, n int, withRefunds bool) []event {
 	return evs
 }
 
+// simulateChecked simulates n steps without refunds on the random policy of
+// algorithm a that seed draws, and checks the decisions' basics.
+func simulateChecked(t *testing.T, a Algorithm, seed uint64, n int) (Policy, []event) {
+	t.Helper()
+	r := newRand(seed)
+	p := randPolicy(r, a)
+	evs := simulate(p, r, n, false)
+	checkBasics(t, p, evs)
+	return p, evs
+}
+
 // admittedPerWindow sums the admitted hits of evs by epoch-aligned window.
 func admittedPerWindow(evs []event, period int64) map[int64]int64 {
 	perWindow := map[int64]int64{}
@@ -82,10 +93,7 @@ func checkBasics(t *testing.T, p Policy, evs []event) {
 
 func TestBoundFixedWindow(t *testing.T) {
 	for _, seed := range seeds(8) {
-		r := newRand(seed)
-		p := randPolicy(r, FixedWindow)
-		evs := simulate(p, r, 3000, false)
-		checkBasics(t, p, evs)
+		p, evs := simulateChecked(t, FixedWindow, seed, 3000)
 		perWindow := admittedPerWindow(evs, p.Period)
 		for w, n := range perWindow {
 			if n > p.Limit {
@@ -97,10 +105,7 @@ func TestBoundFixedWindow(t *testing.T) {
 
 func TestBoundSlidingWindow(t *testing.T) {
 	for _, seed := range seeds(12) {
-		r := newRand(seed)
-		p := randPolicy(r, SlidingWindow)
-		evs := simulate(p, r, 3000, false)
-		checkBasics(t, p, evs)
+		p, evs := simulateChecked(t, SlidingWindow, seed, 3000)
 		perWindow := admittedPerWindow(evs, p.Period)
 		for j, ev := range evs {
 			if !ev.d.Allowed || ev.hits == 0 {
@@ -124,10 +129,7 @@ func TestBoundSlidingWindow(t *testing.T) {
 
 func TestSlidingLogIsExact(t *testing.T) {
 	for _, seed := range seeds(8) {
-		r := newRand(seed)
-		p := randPolicy(r, SlidingLog)
-		evs := simulate(p, r, 3000, false)
-		checkBasics(t, p, evs)
+		p, evs := simulateChecked(t, SlidingLog, seed, 3000)
 		for j, ev := range evs {
 			var inPeriod int64
 			for i := j - 1; i >= 0 && evs[i].now > ev.now-p.Period; i-- {
@@ -254,10 +256,7 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 func TestBoundBuckets(t *testing.T) {
 	for _, a := range []Algorithm{TokenBucket, GCRA} {
 		for _, seed := range seeds(8) {
-			r := newRand(seed)
-			p := randPolicy(r, a)
-			evs := simulate(p, r, 2000, false)
-			checkBasics(t, p, evs)
+			p, evs := simulateChecked(t, a, seed, 2000)
 			for j := range evs {
 				if !evs[j].d.Allowed {
 					continue
@@ -337,7 +336,7 @@ func TestDecisionsExact(t *testing.T) {
 				p := randPolicy(r, a)
 				var s State
 				now := t0 + r.Int64N(10*Second)
-				for i := range 2000 {
+				for range 2000 {
 					if r.IntN(200) == 0 { // a config change keeps the key
 						q := randPolicy(r, a)
 						p.Limit, p.Burst = q.Limit, q.Burst
@@ -346,7 +345,6 @@ func TestDecisionsExact(t *testing.T) {
 					hits, refund := randsteps.Hits(r, p.Capacity())
 					checkExact(t, p, s, now, hits, refund)
 					s, _ = Step(p, s, now, hits, refund)
-					_ = i
 				}
 			})
 		}

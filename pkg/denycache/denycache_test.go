@@ -44,6 +44,14 @@ func newCache(t testing.TB, next Backend, opts Options) *Cache {
 	return c
 }
 
+// newCounted puts a cache with opts in front of next, and counts the calls
+// that get through it to next.
+func newCounted(t testing.TB, next Backend, opts Options) (*Cache, *counting) {
+	t.Helper()
+	cnt := &counting{next: next}
+	return newCache(t, cnt, opts), cnt
+}
+
 // backends makes the wrapped backends the tests run on: the in-process
 // store and a standalone Redis, both on the injected clock. Each call on
 // Redis gets a fresh domain, so the two backends of one test never share
@@ -109,16 +117,13 @@ func TestShortCircuit(t *testing.T) {
 		t.Run(bk.name, func(t *testing.T) {
 			for _, a := range algo.Algorithms {
 				t.Run(a.String(), func(t *testing.T) {
-					var now atomic.Int64
-					now.Store(backendtest.Start)
+					now := backendtest.Start
 					next, dom := bk.make(t)
-					cnt := &counting{next: next}
-					reg := prometheus.NewRegistry()
-					c := newCache(t, cnt, Options{Registerer: reg})
+					c, cnt := newCounted(t, next, Options{Registerer: prometheus.NewRegistry()})
 					ch := backendtest.UserCheck(dom, "alice", backendtest.PerMinute(a, 2), 1)
-					backendtest.Apply(t, c, now.Load(), ch)
-					backendtest.Apply(t, c, now.Load(), ch)
-					first := backendtest.Apply(t, c, now.Load(), ch)[0]
+					backendtest.Apply(t, c, now, ch)
+					backendtest.Apply(t, c, now, ch)
+					first := backendtest.Apply(t, c, now, ch)[0]
 					if first.Allowed || first.RetryAfter <= 0 {
 						t.Fatalf("third request: %+v, want denied by the backend", first)
 					}
@@ -126,9 +131,9 @@ func TestShortCircuit(t *testing.T) {
 						t.Fatalf("%d backend calls for 3 requests, want 3", got)
 					}
 					for _, step := range []int64{0, 1, first.RetryAfter/2 - 1, first.RetryAfter/2 - 1} {
-						now.Add(step)
-						d := backendtest.Apply(t, c, now.Load(), ch)[0]
-						elapsed := now.Load() - backendtest.Start
+						now += step
+						d := backendtest.Apply(t, c, now, ch)[0]
+						elapsed := now - backendtest.Start
 						if d.Allowed || d.Remaining != 0 || d.RetryAfter != first.RetryAfter-elapsed {
 							t.Fatalf("at +%dµs: %+v, want denied with RetryAfter %d", elapsed, d, first.RetryAfter-elapsed)
 						}
@@ -136,8 +141,8 @@ func TestShortCircuit(t *testing.T) {
 					if got := cnt.calls.Load(); got != 3 {
 						t.Errorf("%d backend calls, want 3: the cached denials must not reach the backend", got)
 					}
-					now.Store(backendtest.Start + first.RetryAfter)
-					if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
+					now = backendtest.Start + first.RetryAfter
+					if d := backendtest.Apply(t, c, now, ch)[0]; !d.Allowed {
 						t.Errorf("at RetryAfter: %+v, want admitted by the backend", d)
 					}
 					if got := cnt.calls.Load(); got != 4 {
@@ -160,20 +165,17 @@ func TestShortCircuit(t *testing.T) {
 // request as untouched counters, and a smaller request on the same
 // counter still goes to the backend.
 func TestCachedAnswer(t *testing.T) {
-	var now atomic.Int64
-	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t)}
-	c := newCache(t, cnt, Options{})
+	c, cnt := newCounted(t, newStore(t), Options{})
 	bucket := algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute, Burst: 20}
 	narrow := backendtest.UserCheck(t.Name(), "narrow", bucket, 15)
 	wide := backendtest.UserCheck(t.Name(), "wide", backendtest.PerMinute(algo.SlidingWindow, 100), 1)
-	backendtest.Apply(t, c, now.Load(), narrow, wide) // 5 tokens left
-	d := backendtest.Apply(t, c, now.Load(), narrow, wide)
+	backendtest.Apply(t, c, backendtest.Start, narrow, wide) // 5 tokens left
+	d := backendtest.Apply(t, c, backendtest.Start, narrow, wide)
 	if d[0].Allowed {
 		t.Fatalf("second 15-hit request: %+v, want denied", d[0])
 	}
 	calls := cnt.calls.Load()
-	d = backendtest.Apply(t, c, now.Load(), narrow, wide)
+	d = backendtest.Apply(t, c, backendtest.Start, narrow, wide)
 	if cnt.calls.Load() != calls {
 		t.Fatal("the known denial reached the backend")
 	}
@@ -186,7 +188,7 @@ func TestCachedAnswer(t *testing.T) {
 	// Fewer hits than the known denial: the backend decides, and admits.
 	small := narrow
 	small.Hits = 5
-	if d := backendtest.Apply(t, c, now.Load(), small, wide); !d[0].Allowed || d[0].Remaining != 0 {
+	if d := backendtest.Apply(t, c, backendtest.Start, small, wide); !d[0].Allowed || d[0].Remaining != 0 {
 		t.Errorf("5-hit request: %+v, want admitted with 0 left", d[0])
 	}
 	if cnt.calls.Load() != calls+1 {
@@ -195,7 +197,7 @@ func TestCachedAnswer(t *testing.T) {
 	// A check-only request below it too.
 	probe := narrow
 	probe.Hits = 0
-	backendtest.Apply(t, c, now.Load(), probe)
+	backendtest.Apply(t, c, backendtest.Start, probe)
 	if cnt.calls.Load() != calls+2 {
 		t.Error("a check-only request did not reach the backend")
 	}
@@ -206,26 +208,23 @@ func TestCachedAnswer(t *testing.T) {
 func TestRefundEvicts(t *testing.T) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(backendtest.Start)
 			next, dom := bk.make(t)
-			cnt := &counting{next: next}
-			c := newCache(t, cnt, Options{})
+			c, cnt := newCounted(t, next, Options{})
 			ch := backendtest.UserCheck(dom, "u", backendtest.PerMinute(algo.FixedWindow, 1), 1)
-			backendtest.Apply(t, c, now.Load(), ch)
-			backendtest.Apply(t, c, now.Load(), ch) // denied, remembered
+			backendtest.Apply(t, c, backendtest.Start, ch)
+			backendtest.Apply(t, c, backendtest.Start, ch) // denied, remembered
 			if c.Len() != 1 {
 				t.Fatalf("Len = %d after a denial, want 1", c.Len())
 			}
 			back := ch
 			back.Refund = true
 			other := backendtest.UserCheck(dom, "other", backendtest.PerMinute(algo.FixedWindow, 5), 1)
-			backendtest.Apply(t, c, now.Load(), back, other)
+			backendtest.Apply(t, c, backendtest.Start, back, other)
 			if c.Len() != 0 {
 				t.Errorf("Len = %d after the refund, want 0", c.Len())
 			}
 			calls := cnt.calls.Load()
-			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, backendtest.Start, ch)[0]; !d.Allowed {
 				t.Errorf("after the refund: %+v, want admitted", d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -241,10 +240,7 @@ func TestRefundEvicts(t *testing.T) {
 // TestPolicyChange: a raised limit (a reload) does not match the denial
 // remembered under the old one.
 func TestPolicyChange(t *testing.T) {
-	var now atomic.Int64
-	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t)}
-	c := newCache(t, cnt, Options{})
+	c, cnt := newCounted(t, newStore(t), Options{})
 	for _, tc := range []struct {
 		name   string
 		pol    algo.Policy
@@ -255,13 +251,13 @@ func TestPolicyChange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := backendtest.UserCheck(t.Name(), "u", tc.pol, 1)
-			backendtest.Apply(t, c, now.Load(), ch)
-			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; d.Allowed {
+			backendtest.Apply(t, c, backendtest.Start, ch)
+			if d := backendtest.Apply(t, c, backendtest.Start, ch)[0]; d.Allowed {
 				t.Fatalf("second request: %+v, want denied", d)
 			}
 			calls := cnt.calls.Load()
 			tc.change(&ch.Policy)
-			if d := backendtest.Apply(t, c, now.Load(), ch)[0]; !d.Allowed {
+			if d := backendtest.Apply(t, c, backendtest.Start, ch)[0]; !d.Allowed {
 				t.Errorf("after the %s changed: %+v, want admitted", tc.name, d)
 			}
 			if cnt.calls.Load() != calls+1 {
@@ -275,15 +271,13 @@ func TestPolicyChange(t *testing.T) {
 // MaxEntries (rounded up to whole shards); long identities are never
 // cached.
 func TestBounded(t *testing.T) {
-	var now atomic.Int64
-	now.Store(backendtest.Start)
-	reg := prometheus.NewRegistry()
-	c := newCache(t, newStore(t), Options{MaxEntries: 128, MaxKeyBytes: 64, Registerer: reg})
+	now := backendtest.Start
+	c := newCache(t, newStore(t), Options{MaxEntries: 128, MaxKeyBytes: 64, Registerer: prometheus.NewRegistry()})
 	blocked := algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Hour}
 	for i := range 5000 {
-		backendtest.Apply(t, c, now.Load(), backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
+		backendtest.Apply(t, c, now, backendtest.UserCheck("d", fmt.Sprint("u", i), blocked, 1))
 		if i%50 == 0 {
-			now.Add(algo.Second)
+			now += algo.Second
 		}
 	}
 	if n := c.Len(); n > 128 || n < 64 {
@@ -294,7 +288,7 @@ func TestBounded(t *testing.T) {
 	}
 	long := backendtest.UserCheck("d", strings.Repeat("x", 100), blocked, 1)
 	before := c.Len()
-	backendtest.Apply(t, c, now.Load(), long)
+	backendtest.Apply(t, c, now, long)
 	if c.Len() > before {
 		t.Error("a counter with a 100-byte value was cached with MaxKeyBytes 64")
 	}
@@ -338,12 +332,10 @@ func TestNeverOverAdmits(t *testing.T) {
 			}
 			for seed := range uint64(3) {
 				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-					var now atomic.Int64
-					now.Store(backendtest.Start)
+					now := backendtest.Start
 					plain, domA := bk.make(t)
 					next, domB := bk.make(t)
-					cnt := &counting{next: next}
-					c := newCache(t, cnt, Options{})
+					c, cnt := newCounted(t, next, Options{})
 					rng := rand.New(rand.NewPCG(seed, 42))
 					for step := range steps {
 						var reqA, reqB []algo.Check
@@ -372,8 +364,8 @@ func TestNeverOverAdmits(t *testing.T) {
 							ch.Domain = domB
 							reqB = append(reqB, ch)
 						}
-						dA := backendtest.Apply(t, plain, now.Load(), reqA...)
-						dB := backendtest.Apply(t, c, now.Load(), reqB...)
+						dA := backendtest.Apply(t, plain, now, reqA...)
+						dB := backendtest.Apply(t, c, now, reqB...)
 						if overall(reqA, dA) != overall(reqB, dB) {
 							t.Fatalf("step %d: plain %v, cached %v for %+v", step, dA, dB, reqA)
 						}
@@ -382,7 +374,7 @@ func TestNeverOverAdmits(t *testing.T) {
 								t.Fatalf("step %d check %d: cache reports denied, backend admits: %+v vs %+v", step, i, dB[i], dA[i])
 							}
 						}
-						now.Add(int64(rng.IntN(400_000)))
+						now += int64(rng.IntN(400_000))
 					}
 					hits, misses, bypasses := c.Stats()
 					t.Logf("%d hits, %d misses, %d bypasses; %d backend calls", hits, misses, bypasses, cnt.calls.Load())
@@ -411,11 +403,8 @@ func overall(checks []algo.Check, d []algo.Decision) bool {
 func TestConcurrent(t *testing.T) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
-			var now atomic.Int64
-			now.Store(backendtest.Start)
 			next, dom := bk.make(t)
-			cnt := &counting{next: next}
-			c := newCache(t, cnt, Options{})
+			c, cnt := newCounted(t, next, Options{})
 			const workers, each, limit = 8, 50, 40
 			ch := backendtest.UserCheck(dom, "hot", backendtest.PerMinute(algo.SlidingWindow, limit), 1)
 			var admitted atomic.Int64
@@ -423,7 +412,7 @@ func TestConcurrent(t *testing.T) {
 			for range workers {
 				wg.Go(func() {
 					for range each {
-						d, err := c.Apply(context.Background(), time.UnixMicro(now.Load()), []algo.Check{ch})
+						d, err := c.Apply(context.Background(), time.UnixMicro(backendtest.Start), []algo.Check{ch})
 						if err != nil {
 							t.Error(err)
 							return
@@ -492,13 +481,10 @@ func BenchmarkApply(b *testing.B) {
 // TestNeverCached: a denial that no wait lifts (a limit of 0) is cached
 // and answered as such, with no Retry-After to promise.
 func TestNeverCached(t *testing.T) {
-	var now atomic.Int64
-	now.Store(backendtest.Start)
-	cnt := &counting{next: newStore(t)}
-	c := newCache(t, cnt, Options{Registerer: prometheus.NewRegistry()})
+	c, cnt := newCounted(t, newStore(t), Options{Registerer: prometheus.NewRegistry()})
 	blocked := backendtest.UserCheck("d", "mallory", algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Minute}, 1)
 	for i := range 3 {
-		d := backendtest.Apply(t, c, now.Load(), blocked)[0]
+		d := backendtest.Apply(t, c, backendtest.Start, blocked)[0]
 		if d.Allowed || d.RetryAfter != algo.Never {
 			t.Fatalf("request %d: %+v, want denied with RetryAfter Never", i, d)
 		}

@@ -8,9 +8,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
-	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // benchRules has a nested two-entry rule (user → path), a per-tenant rule
@@ -50,23 +48,12 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			snap := mustSnapshot(b, benchRules)
-			store, err := memstore.New(memstore.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg := Config{
-				Rules:   func() *rules.Snapshot { return snap },
-				Backend: store,
-				Headers: bc.headers,
-			}
+			// Config.Now unset: the real clock, as in production.
+			cfg := Config{Backend: newStore(b), Headers: bc.headers}
 			if bc.metrics {
 				cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 			}
-			s, err := New(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s := newService(b, mustSnapshot(b, benchRules), cfg)
 			ctx := context.Background()
 			// Prime, so that "denied" measures denials and every case
 			// measures the steady state.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
-	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -432,11 +430,7 @@ var compatBackends = []struct {
 	new  func(t *testing.T) (Backend, string)
 }{
 	{"memstore", func(t *testing.T) (Backend, string) {
-		s, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, ""
+		return newStore(t), ""
 	}},
 	{"redis", func(t *testing.T) (Backend, string) {
 		b, err := redisalgo.New(redistest.SharedStandalone(t).Client(t), redisalgo.Options{CallerTime: true})
@@ -486,28 +480,14 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Bac
 	clk := &clock{t: epoch}
 	backend, prefix := newBackend(t)
 	domain := prefix + sc.domain
-	yaml := strings.Replace(sc.yaml, "\ndomain: "+sc.domain+"\n", "\ndomain: "+strconv.Quote(domain)+"\n", 1)
-	if !strings.Contains(yaml, strconv.Quote(domain)) {
-		t.Fatalf("scenario YAML has no line %q", "domain: "+sc.domain)
-	}
-	d, err := rules.Parse(sc.name+".yaml", []byte(yaml), rules.Options{DefaultAlgorithm: algo.FixedWindow})
-	if err != nil {
-		t.Fatalf("parse: %v", err)
-	}
-	snap, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	s, err := New(Config{
-		Rules:            func() *rules.Snapshot { return snap },
+	yaml := withDomain(t, sc.yaml, sc.domain, domain)
+	snap := parseSnapshot(t, sc.name+".yaml", yaml, rules.Options{DefaultAlgorithm: algo.FixedWindow})
+	s := newService(t, snap, Config{
 		Backend:          backend,
 		Now:              clk.Now,
 		DefaultAlgorithm: algo.FixedWindow,
 		ShadowMode:       sc.globalShadow,
 	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
 	for i, st := range sc.steps {
 		clk.Advance(st.advance)
 		descs := make([]*ratelimitv3.RateLimitDescriptor, len(st.descs))

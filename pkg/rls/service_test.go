@@ -43,30 +43,44 @@ func (c *clock) Advance(d time.Duration) {
 // clock (the time of each request) a fake one.
 func newTestService(t testing.TB, yaml string, mutate func(*Config)) (*Service, *clock) {
 	t.Helper()
-	snap := mustSnapshot(t, yaml)
 	clk := &clock{t: epoch}
-	store, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		Rules:   func() *rules.Snapshot { return snap },
-		Backend: store,
-		Now:     clk.Now,
-	}
+	cfg := Config{Backend: newStore(t), Now: clk.Now}
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	return newService(t, mustSnapshot(t, yaml), cfg), clk
+}
+
+// newService serves snap with the rest of cfg.
+func newService(t testing.TB, snap *rules.Snapshot, cfg Config) *Service {
+	t.Helper()
+	cfg.Rules = func() *rules.Snapshot { return snap }
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return s, clk
+	return s
+}
+
+// newStore returns an in-process store.
+func newStore(t testing.TB) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatalf("memstore.New: %v", err)
+	}
+	return s
 }
 
 func mustSnapshot(t testing.TB, yaml string) *rules.Snapshot {
 	t.Helper()
-	d, err := rules.Parse("test.yaml", []byte(yaml), rules.Options{})
+	return parseSnapshot(t, "test.yaml", yaml, rules.Options{})
+}
+
+// parseSnapshot parses one rule file, named name, into a snapshot.
+func parseSnapshot(t testing.TB, name, yaml string, opts rules.Options) *rules.Snapshot {
+	t.Helper()
+	d, err := rules.Parse(name, []byte(yaml), opts)
 	if err != nil {
 		t.Fatalf("parse rules: %v", err)
 	}
@@ -75,6 +89,17 @@ func mustSnapshot(t testing.TB, yaml string) *rules.Snapshot {
 		t.Fatalf("snapshot: %v", err)
 	}
 	return snap
+}
+
+// withDomain returns yaml with its line "domain: from" naming domain
+// instead; compatBackends' domain prefixes go in this way.
+func withDomain(t testing.TB, yaml, from, domain string) string {
+	t.Helper()
+	out := strings.Replace(yaml, "\ndomain: "+from+"\n", "\ndomain: "+strconv.Quote(domain)+"\n", 1)
+	if !strings.Contains(out, strconv.Quote(domain)) {
+		t.Fatalf("rules YAML has no line %q", "domain: "+from)
+	}
+	return out
 }
 
 // desc builds a descriptor from "key=value" strings.
@@ -475,11 +500,8 @@ descriptors:
 		t.Run(be.name, func(t *testing.T) {
 			clk := &clock{t: epoch}
 			backend, prefix := be.new(t)
-			snap := mustSnapshot(t, strings.Replace(yaml, "domain: d", "domain: "+strconv.Quote(prefix+"d"), 1))
-			s, err := New(Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend, Now: clk.Now})
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
+			snap := mustSnapshot(t, withDomain(t, yaml, "d", prefix+"d"))
+			s := newService(t, snap, Config{Backend: backend, Now: clk.Now})
 			override := desc("user=a")
 			override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
 			admitted := 0

@@ -82,19 +82,19 @@ descriptors:
 func loadScenarios() []scenario {
 	return []scenario{
 		{name: "floor", title: "floor (no-work gRPC server)", floor: true,
-			workload: func(u []string) workload { return singleKey("bench-floor", "user", u) }},
+			workload: perUser("bench-floor")},
 		{name: "inproc", title: "in-process store, token_bucket", rules: rulesTokenBucket,
-			workload: func(u []string) workload { return singleKey("bench-tb", "user", u) }},
+			workload: perUser("bench-tb")},
 		{name: "redis-token-bucket", title: "Redis, token_bucket", redis: true, rules: rulesTokenBucket,
-			workload: func(u []string) workload { return singleKey("bench-tb", "user", u) }},
+			workload: perUser("bench-tb")},
 		// The floor at Redis token_bucket's throughput: on a saturated
 		// machine a gRPC server's CPU per call grows as its throughput
 		// falls, so this separates what envoy-rls adds from what the lower
 		// throughput costs any server.
 		{name: floorPacedName, title: "floor paced to Redis token_bucket's decisions/s", floor: true, pacedLike: "redis-token-bucket",
-			workload: func(u []string) workload { return singleKey("bench-floor", "user", u) }},
+			workload: perUser("bench-floor")},
 		{name: "redis-sliding-window", title: "Redis, sliding_window", redis: true, rules: rulesSlidingWindow,
-			workload: func(u []string) workload { return singleKey("bench-sw", "user", u) }},
+			workload: perUser("bench-sw")},
 		{name: "redis-3-descriptors", title: "Redis, 3 descriptors/request", redis: true, rules: rulesThree,
 			workload: threeDescriptors},
 		{name: "redis-90-over", title: "Redis, ~90% over limit", redis: true, rules: rulesOver,
@@ -137,17 +137,23 @@ func descriptor(entries ...*rlv3.RateLimitDescriptor_Entry) *rlv3.RateLimitDescr
 	return &rlv3.RateLimitDescriptor{Entries: entries}
 }
 
-// singleKey sends one descriptor with one entry, key=<random user>: the
-// shape of a per-user or per-IP limit.
-func singleKey(domain, key string, users []string) workload {
-	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
-		e := entry(key)
-		req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{descriptor(e)}}
-		return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
-			e.Value = users[rnd.IntN(len(users))]
-			return req
-		}
-	}}
+func request(domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
+}
+
+// perUser is the workload of domain that sends one descriptor with one
+// entry, user=<random user>: the shape of a per-user or per-IP limit.
+func perUser(domain string) func(users []string) workload {
+	return func(users []string) workload {
+		return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
+			e := entry("user")
+			req := request(domain, descriptor(e))
+			return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
+				e.Value = users[rnd.IntN(len(users))]
+				return req
+			}
+		}}
+	}
 }
 
 // threeDescriptors sends [user], [tenant], [user, path]: three limits, all
@@ -163,9 +169,7 @@ func threeDescriptors(users []string) workload {
 	}
 	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
 		user, tenant, user2, path := entry("user"), entry("tenant"), entry("user"), entry("path")
-		req := &rlsv3.RateLimitRequest{Domain: "bench-3d", Descriptors: []*rlv3.RateLimitDescriptor{
-			descriptor(user), descriptor(tenant), descriptor(user2, path),
-		}}
+		req := request("bench-3d", descriptor(user), descriptor(tenant), descriptor(user2, path))
 		return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
 			user.Value = users[rnd.IntN(len(users))]
 			user2.Value = user.Value
@@ -181,8 +185,8 @@ func threeDescriptors(users []string) workload {
 func overNinety(users []string) workload {
 	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
 		over, user := entry("over"), entry("user")
-		overReq := &rlsv3.RateLimitRequest{Domain: "bench-over", Descriptors: []*rlv3.RateLimitDescriptor{descriptor(over)}}
-		userReq := &rlsv3.RateLimitRequest{Domain: "bench-over", Descriptors: []*rlv3.RateLimitDescriptor{descriptor(user)}}
+		overReq := request("bench-over", descriptor(over))
+		userReq := request("bench-over", descriptor(user))
 		return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
 			v := users[rnd.IntN(len(users))]
 			if rnd.IntN(10) < 9 {
@@ -199,7 +203,7 @@ func overNinety(users []string) workload {
 func primeOver(users []string) workload {
 	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
 		over := entry("over")
-		req := &rlsv3.RateLimitRequest{Domain: "bench-over", Descriptors: []*rlv3.RateLimitDescriptor{descriptor(over)}}
+		req := request("bench-over", descriptor(over))
 		return func(_ *rand.Rand, seq int64) *rlsv3.RateLimitRequest {
 			over.Value = users[seq%int64(len(users))]
 			return req
@@ -212,7 +216,7 @@ func primeOver(users []string) workload {
 func distinctKeys(perReq int) workload {
 	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
 		entries := make([]*rlv3.RateLimitDescriptor_Entry, perReq)
-		req := &rlsv3.RateLimitRequest{Domain: "bench-mem"}
+		req := request("bench-mem")
 		for i := range entries {
 			entries[i] = entry("user")
 			req.Descriptors = append(req.Descriptors, descriptor(entries[i]))
@@ -233,7 +237,7 @@ func distinctKeys(perReq int) workload {
 func randomKeys() workload {
 	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
 		e := entry("user")
-		req := &rlsv3.RateLimitRequest{Domain: "bench-soak", Descriptors: []*rlv3.RateLimitDescriptor{descriptor(e)}}
+		req := request("bench-soak", descriptor(e))
 		buf := make([]byte, 0, 32)
 		return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
 			buf = strconv.AppendUint(append(buf[:0], "user-"...), rnd.Uint64(), 36)

@@ -25,7 +25,7 @@ func freeAddr(t *testing.T) string {
 // 1 on OVER_LIMIT, 2 on any error, with one line per descriptor.
 func TestCheckCommand(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	type want struct {
 		code   int
 		stdout []string // regexps, each must match a line

@@ -20,7 +20,7 @@ import (
 // it must exit non-zero, before serving, with a message naming the flag.
 func TestBadFlagsAndEnv(t *testing.T) {
 	t.Parallel()
-	dir := rulesDir(t, map[string]string{"shop.yaml": shopRules})
+	dir := shopDir(t)
 	base := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
 	tests := []struct {
 		name string
@@ -108,7 +108,7 @@ func runServeToFailure(t *testing.T, env []string, args ...string) (stderr strin
 // shows that a command-line flag beats its environment twin.
 func TestEnvTwins(t *testing.T) {
 	t.Parallel()
-	dir := rulesDir(t, map[string]string{"shop.yaml": shopRules})
+	dir := shopDir(t)
 	s := startServer(t, serveOpts{Env: []string{
 		"ENVOY_RLS_CONFIG_DIR=" + dir,
 		"ENVOY_RLS_MAX_DESCRIPTORS=1",

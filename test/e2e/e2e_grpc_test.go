@@ -23,7 +23,7 @@ const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
 // method from the served descriptors; then asks the health service.
 func TestReflectionAndHealth(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 
@@ -98,10 +98,7 @@ func TestReflectionAndHealth(t *testing.T) {
 // by flags, so this also shows the flags reach the service.
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--max-descriptors=3", "--max-entries=2", "--max-key-bytes=8", "--max-value-bytes=16"},
-	})
+	s := startShop(t, "--max-descriptors=3", "--max-entries=2", "--max-key-bytes=8", "--max-value-bytes=16")
 	many := func(n int) []*rlv3.RateLimitDescriptor {
 		var ds []*rlv3.RateLimitDescriptor
 		for range n {

@@ -15,7 +15,7 @@ import (
 // TestJSONEndpoint drives POST /json, the HTTP twin of ShouldRateLimit.
 func TestJSONEndpoint(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	const free = `{"domain":"shop","descriptors":[{"entries":[{"key":"plan","value":"free"}]}]}`
 	for i, want := range []struct {
 		status    int
@@ -82,7 +82,7 @@ func TestJSONEndpoint(t *testing.T) {
 // off by default.
 func TestDebugEndpoints(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	for _, path := range []string{"/healthz", "/healthcheck"} {
 		if status, body := s.get(path); status != http.StatusOK {
 			t.Errorf("%s: %d %q", path, status, body)
@@ -135,10 +135,7 @@ func TestDebugEndpoints(t *testing.T) {
 // TestPprofAndHeaders turns on --pprof and every response header.
 func TestPprofAndHeaders(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--pprof", "--response-headers=all"},
-	})
+	s := startShop(t, "--pprof", "--response-headers=all")
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline"} {
 		if status, body := s.getDebug(path); status != http.StatusOK {
 			t.Errorf("%s with --pprof: %d %.200q, want 200", path, status, body)

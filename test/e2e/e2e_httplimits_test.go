@@ -50,16 +50,32 @@ func closedByServer(c net.Conn, bound time.Duration) (string, error) {
 	return string(b), nil
 }
 
+// healthzOn sends GET /healthz on c, reads the answer through br (within
+// cutOffBound) and fails t unless it is 200. The body is drained, so c can
+// carry another request.
+func healthzOn(t *testing.T, c net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	send(t, c, "GET /healthz HTTP/1.1\r\nHost: rls\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(cutOffBound))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("GET /healthz: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz: %d, want 200", resp.StatusCode)
+	}
+	return resp
+}
+
 // TestHTTPSlowClientsCutOff opens many connections that stall, half in
 // their headers and half after one byte of body: the server closes every
 // one after --http-read-timeout, /json is served meanwhile, and the
 // goroutines they held are released.
 func TestHTTPSlowClientsCutOff(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--http-read-timeout=500ms"},
-	})
+	s := startShop(t, "--http-read-timeout=500ms")
 	base := s.scrape().get("go_goroutines", nil)
 	const slow = 150
 	type stalled struct {
@@ -104,21 +120,11 @@ func TestHTTPSlowClientsCutOff(t *testing.T) {
 // timeout (which net/http would otherwise use for idle connections too).
 func TestHTTPIdleConnectionsClosed(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--http-idle-timeout=300ms", "--http-read-timeout=5m"},
-	})
+	s := startShop(t, "--http-idle-timeout=300ms", "--http-read-timeout=5m")
 	c := dial(t, s.HTTPAddr)
-	send(t, c, "GET /healthz HTTP/1.1\r\nHost: rls\r\n\r\n")
 	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("read response: %v", err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Close {
-		t.Fatalf("/healthz: %d, close=%v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	if resp := healthzOn(t, c, br); resp.Close {
+		t.Fatalf("/healthz: close=%v; want a kept-alive connection", resp.Close)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(cutOffBound))
 	if n, err := br.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
@@ -131,10 +137,7 @@ func TestHTTPIdleConnectionsClosed(t *testing.T) {
 // 431, while a normal request on the same server is served.
 func TestHTTPMaxHeaderBytes(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--http-max-header-bytes=1024"},
-	})
+	s := startShop(t, "--http-max-header-bytes=1024")
 	// net/http allows 4 KiB of slack above the limit; 16 KiB is past it.
 	req, err := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr+"/healthz", nil)
 	if err != nil {
@@ -162,30 +165,18 @@ func TestHTTPMaxHeaderBytes(t *testing.T) {
 func TestHTTPConnectionCap(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
+		ConfigDir: shopDir(t),
 		// The idle timeout must outlast the test's own requests below by
 		// far, or it would free a slot before the third connection comes.
 		Args:        []string{"--http-max-connections=2", "--http-idle-timeout=3s"},
 		NoReadyWait: true, // the probe's own connection would take a slot
 	})
-	healthz := func(c net.Conn) {
-		t.Helper()
-		send(t, c, "GET /healthz HTTP/1.1\r\nHost: rls\r\n\r\n")
-		_ = c.SetReadDeadline(time.Now().Add(cutOffBound))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("GET /healthz: %v", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /healthz: %d", resp.StatusCode)
-		}
-	}
 	held := []net.Conn{dial(t, s.HTTPAddr), dial(t, s.HTTPAddr)}
 	for _, c := range held {
-		healthz(c) // accepted and kept alive: a slot each
+		healthzOn(t, c, bufio.NewReader(c)) // accepted and kept alive: a slot each
 	}
-	healthz(dial(t, s.HTTPAddr))
+	third := dial(t, s.HTTPAddr)
+	healthzOn(t, third, bufio.NewReader(third))
 
 	// The server closed one held connection before it accepted the third,
 	// so its close is already readable; an open one would block to the
@@ -206,7 +197,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 // TestHTTPFlagsRejected: bad HTTP limits stop the start with the flag named.
 func TestHTTPFlagsRejected(t *testing.T) {
 	t.Parallel()
-	dir := rulesDir(t, map[string]string{"shop.yaml": shopRules})
+	dir := shopDir(t)
 	for _, flag := range []string{"--http-read-timeout=0s", "--http-idle-timeout=0s", "--http-max-header-bytes=0", "--http-max-connections=0"} {
 		t.Run(flag, func(t *testing.T) {
 			t.Parallel()
@@ -224,7 +215,7 @@ func TestHTTPFlagsRejected(t *testing.T) {
 // naming --debug-addr; an empty one turns the listener off.
 func TestDebugAddrInUse(t *testing.T) {
 	t.Parallel()
-	dir := rulesDir(t, map[string]string{"shop.yaml": shopRules})
+	dir := shopDir(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

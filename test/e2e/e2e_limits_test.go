@@ -33,6 +33,19 @@ descriptors:
       requests_per_unit: 2
 `
 
+// shopDir returns a fresh rules directory holding shopRules.
+func shopDir(t *testing.T) string {
+	t.Helper()
+	return rulesDir(t, map[string]string{"shop.yaml": shopRules})
+}
+
+// startShop starts envoy-rls serving shopRules on the in-process store,
+// with args added to its flags.
+func startShop(t *testing.T, args ...string) *server {
+	t.Helper()
+	return startServer(t, serveOpts{ConfigDir: shopDir(t), Args: args})
+}
+
 // burstCase is one limit of shopRules driven to exhaustion.
 type burstCase struct {
 	name  string
@@ -151,7 +164,7 @@ func checkLimit(t *testing.T, c burstCase, st *pb.RateLimitResponse_DescriptorSt
 // TestMemoryBurst runs the burst scenario on the in-process store.
 func TestMemoryBurst(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	runBurst(t, s, "mem")
 	s.stop()
 }

@@ -41,10 +41,7 @@ func TestLogs(t *testing.T) {
 	for _, level := range []string{"info", "debug"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, serveOpts{
-				ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-				Args:      []string{"--log-level", level},
-			})
+			s := startShop(t, "--log-level", level)
 			secret := fmt.Sprintf("secret-%s-%d", level, time.Now().UnixNano())
 			sendSecret(t, s, secret)
 			s.stop()
@@ -83,7 +80,7 @@ func TestLogs(t *testing.T) {
 func TestLogsRedisDown(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serveOpts{
-		ConfigDir:   rulesDir(t, map[string]string{"shop.yaml": shopRules}),
+		ConfigDir:   shopDir(t),
 		Args:        []string{"--redis-url", "redis://" + freeAddr(t), "--redis-timeout=50ms"},
 		NoReadyWait: true,
 	})

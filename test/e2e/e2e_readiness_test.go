@@ -67,7 +67,7 @@ func (s *server) readinessAgrees(t *testing.T, when string, ready bool) {
 func TestReadinessAgrees(t *testing.T) {
 	t.Parallel()
 	r := redistest.Standalone(t)
-	dir := rulesDir(t, map[string]string{"shop.yaml": shopRules})
+	dir := shopDir(t)
 	s := startServer(t, serveOpts{
 		ConfigDir: dir,
 		Args:      []string{"--redis-url", "redis://" + r.Addr, "--redis-failure-mode=error", "--shutdown-delay=2s"},

@@ -63,10 +63,7 @@ func listenerClosed(addr string) (bool, string) {
 // process exits 0 once it ends.
 func TestShutdownDrains(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--shutdown-delay=3s"},
-	})
+	s := startShop(t, "--shutdown-delay=3s")
 	stream := openStream(t, s)
 	s.ask("shop", desc("client", "warm")) // the unary client connection is up
 
@@ -118,10 +115,7 @@ func TestShutdownDrains(t *testing.T) {
 // --shutdown-timeout, after which the process closes it and exits 0.
 func TestShutdownTimeout(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args:      []string{"--shutdown-timeout=500ms"},
-	})
+	s := startShop(t, "--shutdown-timeout=500ms")
 	stream := openStream(t, s)
 	s.stop()
 	if !strings.Contains(s.logs.String(), "in-flight requests did not finish in time") {

@@ -83,14 +83,11 @@ func TestMTLS(t *testing.T) {
 	for name, data := range files {
 		writeBytes(t, filepath.Join(dir, name), data)
 	}
-	s := startServer(t, serveOpts{
-		ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules}),
-		Args: []string{
-			"--grpc-tls-cert", filepath.Join(dir, "server.pem"),
-			"--grpc-tls-key", filepath.Join(dir, "server.key"),
-			"--grpc-tls-client-ca", filepath.Join(dir, "ca.pem"),
-		},
-	})
+	s := startShop(t,
+		"--grpc-tls-cert", filepath.Join(dir, "server.pem"),
+		"--grpc-tls-key", filepath.Join(dir, "server.key"),
+		"--grpc-tls-client-ca", filepath.Join(dir, "ca.pem"),
+	)
 	req := &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{desc("client", "tls")}}
 
 	other := newCA(t, "other-ca")

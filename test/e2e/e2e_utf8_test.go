@@ -18,7 +18,7 @@ import (
 // requests, and the server goes on serving.
 func TestInvalidUTF8(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": shopRules})})
+	s := startShop(t)
 	labels := map[string]string{"domain": "_unknown", "code": "InvalidArgument"}
 	before := s.scrape().get("envoy_rls_requests_total", labels)
 

@@ -220,14 +220,21 @@ func envoyConfigFiles(t *testing.T) []string {
 	return repoGlob(t, "envoy-config/*.yaml")
 }
 
+// mustLoadBootstrap loads the shipped bootstrap name, failing t when it
+// does not parse, validate or wire up, and returns its connection managers.
+func mustLoadBootstrap(t *testing.T, name string) []edgeProxy {
+	t.Helper()
+	_, proxies, err := loadBootstrap(name, readRepoFile(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxies
+}
+
 func TestEnvoyBootstrapsParseAndValidate(t *testing.T) {
 	for _, name := range envoyConfigFiles(t) {
 		t.Run(path.Base(name), func(t *testing.T) {
-			_, proxies, err := loadBootstrap(name, readRepoFile(t, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range proxies {
+			for _, p := range mustLoadBootstrap(t, name) {
 				if p.filter == nil {
 					t.Errorf("%s: no rate-limit filter", p.where)
 				}

@@ -177,11 +177,7 @@ func TestEnvoyConfigDescriptorsReachIntendedRules(t *testing.T) {
 	snap := mustLoadRules(t, exampleRuleFiles(t))
 	for _, name := range envoyConfigFiles(t) {
 		t.Run(path.Base(name), func(t *testing.T) {
-			_, proxies, err := loadBootstrap(name, readRepoFile(t, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range proxies {
+			for _, p := range mustLoadBootstrap(t, name) {
 				if err := checkSamples(name+": "+p.where, p.filter, p.vhosts, snap, edgeSamples()); err != nil {
 					t.Error(err)
 				}
