@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // envPrefix names the environment twin of every flag.
@@ -47,4 +48,13 @@ func newFlagSet(name string, stderr interface{ Write([]byte) (int, error) }) *fl
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// positive is the check of a flag whose value must be above zero: nil, or
+// an error naming the flag and the value.
+func positive[T int | time.Duration](flag string, v T) error {
+	if v > 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %v must be positive", flag, v)
 }

@@ -57,15 +57,6 @@ func (h *httpFlags) validate() error {
 	)
 }
 
-// positive is the check of a flag whose value must be above zero: nil, or
-// an error naming the flag and the value.
-func positive[T int | time.Duration](flag string, v T) error {
-	if v > 0 {
-		return nil
-	}
-	return fmt.Errorf("%s: %v must be positive", flag, v)
-}
-
 // server returns an HTTP server for handler with the configured limits.
 // There is no write timeout: responses are small and a pprof profile runs
 // as long as it was asked to.

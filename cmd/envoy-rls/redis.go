@@ -65,9 +65,7 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--redis-failure-mode: %w", err))
 	}
-	if r.timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--redis-timeout: %v must be positive", r.timeout))
-	}
+	errs = append(errs, positive("--redis-timeout", r.timeout), positive("--redis-breaker-cooldown", r.breaker.cooldown))
 	if r.denyCacheEntries < 0 {
 		errs = append(errs, fmt.Errorf("--redis-deny-cache-entries: %d must be 0 (off) or positive", r.denyCacheEntries))
 	}
@@ -82,9 +80,6 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	}
 	if !(r.breaker.ratio >= 0 && r.breaker.ratio <= 1) {
 		errs = append(errs, fmt.Errorf("--redis-breaker-failure-ratio: %v must be between 0 (off) and 1", r.breaker.ratio))
-	}
-	if r.breaker.cooldown <= 0 {
-		errs = append(errs, fmt.Errorf("--redis-breaker-cooldown: %v must be positive", r.breaker.cooldown))
 	}
 	if r.breaker.probes < 1 || r.breaker.probes > 1000 {
 		errs = append(errs, fmt.Errorf("--redis-breaker-probes: %d must be between 1 and 1000", r.breaker.probes))
