@@ -12,9 +12,10 @@ import (
 // KeyPrefix starts every key envoy-rls writes. The version changes whenever
 // the encoding or a script's state layout does, so old and new replicas
 // never read each other's state: "r2" (the second layout) shares no prefix
-// with the first layout's "rls:v1:", so a rolling upgrade's two versions
-// count apart for at most one period instead of misreading each other. It
-// is short because every key pays for it in Redis memory (see AppendKey).
+// with the first layout's "rls:v1:", so during a rolling upgrade the two
+// versions count apart rather than misread each other's values, and the old
+// keys expire on their TTL. It is short because every key pays for it in
+// Redis memory (see AppendKey).
 const KeyPrefix = "r2"
 
 // maxPart is the longest client-supplied part (domain, entry key or value)
@@ -38,8 +39,9 @@ const digestBytes = 16
 //
 // for example r2{perf:key:user-4480405:f1o} (fixed_window, 60 s), or, with
 // the hash tag on entry 0, r2{api:user:alice}#:path:/a:g2s0. In the
-// hash-tag layout the tagged entry (here the second) is written once, in
-// the tag, and marked by '#' where it stands among the entries.
+// hash-tag layout the tagged entry is written once, in the tag, and a '#'
+// stands in its place among the entries (the second above, the first in
+// the example).
 //
 // The default tag is the limit's whole identity, so limits spread evenly over
 // cluster slots while each limit's key (and anything a script derives from it
@@ -53,13 +55,15 @@ const digestBytes = 16
 // Escaped parts contain none of ':', '{', '}' and '#', so the layout parses
 // back uniquely: the fields between ':' are the domain, then key and value
 // pairs, then <ap>, and a hash-tag key is the one with text after the '}'
-// (a lone '#' there is the tagged entry).
-// Two checks therefore share a key exactly when they apply to one counter
-// (algo.SameCounter), and no value can close or open the hash tag.
+// (a lone '#' there is the tagged entry). Two checks therefore share a key
+// exactly when they apply to one counter (algo.SameCounter), and no value
+// can close or open the hash tag.
 //
-// Every byte counts: a key's name is a jemalloc allocation of its length
-// plus 4, rounded up to a size class (32, 48, 64, 80 … bytes), held once per
-// counter. The layout spends one separator per part and nothing else.
+// Every byte counts: Redis holds a key's name once per counter, as an
+// allocation of its length plus 2 (plus 4 from 32 bytes on) rounded up to a
+// jemalloc size class (16, 32, 48, 64, 80 … bytes), so a name of up to 30
+// bytes costs 32 and one of 31 to 44 costs 48. The layout spends one
+// separator per part and nothing else (BENCHMARKS.md has the figures).
 func AppendKey(dst []byte, c algo.Check) []byte {
 	dst = append(dst, KeyPrefix...)
 	dst = append(dst, '{')
