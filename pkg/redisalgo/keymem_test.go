@@ -72,7 +72,7 @@ func keyMemory(tb testing.TB, n int, p algo.Policy) (perKey float64, sample stri
 	// One counter first, so the script, its Lua state and the client's
 	// buffers exist before the baseline.
 	before := warmUp(tb, client, func(ctx context.Context) error { return write(ctx, n, n+1) })
-	fill(tb, n, write)
+	fill(tb, n, 4, write)
 	return perKeyGrowth(tb, client, n+1, before, n), string(AppendKey(nil, algo.Check{Domain: memDomain,
 		Entries: []algo.Entry{{Key: memKey, Value: memUser(0)}}, HashTag: -1, Policy: p}))
 }
@@ -106,7 +106,7 @@ func referenceMemory(tb testing.TB, n int, evicting bool) (perKey float64, sampl
 		return err
 	}
 	before := warmUp(tb, client, func(ctx context.Context) error { return write(ctx, n, n+1) })
-	fill(tb, n, write)
+	fill(tb, n, 4, write)
 	return perKeyGrowth(tb, client, n+1, before, n), name(0)
 }
 
@@ -119,10 +119,12 @@ func warmUp(tb testing.TB, client *redis.Client, write func(context.Context) err
 	return infoSum(tb, client, "memory", "used_memory:")
 }
 
-// fill calls write for [0, n) in chunks of memChunk from a few goroutines,
-// bounded by n and by a generous deadline (a hang fails, it does not
-// measure).
-func fill(tb testing.TB, n int, write func(ctx context.Context, from, to int) error) {
+// fill calls write for [0, n) in chunks of memChunk from workers
+// goroutines, bounded by n and by a generous deadline (a hang fails, it does
+// not measure). Each worker may open a connection, whose buffers count in
+// used_memory: a few kilobytes, nothing over 100 000 keys, but a byte per
+// key over a few thousand, where one worker keeps the count fixed.
+func fill(tb testing.TB, n, workers int, write func(ctx context.Context, from, to int) error) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -143,7 +145,7 @@ func fill(tb testing.TB, n int, write func(ctx context.Context, from, to int) er
 		lo, from = from, min(from+memChunk, n)
 		return lo, from, true
 	}
-	for range 4 {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -204,7 +206,7 @@ func nameMemory(tb testing.TB, n int, name func(i int) string) float64 {
 		return err
 	}
 	before := warmUp(tb, client, func(ctx context.Context) error { return write(ctx, n, n+1) })
-	fill(tb, n, write)
+	fill(tb, n, 1, write)
 	return perKeyGrowth(tb, client, n+1, before, n)
 }
 
