@@ -524,6 +524,10 @@ func TestKeyIsCounterIdentity(t *testing.T) {
 		with(func(c *algo.Check) { c.Policy.Period = algo.Hour }),
 		with(func(c *algo.Check) { c.Policy.Limit, c.Policy.Burst = 50, 60 }),
 		with(func(c *algo.Check) { c.Hits, c.Refund = 4, true }),
+		// One entry twice: the hash tag on the first or the second is
+		// two counters (SameCounter compares TagIndex), so two keys.
+		with(func(c *algo.Check) { c.Entries[1] = c.Entries[0]; c.HashTag = 0 }),
+		with(func(c *algo.Check) { c.Entries[1] = c.Entries[0]; c.HashTag = 1 }),
 	}
 	for i := range vs {
 		for j := range vs {
