@@ -11,8 +11,12 @@ import (
 
 // KeyPrefix starts every key envoy-rls writes. The version changes whenever
 // the encoding or a script's state layout does, so old and new replicas
-// never read each other's state.
-const KeyPrefix = "rls:v1:"
+// never read each other's state: "r2" (the second layout) shares no prefix
+// with the first layout's "rls:v1:", so during a rolling upgrade the two
+// versions count apart rather than misread each other's values, and the old
+// keys expire on their TTL. It is short because every key pays for it in
+// Redis memory (see AppendKey).
+const KeyPrefix = "r2"
 
 // maxPart is the longest client-supplied part (domain, entry key or value)
 // kept verbatim; longer parts become a digest so keys stay bounded.
@@ -26,10 +30,18 @@ const digestBytes = 16
 // extended slice. It allocates nothing when dst has room (a few hundred bytes
 // cover typical descriptors).
 //
-// Layout, where every client-supplied part is escaped (escapePart):
+// Layout, where every client-supplied part is escaped (appendPart) and
+// <ap> is the algorithm's one-letter code followed by the period
+// (appendPolicy):
 //
-//	default:  rls:v1:{<domain>:<k1>=<v1>:<k2>=<v2>:<algorithm>:<period µs>}
-//	hash tag: rls:v1:{<domain>/<kt>=<vt>}:<k1>=<v1>:<k2>=<v2>:<algorithm>:<period µs>
+//	default:  r2{<domain>:<k1>:<v1>:<k2>:<v2>:<ap>}
+//	hash tag: r2{<domain>:<kt>:<vt>}<k1>:<v1>:#:<k3>:<v3>:<ap>
+//
+// for example r2{perf:key:user-4480405:f1o} (fixed_window, 60 s), or, with
+// the hash tag on entry 0, r2{api:user:alice}#:path:/a:g2s0. In the
+// hash-tag layout the tagged entry is written once, in the tag, and a '#'
+// stands in its place among the entries (the second above, the first in
+// the example).
 //
 // The default tag is the limit's whole identity, so limits spread evenly over
 // cluster slots while each limit's key (and anything a script derives from it
@@ -40,57 +52,93 @@ const digestBytes = 16
 // keeps the counts. The algorithm and period are, because they change what
 // the state means.
 //
-// Escaped parts contain none of ':', '=', '/', '{', '}' and '#', so the
-// layout parses back uniquely: two checks share a key exactly when they
-// apply to one counter (algo.SameCounter), and no value can close or open
-// the hash tag.
+// Escaped parts contain none of ':', '{', '}' and '#', so the layout parses
+// back uniquely: the fields between ':' are the domain, then key and value
+// pairs, then <ap>, and a hash-tag key is the one with text after the '}'
+// (a lone '#' there is the tagged entry). Two checks therefore share a key
+// exactly when they apply to one counter (algo.SameCounter), and no value
+// can close or open the hash tag.
+//
+// Every byte counts: Redis holds a key's name once per counter, as an
+// allocation of its length plus 2 (plus 4 from 32 bytes on) rounded up to a
+// jemalloc size class (16, 32, 48, 64, 80 … bytes), so a name of up to 30
+// bytes costs 32 and one of 31 to 44 costs 48. The layout spends one
+// separator per part and nothing else (BENCHMARKS.md has the figures).
 func AppendKey(dst []byte, c algo.Check) []byte {
 	dst = append(dst, KeyPrefix...)
 	dst = append(dst, '{')
 	dst = appendPart(dst, c.Domain)
 	if t := c.TagIndex(); t >= 0 {
 		e := c.Entries[t]
-		dst = append(dst, '/')
+		dst = append(dst, ':')
 		dst = appendPart(dst, e.Key)
-		dst = append(dst, '=')
+		dst = append(dst, ':')
 		dst = appendPart(dst, e.Value)
 		dst = append(dst, '}')
-		dst = appendIdentity(dst, c)
-		return dst
+		for i, e := range c.Entries {
+			if i == t {
+				// The tag holds this entry already; '#' alone is no
+				// part (a digest is '#' and 32 hex digits), so it says
+				// where the entry goes in one byte.
+				dst = append(dst, '#', ':')
+				continue
+			}
+			dst = appendPart(dst, e.Key)
+			dst = append(dst, ':')
+			dst = appendPart(dst, e.Value)
+			dst = append(dst, ':')
+		}
+		return appendPolicy(dst, c.Policy)
 	}
-	dst = appendIdentity(dst, c)
-	return append(dst, '}')
-}
-
-// appendIdentity appends ":k=v" per entry, then ":algorithm:period".
-func appendIdentity(dst []byte, c algo.Check) []byte {
 	for _, e := range c.Entries {
 		dst = append(dst, ':')
 		dst = appendPart(dst, e.Key)
-		dst = append(dst, '=')
+		dst = append(dst, ':')
 		dst = appendPart(dst, e.Value)
 	}
 	dst = append(dst, ':')
-	if a := c.Policy.Algorithm; a >= algo.FixedWindow && a <= algo.GCRA {
-		dst = append(dst, a.String()...)
-	} else {
-		// Validated policies never get here; a number keeps it allocation
-		// free and still distinct from every name.
-		dst = strconv.AppendUint(dst, uint64(a), 10)
-	}
-	dst = append(dst, ':')
-	return strconv.AppendInt(dst, c.Policy.Period, 10)
+	dst = appendPolicy(dst, c.Policy)
+	return append(dst, '}')
 }
 
-// mustEscape marks bytes that escapePart percent-encodes: the layout's
-// separators, the escape and digest markers, hash-tag braces, the
+// algCodes is each algorithm's letter in keys. The letters are part of the
+// key layout: changing one needs a new KeyPrefix.
+var algCodes = [...]byte{
+	algo.FixedWindow:   'f',
+	algo.SlidingWindow: 's',
+	algo.SlidingLog:    'l',
+	algo.TokenBucket:   't',
+	algo.GCRA:          'g',
+}
+
+// appendPolicy appends what of p names the counter: the algorithm's letter,
+// then the period in base 36, in seconds when it is whole (every period
+// the rules can express is), else '.' and the microseconds. The letter has
+// a fixed length, so the period starts right after it.
+func appendPolicy(dst []byte, p algo.Policy) []byte {
+	if a := p.Algorithm; int(a) < len(algCodes) && algCodes[a] != 0 {
+		dst = append(dst, algCodes[a])
+	} else {
+		// Validated policies never get here; 'x' and two hex digits keep
+		// it allocation free and distinct from every letter.
+		dst = append(dst, 'x', hexDigits[a>>4], hexDigits[a&0x0f])
+	}
+	if p.Period%algo.Second == 0 {
+		return strconv.AppendInt(dst, p.Period/algo.Second, 36)
+	}
+	dst = append(dst, '.')
+	return strconv.AppendInt(dst, p.Period, 36)
+}
+
+// mustEscape marks bytes that appendPart percent-encodes: the layout's
+// separator, the escape and digest markers, hash-tag braces, the
 // backslash, space and control bytes (so keys print safely in redis-cli).
 var mustEscape = func() (m [256]bool) {
 	for b := range 0x21 {
 		m[b] = true
 	}
 	m[0x7f] = true
-	for _, b := range []byte("{}:\\%=/#") {
+	for _, b := range []byte("{}:\\%#") {
 		m[b] = true
 	}
 	return m

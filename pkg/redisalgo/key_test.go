@@ -27,9 +27,10 @@ type part struct {
 type identity struct {
 	domain  part
 	tag     []part // key, value of the hash-tag entry; nil by default
+	tagAt   int    // index of the hash-tag entry; -1 by default
 	entries []part // alternating keys and values
-	alg     string
-	period  string
+	alg     algo.Algorithm
+	period  int64
 }
 
 func wantPart(s string) part {
@@ -41,7 +42,7 @@ func wantPart(s string) part {
 }
 
 func wantIdentity(c algo.Check) identity {
-	id := identity{domain: wantPart(c.Domain), period: strconv.FormatInt(c.Policy.Period, 10)}
+	id := identity{domain: wantPart(c.Domain), tagAt: c.TagIndex(), alg: c.Policy.Algorithm, period: c.Policy.Period}
 	if c.HashTag >= 0 && c.HashTag < len(c.Entries) {
 		e := c.Entries[c.HashTag]
 		id.tag = []part{wantPart(e.Key), wantPart(e.Value)}
@@ -49,11 +50,56 @@ func wantIdentity(c algo.Check) identity {
 	for _, e := range c.Entries {
 		id.entries = append(id.entries, wantPart(e.Key), wantPart(e.Value))
 	}
-	id.alg = strconv.Itoa(int(c.Policy.Algorithm))
-	if a := c.Policy.Algorithm; a >= algo.FixedWindow && a <= algo.GCRA {
-		id.alg = a.String()
-	}
 	return id
+}
+
+// keyAlgorithms is the documented letter of each algorithm, written out
+// apart from key.go's table.
+var keyAlgorithms = map[byte]algo.Algorithm{
+	'f': algo.FixedWindow, 's': algo.SlidingWindow, 'l': algo.SlidingLog,
+	't': algo.TokenBucket, 'g': algo.GCRA,
+}
+
+// decodePolicy parses the last field, "<letter><period>", rejecting any
+// form AppendKey would not write, so that one policy has one spelling.
+func decodePolicy(s string) (algo.Algorithm, int64, error) {
+	if s == "" {
+		return 0, 0, fmt.Errorf("empty algorithm and period")
+	}
+	var a algo.Algorithm
+	if s[0] == 'x' {
+		if len(s) < 3 || strings.ToUpper(s[1:3]) != s[1:3] {
+			return 0, 0, fmt.Errorf("bad algorithm number in %q", s)
+		}
+		v, err := strconv.ParseUint(s[1:3], 16, 8)
+		if err != nil {
+			return 0, 0, fmt.Errorf("bad algorithm number in %q: %v", s, err)
+		}
+		a, s = algo.Algorithm(v), s[3:]
+		for _, known := range keyAlgorithms {
+			if a == known {
+				return 0, 0, fmt.Errorf("known algorithm %d spelt as a number", v)
+			}
+		}
+	} else {
+		var ok bool
+		if a, ok = keyAlgorithms[s[0]]; !ok {
+			return 0, 0, fmt.Errorf("unknown algorithm letter in %q", s)
+		}
+		s = s[1:]
+	}
+	us, micro := strings.CutPrefix(s, ".")
+	v, err := strconv.ParseInt(us, 36, 64)
+	if err != nil || strconv.FormatInt(v, 36) != us {
+		return 0, 0, fmt.Errorf("bad period %q", s)
+	}
+	if micro {
+		if v%algo.Second == 0 {
+			return 0, 0, fmt.Errorf("whole seconds %q spelt in µs", s)
+		}
+		return a, v, nil
+	}
+	return a, v * algo.Second, nil
 }
 
 // decodePart reverses appendPart, rejecting any byte that should have been
@@ -97,7 +143,7 @@ func decodePart(s string) (part, error) {
 // decodeKey parses a key by the documented layout, splitting the tag where
 // Redis would: at the first '}' after the first '{'.
 func decodeKey(key string) (identity, error) {
-	var id identity
+	id := identity{tagAt: -1}
 	rest, ok := strings.CutPrefix(key, KeyPrefix+"{")
 	if !ok {
 		return id, fmt.Errorf("no %q prefix", KeyPrefix+"{")
@@ -112,52 +158,80 @@ func decodeKey(key string) (identity, error) {
 	var fields []string
 	var err error
 	if after == "" {
+		// Default: the tag is domain, key and value pairs, policy.
 		fields = strings.Split(tag, ":")
 		if id.domain, err = decodePart(fields[0]); err != nil {
 			return id, err
 		}
 		fields = fields[1:]
 	} else {
-		dom, te, ok := strings.Cut(tag, "/")
-		if !ok {
-			return id, fmt.Errorf("text after the tag but no '/' in it")
+		// Hash tag: the tag is domain, key, value; the pairs and the
+		// policy follow it.
+		tf := strings.Split(tag, ":")
+		if len(tf) != 3 {
+			return id, fmt.Errorf("hash tag %q has %d fields, want domain, key and value", tag, len(tf))
 		}
-		if id.domain, err = decodePart(dom); err != nil {
+		var parts [3]part
+		for i, f := range tf {
+			if parts[i], err = decodePart(f); err != nil {
+				return id, fmt.Errorf("hash tag: %v", err)
+			}
+		}
+		id.domain, id.tag = parts[0], []part{parts[1], parts[2]}
+		// The tagged entry stands as one '#' field among the pairs.
+		fields = strings.Split(after, ":")
+		if len(fields) == 0 {
+			return id, fmt.Errorf("nothing after the hash tag")
+		}
+		last := len(fields) - 1
+		if id.alg, id.period, err = decodePolicy(fields[last]); err != nil {
 			return id, err
 		}
-		k, v, ok := strings.Cut(te, "=")
-		if !ok {
-			return id, fmt.Errorf("tag entry %q has no '='", te)
+		marks := 0
+		for i := 0; i < last; i++ {
+			if fields[i] == "#" {
+				marks++
+				id.tagAt = len(id.entries) / 2
+				id.entries = append(id.entries, id.tag...)
+				continue
+			}
+			if i+1 >= last {
+				return id, fmt.Errorf("entry key %q has no value", fields[i])
+			}
+			if err := id.appendEntry(fields[i], fields[i+1]); err != nil {
+				return id, err
+			}
+			i++
 		}
-		kp, err1 := decodePart(k)
-		vp, err2 := decodePart(v)
-		if err1 != nil || err2 != nil {
-			return id, fmt.Errorf("tag entry: %v %v", err1, err2)
+		if marks != 1 {
+			return id, fmt.Errorf("%d '#' fields after the hash tag, want 1", marks)
 		}
-		id.tag = []part{kp, vp}
-		fields = strings.Split(after, ":")
-		if fields[0] != "" {
-			return id, fmt.Errorf("rest %q does not start with ':'", after)
-		}
-		fields = fields[1:]
+		return id, nil
 	}
-	if len(fields) < 2 {
-		return id, fmt.Errorf("missing algorithm or period")
+	if len(fields)%2 != 1 {
+		return id, fmt.Errorf("fields %q are not key and value pairs and a policy", fields)
 	}
-	id.alg, id.period = fields[len(fields)-2], fields[len(fields)-1]
-	for _, f := range fields[:len(fields)-2] {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			return id, fmt.Errorf("entry %q has no '='", f)
+	last := len(fields) - 1
+	if id.alg, id.period, err = decodePolicy(fields[last]); err != nil {
+		return id, err
+	}
+	for i := 0; i < last; i += 2 {
+		if err := id.appendEntry(fields[i], fields[i+1]); err != nil {
+			return id, err
 		}
-		kp, err1 := decodePart(k)
-		vp, err2 := decodePart(v)
-		if err1 != nil || err2 != nil {
-			return id, fmt.Errorf("entry: %v %v", err1, err2)
-		}
-		id.entries = append(id.entries, kp, vp)
 	}
 	return id, nil
+}
+
+// appendEntry decodes one entry's key and value.
+func (id *identity) appendEntry(k, v string) error {
+	kp, err1 := decodePart(k)
+	vp, err2 := decodePart(v)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("entry: %v %v", err1, err2)
+	}
+	id.entries = append(id.entries, kp, vp)
+	return nil
 }
 
 // checkKey asserts that key decodes to c's identity and that its slot is
@@ -225,7 +299,17 @@ var keyCases = []struct {
 	{"hash tag on entry 0", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: 0, Policy: tokenMinute}},
 	{"hash tag on entry 1", algo.Check{Domain: "d", Entries: entries("u", "x", "v", "x"), HashTag: 1, Policy: tokenMinute}},
 	{"hash tag on entry 0 same values", algo.Check{Domain: "d", Entries: entries("u", "x", "v", "x"), HashTag: 0, Policy: tokenMinute}},
+	{"hash tag on entry 1 of two alike", algo.Check{Domain: "d", Entries: entries("u", "x", "u", "x"), HashTag: 1, Policy: tokenMinute}},
+	{"hash tag on entry 0 of two alike", algo.Check{Domain: "d", Entries: entries("u", "x", "u", "x"), HashTag: 0, Policy: tokenMinute}},
 	{"hash tag with brace value", algo.Check{Domain: "d", Entries: entries("user", "}{", "path", "/x"), HashTag: 0, Policy: tokenMinute}},
+	{"equals and slash are plain bytes", algo.Check{Domain: "d", Entries: entries("a=b", "/x=y/"), HashTag: -1, Policy: tokenMinute}},
+	{"entry that looks like two", algo.Check{Domain: "d", Entries: entries("a", "b%3Ac%3Ad"), HashTag: -1, Policy: tokenMinute}},
+	{"sub-second period", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: 1_500_000}}},
+	{"period of one µs", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: 1}}},
+	{"zero period", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10}}},
+	{"negative period", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: -algo.Minute}}},
+	{"algorithm zero", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Period: algo.Hour}}},
+	{"hash tag with colon in the rest", algo.Check{Domain: "d", Entries: entries("u", "x", "p", "a:b"), HashTag: 0, Policy: tokenMinute}},
 	{"hash tag with long value", algo.Check{Domain: "d", Entries: entries("user", strings.Repeat("u", 200)), HashTag: 0, Policy: tokenMinute}},
 }
 
@@ -241,6 +325,33 @@ func TestAppendKey(t *testing.T) {
 			seen[string(key)] = tc.name
 			if len(key) > 512 {
 				t.Errorf("key is %d bytes, want bounded", len(key))
+			}
+		})
+	}
+}
+
+// TestKeyLayout pins the documented layout: a change here is a change of
+// every stored key and needs a new KeyPrefix.
+func TestKeyLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check algo.Check
+		want  string
+	}{
+		{"fixed window per minute", algo.Check{Domain: "perf", Entries: entries("key", "user-4480405"), HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}}, "r2{perf:key:user-4480405:f1o}"},
+		{"two entries per day", algo.Check{Domain: "shop", Entries: entries("user", "a}b{c:d", "path", "/v1/x"), HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 5, Period: algo.Day}}, "r2{shop:user:a%7Db%7Bc%3Ad:path:/v1/x:s1uo0}"},
+		{"hash tag", algo.Check{Domain: "api", Entries: entries("user", "alice", "path", "/a"), HashTag: 0,
+			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 5, Period: algo.Hour}}, "r2{api:user:alice}#:path:/a:g2s0"},
+		{"sub-second period", algo.Check{Domain: "d", HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 5, Period: 1_500_000}}, "r2{d:l.w5eo}"},
+		{"unknown algorithm", algo.Check{Domain: "d", HashTag: -1,
+			Policy: algo.Policy{Algorithm: 200, Period: algo.Second}}, "r2{d:xC81}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(AppendKey(nil, tc.check)); got != tc.want {
+				t.Errorf("AppendKey = %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -413,6 +524,10 @@ func TestKeyIsCounterIdentity(t *testing.T) {
 		with(func(c *algo.Check) { c.Policy.Period = algo.Hour }),
 		with(func(c *algo.Check) { c.Policy.Limit, c.Policy.Burst = 50, 60 }),
 		with(func(c *algo.Check) { c.Hits, c.Refund = 4, true }),
+		// One entry twice: the hash tag on the first or the second is
+		// two counters (SameCounter compares TagIndex), so two keys.
+		with(func(c *algo.Check) { c.Entries[1] = c.Entries[0]; c.HashTag = 0 }),
+		with(func(c *algo.Check) { c.Entries[1] = c.Entries[0]; c.HashTag = 1 }),
 	}
 	for i := range vs {
 		for j := range vs {

@@ -131,7 +131,7 @@ func TestClusterE2E(t *testing.T) {
 	keys := clusterKeys(t, cc)
 	masters := map[string]bool{}
 	for i := range many {
-		k := keyFor(t, keys, fmt.Sprintf("shop:user=spread-%d:sliding_window:86400000000", i))
+		k := keyFor(t, keys, fmt.Sprintf("shop:user:spread-%d:s1uo0", i))
 		masters[c.MasterForSlot(t, keySlot(t, cc, k)).Addr] = true
 	}
 	if len(masters) < 2 {
@@ -139,7 +139,7 @@ func TestClusterE2E(t *testing.T) {
 	}
 	var alice []string
 	for _, k := range keys {
-		if hashTag(k) == "tagged/user_id=alice" {
+		if hashTag(k) == "tagged:user_id:alice" {
 			alice = append(alice, k)
 		}
 	}
@@ -152,7 +152,7 @@ func TestClusterE2E(t *testing.T) {
 	for range 2 {
 		s.ask("shop", desc("client", "fo"))
 	}
-	foKey := keyFor(t, clusterKeys(t, cc), "shop:client=fo:token_bucket:3600000000")
+	foKey := keyFor(t, clusterKeys(t, cc), "shop:client:fo:t2s0")
 	stop := make(chan struct{})
 	wait := backgroundLoad(s, stop, 5000)
 	c.Failover(t, keySlot(t, cc, foKey))
@@ -166,7 +166,7 @@ func TestClusterE2E(t *testing.T) {
 	// Kill the master of client=km's shard: once its replica is promoted,
 	// requests are served again and fresh limits decide exactly.
 	s.ask("shop", desc("client", "km"))
-	kmKey := keyFor(t, clusterKeys(t, cc), "shop:client=km:token_bucket:3600000000")
+	kmKey := keyFor(t, clusterKeys(t, cc), "shop:client:km:t2s0")
 	stop = make(chan struct{})
 	wait = backgroundLoad(s, stop, 5000)
 	c.KillMaster(t, keySlot(t, cc, kmKey))
@@ -204,7 +204,7 @@ func TestSentinelE2E(t *testing.T) {
 	exhaustClient(t, s, "after-failover", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	n, err := promoted.Client(t).Exists(ctx, "rls:v1:{shop:client=after-failover:token_bucket:3600000000}").Result()
+	n, err := promoted.Client(t).Exists(ctx, "r2{shop:client:after-failover:t2s0}").Result()
 	if err != nil || n != 1 {
 		t.Errorf("the new master %s does not hold the new key: %v %v", promoted.Addr, n, err)
 	}

@@ -173,7 +173,7 @@ func TestRedisFailureModes(t *testing.T) {
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 					defer cancel()
-					keys, err := rc.Keys(ctx, "*client="+v+":*").Result()
+					keys, err := rc.Keys(ctx, "*client:"+v+":*").Result()
 					return err == nil && len(keys) == 1, fmt.Sprintf("keys for %s: %v %v", v, keys, err)
 				})
 				s.awaitReadyz(t, "/readyz recovers", http.StatusOK, "")

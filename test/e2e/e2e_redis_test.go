@@ -82,8 +82,8 @@ func TestRedisBurst(t *testing.T) {
 	}
 	tags := map[string]string{} // key → tag
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "rls:v1:{") {
-			t.Errorf("key %q lacks the rls:v1:{ prefix", k)
+		if !strings.HasPrefix(k, "r2{") {
+			t.Errorf("key %q lacks the r2{ prefix", k)
 			continue
 		}
 		tags[k] = hashTag(k)
@@ -97,11 +97,11 @@ func TestRedisBurst(t *testing.T) {
 	}
 	// The default tag is the limit's whole identity.
 	for _, want := range []string{
-		"shop:client=redis:token_bucket:3600000000",
-		"shop:user=redis:sliding_window:86400000000",
-		"shop:user=redis-fresh:sliding_window:86400000000",
-		"shop:plan=free:sliding_window:1800000000",
-		"shop:user=a%7Db%7Bc%3Ad:sliding_window:86400000000",
+		"shop:client:redis:t2s0",
+		"shop:user:redis:s1uo0",
+		"shop:user:redis-fresh:s1uo0",
+		"shop:plan:free:s1e0",
+		"shop:user:a%7Db%7Bc%3Ad:s1uo0",
 	} {
 		if !hasTag(tags, want) {
 			t.Errorf("no key with hash tag {%s}; keys: %v", want, keys)
@@ -109,12 +109,12 @@ func TestRedisBurst(t *testing.T) {
 	}
 	var alice []string
 	for k, tag := range tags {
-		if tag == "tagged/user_id=alice" {
+		if tag == "tagged:user_id:alice" {
 			alice = append(alice, k)
 		}
 	}
 	if len(alice) != 2 {
-		t.Errorf("keys tagged {tagged/user_id=alice}: %v, want one per limit (2); all keys: %v", alice, keys)
+		t.Errorf("keys tagged {tagged:user_id:alice}: %v, want one per limit (2); all keys: %v", alice, keys)
 	}
 	s.stop()
 }
