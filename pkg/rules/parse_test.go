@@ -321,7 +321,7 @@ descriptors:
     value: exact
     share_threshold: true
 `,
-			want: []string{`rules.yaml:5: descriptors[0].share_threshold: set on value "exact" (want a wildcard value ending in "*")`},
+			want: []string{`rules.yaml:5: descriptors[0].share_threshold: set on value "exact" (want a wildcard value, one with a "*")`},
 		},
 		{
 			name: "hash_tag not on the path",
