@@ -28,8 +28,11 @@ type checkMeta struct {
 	desc   int
 	limit  limitView
 	ruleID string
-	shadow bool
-	quota  bool
+	// limitLabel tells the limits of one rule apart in metrics
+	// (rules.Limit.Label).
+	limitLabel string
+	shadow     bool
+	quota      bool
 	// soft limits (shadow or quota mode) report but never deny.
 	soft bool
 }
@@ -191,12 +194,13 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			Refund:  refund,
 		})
 		p.meta = append(p.meta, checkMeta{
-			desc:   desc,
-			limit:  limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
-			ruleID: r.ID,
-			shadow: r.ShadowMode,
-			quota:  r.QuotaMode,
-			soft:   r.ShadowMode || r.QuotaMode,
+			desc:       desc,
+			limit:      limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
+			ruleID:     r.ID,
+			limitLabel: l.Label,
+			shadow:     r.ShadowMode,
+			quota:      r.QuotaMode,
+			soft:       r.ShadowMode || r.QuotaMode,
 		})
 	}
 }
@@ -230,6 +234,17 @@ func (p *plan) selectChecks(keep func(int) bool) {
 func (p *plan) isReplaced(name string) bool {
 	for _, r := range p.replaced {
 		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// deniedBy reports whether a limit that may deny (see soft) denied the
+// request: then, all or nothing, no limit consumed its hits.
+func (p *plan) deniedBy(soft func(int) bool) bool {
+	for i := range p.checks {
+		if !p.decisions[i].Allowed && !soft(i) {
 			return true
 		}
 	}
