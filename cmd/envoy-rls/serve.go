@@ -250,7 +250,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	if err != nil {
 		return err
 	}
-	srv, err := newServers(ctx, cfg, svc, backend.Ready, func() any { return loader.Current() }, reg, log)
+	srv, err := newServers(ctx, cfg, svc, backend.Ready, loader.Current, reg, log)
 	if err != nil {
 		return err
 	}
@@ -274,8 +274,8 @@ type servers struct {
 
 // newServers builds the gRPC server (the service, health, reflection), the
 // HTTP server and the debug server; ready is the backend's readiness and
-// rulesNow the rules /debug/config shows.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() any, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+// rulesNow the rules /debug/config and /rlconfig show.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
 	creds, err := cfg.tls.serverOption(log)
 	if err != nil {
 		return nil, err
@@ -296,7 +296,11 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		JSON:    svc.JSONHandler(),
 	}), log)
-	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{Config: rulesNow, Pprof: cfg.pprof}), log)
+	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
+		Config:   func() any { return rulesNow() },
+		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
+		Pprof:    cfg.pprof,
+	}), log)
 	return s, nil
 }
 
