@@ -50,6 +50,8 @@ type serveConfig struct {
 	limits           rls.RequestLimits
 	maxRequestCost   int64
 	limitOverrides   string
+	referenceMetrics bool
+	nearLimitRatio   float64
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
@@ -85,6 +87,8 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
+	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
@@ -196,6 +200,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.overrides, err = rls.ParseOverridePolicy(c.limitOverrides); err != nil {
 		return o, fmt.Errorf("--limit-overrides: %w", err)
 	}
+	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) {
+		return o, fmt.Errorf("--near-limit-ratio: %v must be above 0 and at most 1", c.nearLimitRatio)
+	}
 	if c.memstoreMaxKeys < 0 {
 		return o, fmt.Errorf("--memstore-max-keys: %d must be 0 (no bound) or positive", c.memstoreMaxKeys)
 	}
@@ -245,6 +252,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		SlidingLogCap:    int64(cfg.slidingLogCap),
 		Overrides:        opts.overrides,
 		Metrics:          rls.NewMetrics(reg),
+		ReferenceMetrics: referenceMetrics(cfg, reg),
 		Logger:           log,
 	})
 	if err != nil {
@@ -260,6 +268,15 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
+}
+
+// referenceMetrics returns envoyproxy/ratelimit's per-limit counters when
+// --reference-metrics asks for them, else nil.
+func referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
+	if !cfg.referenceMetrics {
+		return nil
+	}
+	return rls.NewReferenceMetrics(reg, cfg.nearLimitRatio)
 }
 
 // servers are the three servers of serve and the readiness they share.

@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // counterValues gathers reg's counters named name, keyed by their labels
@@ -88,6 +91,88 @@ descriptors:
 	for k, v := range got {
 		if _, ok := want[k]; !ok {
 			t.Errorf("unexpected series envoy_rls_limit_decisions_total{%s} = %v", k, v)
+		}
+	}
+}
+
+// TestReferenceMetrics checks envoyproxy/ratelimit's per-limit counters:
+// their names, the labels its default Prometheus mapping gives keys one,
+// two and three levels deep, and how a request's hits split between
+// within_limit, near_limit, over_limit and shadow_mode there.
+func TestReferenceMetrics(t *testing.T) {
+	const yaml = `
+domain: ref
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: method
+        descriptors:
+          - key: ip
+            rate_limit: {unit: minute, requests_per_unit: 100}
+`
+	reg := prometheus.NewRegistry()
+	s, _ := newTestService(t, yaml, func(c *Config) {
+		c.DefaultAlgorithm = algo.FixedWindow
+		c.ReferenceMetrics = NewReferenceMetrics(reg, 0.8)
+	})
+	steps := []struct {
+		hits  uint32
+		descs []*ratelimitv3.RateLimitDescriptor
+	}{
+		{7, []*ratelimitv3.RateLimitDescriptor{desc("user=a")}}, // 7 within
+		{2, []*ratelimitv3.RateLimitDescriptor{desc("user=a")}}, // 9: 2 within, 1 near (8 is the threshold)
+		{3, []*ratelimitv3.RateLimitDescriptor{desc("user=a")}}, // 12 > 10: denied, 2 over, 1 near
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("user=a")}}, // 9 left as is: 1 within, 1 near
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("user=a")}}, // 10 used: denied, all over
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("trial=x")}},
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("trial=x")}}, // over, shadow
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("tenant=acme", "path=/x")}},
+		{1, []*ratelimitv3.RateLimitDescriptor{desc("tenant=acme", "method=GET", "ip=1")}},
+	}
+	for _, st := range steps {
+		req := request("ref", st.descs...)
+		req.HitsAddend = st.hits
+		call(t, s, req)
+	}
+	mapped := func(stat, key1 string) (string, string) {
+		return "ratelimit_service_rate_limit_" + stat, "domain=ref,key1=" + key1 + ",key2="
+	}
+	want := []struct {
+		name, labels string
+		v            float64
+	}{}
+	add := func(name, labels string, v float64) {
+		want = append(want, struct {
+			name, labels string
+			v            float64
+		}{name, labels, v})
+	}
+	for stat, v := range map[string]float64{"total_hits": 14, "within_limit": 10, "near_limit": 3, "over_limit": 3, "shadow_mode": 0} {
+		n, l := mapped(stat, "user")
+		add(n, l, v)
+	}
+	for stat, v := range map[string]float64{"total_hits": 2, "within_limit": 1, "near_limit": 1, "over_limit": 1, "shadow_mode": 1} {
+		n, l := mapped(stat, "trial")
+		add(n, l, v)
+	}
+	// Two levels: no mapping, so the escaped name without labels.
+	add("ratelimit_service_rate_limit_ref_tenant_acme_path_total_hits", "", 1)
+	add("ratelimit_service_rate_limit_ref_tenant_acme_path_within_limit", "", 1)
+	// Three levels: the regex mapping's domain, key1 and key2.
+	add("ratelimit_service_rate_limit_total_hits", "domain=ref,key1=tenant_acme,key2=method", 1)
+	add("ratelimit_service_rate_limit_within_limit", "domain=ref,key1=tenant_acme,key2=method", 1)
+	for _, w := range want {
+		got, ok := counterValues(t, reg, w.name)[w.labels]
+		if !ok || got != w.v {
+			t.Errorf("%s{%s} = %v (present %v), want %v", w.name, w.labels, got, ok, w.v)
 		}
 	}
 }

@@ -31,8 +31,12 @@ type checkMeta struct {
 	// limitLabel tells the limits of one rule apart in metrics
 	// (rules.Limit.Label).
 	limitLabel string
-	shadow     bool
-	quota      bool
+	// path is the rule's rules.Rule.Path, the key of
+	// envoyproxy/ratelimit's stats; "" for a request's limit override,
+	// whose key there holds the request's values.
+	path   string
+	shadow bool
+	quota  bool
 	// soft limits (shadow or quota mode) report but never deny.
 	soft bool
 }
@@ -198,6 +202,7 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			limit:      limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
 			ruleID:     r.ID,
 			limitLabel: l.Label,
+			path:       r.Path,
 			shadow:     r.ShadowMode,
 			quota:      r.QuotaMode,
 			soft:       r.ShadowMode || r.QuotaMode,

@@ -46,6 +46,9 @@ type Config struct {
 	Overrides OverridePolicy
 	// Metrics receives per-request observations; nil disables them.
 	Metrics *Metrics
+	// ReferenceMetrics, when set, also counts every limit's hits under
+	// envoyproxy/ratelimit's metric names and labels.
+	ReferenceMetrics *ReferenceMetrics
 	// Logger is named "rls" by New; nil means no logging.
 	Logger *zap.Logger
 	// Now is the clock read once per request, the request's time for every
@@ -198,6 +201,9 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	resp := p.response(req, s.cfg.ShadowMode, s.cfg.Headers)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.observeChecks(domainLabel, p, s.cfg.ShadowMode)
+	}
+	if s.cfg.ReferenceMetrics != nil {
+		s.cfg.ReferenceMetrics.observe(p)
 	}
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("domain", req.GetDomain()), zap.String("code", resp.GetOverallCode().String()),
