@@ -52,6 +52,7 @@ type serveConfig struct {
 	limitOverrides   string
 	referenceMetrics bool
 	nearLimitRatio   float64
+	countDeniedHits  bool
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
@@ -87,6 +88,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
+	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
 	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
 	c.redis.register(fs)
@@ -246,6 +248,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Backend:          backend,
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
+		CountDeniedHits:  cfg.countDeniedHits,
 		Headers:          opts.headers,
 		Limits:           cfg.limits,
 		MaxRequestCost:   cfg.maxRequestCost,

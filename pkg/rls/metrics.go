@@ -55,7 +55,8 @@ const (
 	// codeOverLimit: the limit denied the hits and consumed none.
 	codeOverLimit
 	// codeNotApplied: the limit would have admitted the hits, but another
-	// limit of the request denied it, so (all or nothing) it consumed none.
+	// limit of the request denied it, so (all or nothing) it consumed none
+	// (unless Config.CountDeniedHits counted them: then it is codeOK).
 	codeNotApplied
 )
 
@@ -159,7 +160,7 @@ func (m *Metrics) observeChecks(domain string, p *plan, globalShadow bool) {
 		switch {
 		case !p.decisions[i].Allowed:
 			code = codeOverLimit
-		case denied:
+		case denied && !p.meta[i].countedDenied:
 			code = codeNotApplied
 		}
 		k := decisionLabels{

@@ -39,6 +39,9 @@ type checkMeta struct {
 	quota  bool
 	// soft limits (shadow or quota mode) report but never deny.
 	soft bool
+	// countedDenied: the limit admitted, another denied the request, and
+	// Config.CountDeniedHits consumed its hits anyway.
+	countedDenied bool
 }
 
 // overridden is a descriptor's limit override as a check, when ok.

@@ -95,3 +95,46 @@ func TestReferenceMetricsAndRLConfig(t *testing.T) {
 	}
 	s.stop()
 }
+
+// TestCountDeniedHitsLikeReference replays envoyproxy/ratelimit's README
+// example 2 against the binary started with ENVOY_RLS_COUNT_DENIED_HITS:
+// the sixth marketing message is denied by its 5 a day, and still counts
+// against the number's 100 a day, as the reference counts it.
+func TestCountDeniedHitsLikeReference(t *testing.T) {
+	t.Parallel()
+	const messaging = `
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+`
+	tests := []struct {
+		env  []string
+		left uint32 // the number's remaining after the denied sixth request
+	}{
+		{[]string{"ENVOY_RLS_DEFAULT_ALGORITHM=fixed_window"}, 95},
+		{[]string{"ENVOY_RLS_DEFAULT_ALGORITHM=fixed_window", "ENVOY_RLS_COUNT_DENIED_HITS=true"}, 94},
+	}
+	for _, tt := range tests {
+		s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"messaging.yaml": messaging}), Env: tt.env})
+		var resp *pb.RateLimitResponse
+		for range 6 {
+			resp = s.ask("messaging", desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111"))
+		}
+		st := resp.GetStatuses()
+		if resp.GetOverallCode() != pb.RateLimitResponse_OVER_LIMIT || st[0].GetCode() != pb.RateLimitResponse_OVER_LIMIT ||
+			st[1].GetCode() != pb.RateLimitResponse_OK || st[1].GetLimitRemaining() != tt.left {
+			t.Errorf("%v: sixth request %v, want OVER_LIMIT by marketing and the number OK with %d left", tt.env, resp, tt.left)
+		}
+		s.stop()
+	}
+}
