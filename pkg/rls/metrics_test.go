@@ -176,3 +176,29 @@ descriptors:
 		}
 	}
 }
+
+// TestReferenceMetricsCountDenied: when --count-denied-hits fills a
+// denied limit, the reference's counters still split the denied hits by
+// the count before, as the reference does.
+func TestReferenceMetricsCountDenied(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, _ := newTestService(t, `
+domain: ref
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
+`, func(c *Config) {
+		c.CountDeniedHits = true
+		c.ReferenceMetrics = NewReferenceMetrics(reg, 0.8)
+	})
+	for _, hits := range []uint32{7, 5, 1} { // 7 within; 12: 2 over, 2 near; then 1 over
+		req := request("ref", desc("user=a"))
+		req.HitsAddend = hits
+		call(t, s, req)
+	}
+	for stat, want := range map[string]float64{"total_hits": 13, "within_limit": 7, "near_limit": 2, "over_limit": 3} {
+		if got := counterValues(t, reg, "ratelimit_service_rate_limit_"+stat)["domain=ref,key1=user,key2="]; got != want {
+			t.Errorf("%s = %v, want %v", stat, got, want)
+		}
+	}
+}

@@ -42,6 +42,10 @@ type checkMeta struct {
 	// countedDenied: the limit admitted, another denied the request, and
 	// Config.CountDeniedHits consumed its hits anyway.
 	countedDenied bool
+	// filled: the limit denied, and Config.CountDeniedHits filled it up to
+	// its limit; deniedRemaining is what it had left before.
+	filled          bool
+	deniedRemaining int64
 }
 
 // overridden is a descriptor's limit override as a check, when ok.

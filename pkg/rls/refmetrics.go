@@ -134,7 +134,13 @@ func (m *ReferenceMetrics) observe(p *plan) {
 		hits := uint64(c.Hits)
 		s.counts[refTotal].Add(hits)
 		limit := uint64(max(c.Policy.Limit, 0))
-		used := uint64(max(c.Policy.Limit-d.Remaining, 0))
+		remaining := d.Remaining
+		if meta.filled {
+			// The count before --count-denied-hits filled the limit is
+			// the one the reference compares with.
+			remaining = meta.deniedRemaining
+		}
+		used := uint64(max(c.Policy.Limit-remaining, 0))
 		before, after := used, used+hits
 		if d.Allowed {
 			before, after = used-min(used, hits), used

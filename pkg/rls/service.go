@@ -275,6 +275,7 @@ func (s *Service) countDenied(ctx context.Context, p *plan) {
 			p.decisions[i] = decisions[j]
 			p.meta[i].countedDenied = true
 		} else {
+			p.meta[i].filled, p.meta[i].deniedRemaining = true, p.decisions[i].Remaining
 			p.decisions[i].Remaining = decisions[j].Remaining
 		}
 	}
