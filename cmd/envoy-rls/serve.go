@@ -50,6 +50,9 @@ type serveConfig struct {
 	limits           rls.RequestLimits
 	maxRequestCost   int64
 	limitOverrides   string
+	referenceMetrics bool
+	nearLimitRatio   float64
+	countDeniedHits  bool
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
@@ -85,6 +88,9 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
+	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
+	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
+	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
@@ -196,6 +202,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.overrides, err = rls.ParseOverridePolicy(c.limitOverrides); err != nil {
 		return o, fmt.Errorf("--limit-overrides: %w", err)
 	}
+	if !(c.nearLimitRatio > 0 && c.nearLimitRatio <= 1) {
+		return o, fmt.Errorf("--near-limit-ratio: %v must be above 0 and at most 1", c.nearLimitRatio)
+	}
 	if c.memstoreMaxKeys < 0 {
 		return o, fmt.Errorf("--memstore-max-keys: %d must be 0 (no bound) or positive", c.memstoreMaxKeys)
 	}
@@ -239,18 +248,20 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Backend:          backend,
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
+		CountDeniedHits:  cfg.countDeniedHits,
 		Headers:          opts.headers,
 		Limits:           cfg.limits,
 		MaxRequestCost:   cfg.maxRequestCost,
 		SlidingLogCap:    int64(cfg.slidingLogCap),
 		Overrides:        opts.overrides,
 		Metrics:          rls.NewMetrics(reg),
+		ReferenceMetrics: referenceMetrics(cfg, reg),
 		Logger:           log,
 	})
 	if err != nil {
 		return err
 	}
-	srv, err := newServers(ctx, cfg, svc, backend.Ready, func() any { return loader.Current() }, reg, log)
+	srv, err := newServers(ctx, cfg, svc, backend.Ready, loader.Current, reg, log)
 	if err != nil {
 		return err
 	}
@@ -260,6 +271,15 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
+}
+
+// referenceMetrics returns envoyproxy/ratelimit's per-limit counters when
+// --reference-metrics asks for them, else nil.
+func referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
+	if !cfg.referenceMetrics {
+		return nil
+	}
+	return rls.NewReferenceMetrics(reg, cfg.nearLimitRatio)
 }
 
 // servers are the three servers of serve and the readiness they share.
@@ -274,8 +294,8 @@ type servers struct {
 
 // newServers builds the gRPC server (the service, health, reflection), the
 // HTTP server and the debug server; ready is the backend's readiness and
-// rulesNow the rules /debug/config shows.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() any, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+// rulesNow the rules /debug/config and /rlconfig show.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
 	creds, err := cfg.tls.serverOption(log)
 	if err != nil {
 		return nil, err
@@ -296,7 +316,11 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		JSON:    svc.JSONHandler(),
 	}), log)
-	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{Config: rulesNow, Pprof: cfg.pprof}), log)
+	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
+		Config:   func() any { return rulesNow() },
+		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
+		Pprof:    cfg.pprof,
+	}), log)
 	return s, nil
 }
 

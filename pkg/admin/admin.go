@@ -8,9 +8,11 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
 )
@@ -48,18 +50,24 @@ func New(opts Options) http.Handler {
 type DebugOptions struct {
 	// Config returns the loaded rules for /debug/config, as JSON-marshalable data.
 	Config func() any
+	// RLConfig writes the loaded rules for /rlconfig, in
+	// envoyproxy/ratelimit's text form.
+	RLConfig func(w io.Writer) error
 	// Pprof mounts /debug/pprof/.
 	Pprof bool
 }
 
-// NewDebug returns the debug handler for opts: /debug/config and, with
-// Pprof, /debug/pprof/. It belongs on a listener apart from the service
+// NewDebug returns the debug handler for opts: /debug/config, /rlconfig
+// and, with Pprof, /debug/pprof/. It belongs on a listener apart from the service
 // handler's: a profile or the full rule set is not for every client that
 // can reach /metrics.
 func NewDebug(opts DebugOptions) http.Handler {
 	mux := http.NewServeMux()
 	if opts.Config != nil {
 		mux.HandleFunc("GET /debug/config", func(w http.ResponseWriter, _ *http.Request) { debugConfig(w, opts.Config()) })
+	}
+	if opts.RLConfig != nil {
+		mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) { rlconfig(w, opts.RLConfig) })
 	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -91,6 +99,18 @@ func debugConfig(w http.ResponseWriter, cfg any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// rlconfig renders into a buffer first, so that a failure is a 500 rather
+// than a truncated 200.
+func rlconfig(w http.ResponseWriter, write func(io.Writer) error) {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		text(w, http.StatusInternalServerError, fmt.Sprintf("admin: render rlconfig: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
 }
 
 func text(w http.ResponseWriter, code int, msg string) {

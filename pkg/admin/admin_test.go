@@ -74,3 +74,25 @@ func TestReadinessEndpointsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestRLConfig: /rlconfig is on the debug handler only, shows what its
+// writer writes, and turns a failing writer into a 500, not a partial 200.
+func TestRLConfig(t *testing.T) {
+	var fail error
+	write := func(w io.Writer) error {
+		_, _ = io.WriteString(w, "shop.user: unit=MINUTE requests_per_unit=20, shadow_mode: false\n")
+		return fail
+	}
+	debug := NewDebug(DebugOptions{RLConfig: write})
+	code, body := get(t, debug, "/rlconfig")
+	if code != http.StatusOK || body != "shop.user: unit=MINUTE requests_per_unit=20, shadow_mode: false\n" {
+		t.Errorf("GET /rlconfig: %d %q, want 200 and the writer's text", code, body)
+	}
+	fail = errors.New("disk on fire")
+	if code, body := get(t, debug, "/rlconfig"); code != http.StatusInternalServerError || strings.Contains(body, "shop.user") {
+		t.Errorf("GET /rlconfig with a failing writer: %d %q, want 500 without the partial text", code, body)
+	}
+	if code, _ := get(t, New(Options{}), "/rlconfig"); code != http.StatusNotFound {
+		t.Errorf("service handler GET /rlconfig: %d, want 404", code)
+	}
+}

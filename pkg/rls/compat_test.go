@@ -407,6 +407,71 @@ descriptors:
 			},
 		},
 		{
+			// envoyproxy/ratelimit's test/config/wildcard.yaml and the
+			// "*"-anywhere cases of its share_threshold.yaml.
+			name: "wildcard_anywhere_share_threshold", domain: "test-domain",
+			yaml: `
+domain: test-domain
+descriptors:
+  - key: midWild
+    value: bar*b
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: file
+    value: test1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 50
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+  - key: midpath
+    value: /api*v1
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+  - key: multiroute
+    value: svc*ep*rpc
+    share_threshold: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 50
+`,
+			steps: []compatStep{
+				// Without share_threshold each matching value has its own counter.
+				{descs: one("midWild=barab"), want: []compatStatus{okStatus(lim(20, minute), 19)}},
+				{descs: one("midWild=barb"), want: []compatStatus{okStatus(lim(20, minute), 19)}},
+				{descs: one("midWild=barab"), want: []compatStatus{okStatus(lim(20, minute), 18)}},
+				{descs: one("midWild=xbarb"), want: []compatStatus{noLimit}},
+				{descs: one("multiWild=foo123bar456baz"), want: []compatStatus{okStatus(lim(20, minute), 19)}},
+				{descs: one("multiWild=foo123baz"), want: []compatStatus{noLimit}},
+				// The exact value wins over the shared wildcard.
+				{descs: one("file=test1"), want: []compatStatus{okStatus(lim(50, minute), 49)}},
+				{descs: one("file=test2"), want: []compatStatus{okStatus(lim(100, minute), 99)}},
+				{descs: one("file=test23"), want: []compatStatus{okStatus(lim(100, minute), 98)}},
+				// With share_threshold every matching value counts against one counter.
+				{descs: one("midpath=/api/v1"), want: []compatStatus{okStatus(lim(100, minute), 99)}},
+				{descs: one("midpath=/api-beta-v1"), want: []compatStatus{okStatus(lim(100, minute), 98)}},
+				{hits: 98, descs: one("midpath=/apiXYZv1"), want: []compatStatus{okStatus(lim(100, minute), 0)}},
+				{descs: one("midpath=/api/v1"), want: []compatStatus{overStatus(lim(100, minute))}},
+				{descs: one("midpath=/api/v2"), want: []compatStatus{noLimit}},
+				{hits: 50, descs: one("multiroute=svcAepBrpc"), want: []compatStatus{okStatus(lim(50, minute), 0)}},
+				{descs: one("multiroute=svceprpc"), want: []compatStatus{overStatus(lim(50, minute))}},
+				{descs: one("multiroute=svcABCrpc"), want: []compatStatus{noLimit}},
+				{advance: time.Minute, descs: one("multiroute=svcXXXepYYYrpc"), want: []compatStatus{okStatus(lim(50, minute), 49)}},
+			},
+		},
+		{
 			name: "global_shadow_mode", domain: "mongo_cps", yaml: mongo, globalShadow: true,
 			steps: []compatStep{
 				{hits: 500, descs: one(users...), want: []compatStatus{okStatus(per500, 0)}},
@@ -445,7 +510,7 @@ var compatBackends = []struct {
 
 // TestCompatEnvoyproxyExamples replays the request sequences of the
 // examples in envoyproxy/ratelimit's README (examples 1-9 and global shadow
-// mode) with the rules served as fixed_window, as
+// mode), and its wildcard and share_threshold config test cases, with the rules served as fixed_window, as
 // --default-algorithm=fixed_window does, on the in-process store and on
 // Redis, and checks that every response has the codes, current_limit and
 // limit_remaining that envoyproxy/ratelimit answers.
@@ -464,19 +529,29 @@ var compatBackends = []struct {
 // One difference holds in every step and is checked without being listed:
 // envoy-rls fills current_limit.name with the rate_limit's name (Envoy's
 // RateLimit.name field); envoyproxy/ratelimit leaves it empty.
+//
+// With Config.CountDeniedHits (--count-denied-hits), envoy-rls counts a
+// denied request as envoyproxy/ratelimit does, and every step must then
+// answer what envoyproxy/ratelimit answers: want, never ours.
 func TestCompatEnvoyproxyExamples(t *testing.T) {
 	for _, be := range compatBackends {
-		t.Run(be.name, func(t *testing.T) {
-			for _, sc := range compatScenarios() {
-				t.Run(sc.name, func(t *testing.T) {
-					runCompat(t, sc, be.new)
-				})
+		for _, countDenied := range []bool{false, true} {
+			name := be.name
+			if countDenied {
+				name += "/count_denied_hits"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				for _, sc := range compatScenarios() {
+					t.Run(sc.name, func(t *testing.T) {
+						runCompat(t, sc, be.new, countDenied)
+					})
+				}
+			})
+		}
 	}
 }
 
-func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Backend, string)) {
+func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Backend, string), countDenied bool) {
 	clk := &clock{t: epoch}
 	backend, prefix := newBackend(t)
 	domain := prefix + sc.domain
@@ -487,6 +562,7 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Bac
 		Now:              clk.Now,
 		DefaultAlgorithm: algo.FixedWindow,
 		ShadowMode:       sc.globalShadow,
+		CountDeniedHits:  countDenied,
 	})
 	for i, st := range sc.steps {
 		clk.Advance(st.advance)
@@ -499,7 +575,7 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Bac
 		resp := call(t, s, req)
 
 		want := st.want
-		if st.ours != nil {
+		if st.ours != nil && !countDenied {
 			if slices.Equal(st.ours, st.want) {
 				t.Fatalf("step %d: ours repeats want; drop it", i)
 			}

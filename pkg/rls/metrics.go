@@ -39,9 +39,35 @@ type Metrics struct {
 type requestLabels struct{ domain, code string }
 
 type decisionLabels struct {
-	domain, rule   string
-	algorithm      algo.Algorithm
-	denied, shadow bool
+	domain, rule, limit string
+	algorithm           algo.Algorithm
+	code                decisionCode
+	shadow              bool
+}
+
+// decisionCode is what happened to one limit's hits: the code label of
+// envoy_rls_limit_decisions_total.
+type decisionCode uint8
+
+const (
+	// codeOK: the limit admitted the hits and consumed them.
+	codeOK decisionCode = iota
+	// codeOverLimit: the limit denied the hits and consumed none.
+	codeOverLimit
+	// codeNotApplied: the limit would have admitted the hits, but another
+	// limit of the request denied it, so (all or nothing) it consumed none
+	// (unless Config.CountDeniedHits counted them: then it is codeOK).
+	codeNotApplied
+)
+
+func (c decisionCode) String() string {
+	switch c {
+	case codeOverLimit:
+		return "over_limit"
+	case codeNotApplied:
+		return "not_applied"
+	}
+	return "ok"
 }
 
 // series caches the children of a metric vector. Reads take no lock: the
@@ -89,8 +115,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"domain", "code"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_limit_decisions_total",
-			Help: "Decisions per applied limit by domain, rule, algorithm, code and whether the rule is in shadow or quota mode.",
-		}, []string{"domain", "rule", "algorithm", "code", "shadow"}),
+			Help: "Decisions per matched limit by domain, rule, limit (its name, else its place in the descriptor), algorithm, code (ok: admitted and counted; over_limit: denied; not_applied: admitted but not counted because another limit denied the request) and whether the rule is in shadow or quota mode.",
+		}, []string{"domain", "rule", "limit", "algorithm", "code", "shadow"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "envoy_rls_request_duration_seconds",
 			Help:    "Time to answer ShouldRateLimit, including the backend.",
@@ -121,28 +147,40 @@ func (m *Metrics) observeRequest(domain string, resp *pb.RateLimitResponse, err 
 	}).Observe(d.Seconds())
 }
 
+// observeChecks counts each limit's decision once the request is decided.
+// Its code says whether the limit's hits were applied: a limit that
+// admitted inside a request another limit denied consumed nothing (the
+// request is all or nothing), and counting it as ok would report traffic
+// that never reached its counter.
 func (m *Metrics) observeChecks(domain string, p *plan, globalShadow bool) {
+	soft := func(i int) bool { return globalShadow || p.meta[i].soft }
+	denied := p.deniedBy(soft)
 	for i := range p.checks {
+		code := codeOK
+		switch {
+		case !p.decisions[i].Allowed:
+			code = codeOverLimit
+		case denied && !p.meta[i].countedDenied:
+			code = codeNotApplied
+		}
 		k := decisionLabels{
 			domain:    domain,
 			rule:      p.meta[i].ruleID,
+			limit:     p.meta[i].limitLabel,
 			algorithm: p.checks[i].Policy.Algorithm,
-			denied:    !p.decisions[i].Allowed,
-			shadow:    p.meta[i].soft || globalShadow,
+			code:      code,
+			shadow:    soft(i),
 		}
 		m.decisionSeries.get(k, func() prometheus.Counter { return m.decisionCounter(k) }).Inc()
 	}
 }
 
 func (m *Metrics) decisionCounter(k decisionLabels) prometheus.Counter {
-	code, shadow := "ok", "false"
-	if k.denied {
-		code = "over_limit"
-	}
+	shadow := "false"
 	if k.shadow {
 		shadow = "true"
 	}
-	return m.decisions.WithLabelValues(k.domain, k.rule, k.algorithm.String(), code, shadow)
+	return m.decisions.WithLabelValues(k.domain, k.rule, k.limit, k.algorithm.String(), k.code.String(), shadow)
 }
 
 // observeIgnoredOverrides counts n overrides the policy ignored. It is

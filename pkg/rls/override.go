@@ -89,7 +89,7 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 		return algo.Check{}, checkMeta{}, false, nil
 	}
 	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol},
-		checkMeta{limit: limitView{unit: responseUnit(unit), multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID},
+		checkMeta{limit: limitView{unit: responseUnit(unit), multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID, limitLabel: overrideRuleID},
 		true, nil
 }
 

@@ -28,10 +28,24 @@ type checkMeta struct {
 	desc   int
 	limit  limitView
 	ruleID string
+	// limitLabel tells the limits of one rule apart in metrics
+	// (rules.Limit.Label).
+	limitLabel string
+	// path is the rule's rules.Rule.Path, the key of
+	// envoyproxy/ratelimit's stats; "" for a request's limit override,
+	// whose key there holds the request's values.
+	path   string
 	shadow bool
 	quota  bool
 	// soft limits (shadow or quota mode) report but never deny.
 	soft bool
+	// countedDenied: the limit admitted, another denied the request, and
+	// Config.CountDeniedHits consumed its hits anyway.
+	countedDenied bool
+	// filled: the limit denied, and Config.CountDeniedHits filled it up to
+	// its limit; deniedRemaining is what it had left before.
+	filled          bool
+	deniedRemaining int64
 }
 
 // overridden is a descriptor's limit override as a check, when ok.
@@ -191,12 +205,14 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			Refund:  refund,
 		})
 		p.meta = append(p.meta, checkMeta{
-			desc:   desc,
-			limit:  limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
-			ruleID: r.ID,
-			shadow: r.ShadowMode,
-			quota:  r.QuotaMode,
-			soft:   r.ShadowMode || r.QuotaMode,
+			desc:       desc,
+			limit:      limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
+			ruleID:     r.ID,
+			limitLabel: l.Label,
+			path:       r.Path,
+			shadow:     r.ShadowMode,
+			quota:      r.QuotaMode,
+			soft:       r.ShadowMode || r.QuotaMode,
 		})
 	}
 }
@@ -230,6 +246,17 @@ func (p *plan) selectChecks(keep func(int) bool) {
 func (p *plan) isReplaced(name string) bool {
 	for _, r := range p.replaced {
 		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// deniedBy reports whether a limit that may deny (see soft) denied the
+// request: then, all or nothing, no limit consumed its hits.
+func (p *plan) deniedBy(soft func(int) bool) bool {
+	for i := range p.checks {
+		if !p.decisions[i].Allowed && !soft(i) {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -565,5 +566,50 @@ descriptors:
 	}
 	if len(rec.at) != 2 || !rec.at[0].Equal(rec.at[1]) {
 		t.Fatalf("backend calls at %v, want two at one time", rec.at)
+	}
+}
+
+// TestCountDeniedHits: a client that keeps sending while a per-second
+// limit blocks it uses up its daily fixed_window limit with
+// Config.CountDeniedHits, as with envoyproxy/ratelimit, and so stays
+// blocked after the second is over; without it, the blocked requests
+// consume nothing. Limits of other algorithms never count denied hits.
+func TestCountDeniedHits(t *testing.T) {
+	const yaml = `
+domain: hammer
+descriptors:
+  - key: user
+    rate_limits:
+      - {name: per_second, unit: second, requests_per_unit: 1, algorithm: fixed_window}
+      - {name: per_day, unit: day, requests_per_unit: 3, algorithm: fixed_window}
+  - key: svc
+    rate_limits:
+      - {name: per_second, unit: second, requests_per_unit: 1, algorithm: fixed_window}
+      - {name: per_day, unit: day, requests_per_unit: 3, algorithm: sliding_window}
+`
+	ok, over := pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT
+	tests := []struct {
+		countDenied bool
+		entry       string
+		// after: the answer once the second is over
+		after pb.RateLimitResponse_Code
+	}{
+		{false, "user=a", ok},
+		{true, "user=a", over},
+		{true, "svc=a", ok},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/count_denied=%v", tt.entry, tt.countDenied), func(t *testing.T) {
+			s, clk := newTestService(t, yaml, func(c *Config) { c.CountDeniedHits = tt.countDenied })
+			for i, want := range []pb.RateLimitResponse_Code{ok, over, over} {
+				if got := call(t, s, request("hammer", desc(tt.entry))).GetOverallCode(); got != want {
+					t.Fatalf("request %d: %s, want %s", i, got, want)
+				}
+			}
+			clk.Advance(time.Second)
+			if got := call(t, s, request("hammer", desc(tt.entry))).GetOverallCode(); got != tt.after {
+				t.Fatalf("after a second: %s, want %s", got, tt.after)
+			}
+		})
 	}
 }

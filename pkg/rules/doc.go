@@ -11,7 +11,8 @@
 //
 // Matching follows envoyproxy/ratelimit: a request descriptor's entries are
 // walked level by level; at each level an exact key/value wins, then the
-// first wildcard value (a value ending in "*") in file order, then the key
+// first wildcard value (a value with a "*" anywhere, each "*" matching any
+// run of bytes) in file order, then the key
 // alone; the rule is the one at the request's last entry. Two deliberate
 // differences: keys and values are compared as a pair, never through
 // upstream's "key_value" string join (so key "a_b" never matches key "a"

@@ -200,12 +200,16 @@ func (p *parser) descriptorHead(f map[string]*yaml.Node, line int, path string) 
 	h.share = flag("share_threshold")
 	if h.share && !h.wildcard() {
 		p.errorf(f["share_threshold"].Line, path+".share_threshold",
-			"set on value %q (want a wildcard value ending in \"*\")", h.value)
+			"set on value %q (want a wildcard value, one with a \"*\")", h.value)
 	}
 	return h
 }
 
-func (h descriptorHead) wildcard() bool { return strings.HasSuffix(h.value, "*") }
+func (h descriptorHead) wildcard() bool { return isWildcard(h.value) }
+
+// isWildcard reports whether a descriptor value is a pattern (see glob): a
+// "*" anywhere makes it one.
+func isWildcard(value string) bool { return strings.Contains(value, "*") }
 
 // ancestor is what the descriptor passes down to its nested descriptors.
 func (h descriptorHead) ancestor() ancestor {
@@ -292,8 +296,8 @@ func (p *parser) insert(parent, child *node, key, value, path string) {
 	// A wildcard is also reachable by its literal value, as upstream's map
 	// lookup of "key_prefix*" finds it.
 	parent.exact[algo.Entry{Key: key, Value: value}] = child
-	if strings.HasSuffix(value, "*") {
-		parent.wild = append(parent.wild, wildcard{key: key, prefix: strings.TrimSuffix(value, "*"), next: child})
+	if isWildcard(value) {
+		parent.wild = append(parent.wild, wildcard{key: key, glob: newGlob(value), next: child})
 	}
 }
 

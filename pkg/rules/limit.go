@@ -40,6 +40,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 		p.replaces(f, path, []string{name}, nil)
 		return false
 	}
+	l.Label = limitLabel(name, "rate_limit")
 	r.Limits = []Limit{l}
 	r.Replaces = p.replaces(f, path, []string{name}, r.Replaces)
 	return true
@@ -87,6 +88,7 @@ func (p *parser) limitList(n *yaml.Node, path string, r *Rule) bool {
 					ok = false
 				}
 			}
+			l.Label = limitLabel(name, fmt.Sprintf("rate_limits[%d]", i))
 			r.Limits = append(r.Limits, l)
 			positions = append(positions, i)
 		}
@@ -96,6 +98,15 @@ func (p *parser) limitList(n *yaml.Node, path string, r *Rule) bool {
 		r.Replaces = p.replaces(a.f, a.path, names, r.Replaces)
 	}
 	return ok
+}
+
+// limitLabel is a limit's Label: its name, else where it stands in its
+// descriptor.
+func limitLabel(name, position string) string {
+	if name != "" {
+		return name
+	}
+	return position
 }
 
 // limitName reads a rate limit's optional name.

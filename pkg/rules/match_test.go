@@ -332,3 +332,180 @@ func BenchmarkMatch(b *testing.B) {
 		})
 	}
 }
+
+// wildcardYAML is envoyproxy/ratelimit's test/config/wildcard.yaml, with the
+// middle and multiple wildcards its TestWildcardConfig matches.
+const wildcardYAML = `
+domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: noWild
+    value: foo
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: noVal
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: midWild
+    value: bar*b
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 20}
+`
+
+// TestMatchWildcardAnywhere replays envoyproxy/ratelimit's TestWildcardConfig
+// and the matching half of its TestShareThreshold: a "*" matches any run of
+// bytes, the empty one included, wherever it stands in the value, and the
+// rule's path (the reference's stats key) keeps the pattern.
+func TestMatchWildcardAnywhere(t *testing.T) {
+	s := mustSnapshot(t, map[string]string{"wildcard.yaml": wildcardYAML})
+	tests := []struct {
+		name    string
+		entries []algo.Entry
+		want    string // rule path, "" for no rule
+	}{
+		{"key alone", entries("noVal=foo1"), "test-domain.noVal"},
+		{"trailing", entries("wild=foo1"), "test-domain.wild_foo*"},
+		{"nested trailing", entries("nestedWild=val1", "wild=goo2"), "test-domain.nestedWild_val1.wild_goo*"},
+		{"trailing, no match", entries("wild=bar"), ""},
+		{"literal value is no pattern", entries("noWild=foo1"), ""},
+		{"middle", entries("midWild=barab"), "test-domain.midWild_bar*b"},
+		{"middle, longer run", entries("midWild=bar123b"), "test-domain.midWild_bar*b"},
+		{"middle, empty run", entries("midWild=barb"), "test-domain.midWild_bar*b"},
+		{"middle, suffix missing", entries("midWild=bara"), ""},
+		{"middle, prefix missing", entries("midWild=xbarb"), ""},
+		{"middle, prefix and suffix overlap", entries("midWild=bar"), ""},
+		{"multiple", entries("multiWild=foo123bar456baz"), "test-domain.multiWild_foo*bar*baz"},
+		{"multiple, empty runs", entries("multiWild=foobarbaz"), "test-domain.multiWild_foo*bar*baz"},
+		{"multiple, middle segment missing", entries("multiWild=foo123baz"), ""},
+		{"multiple, prefix missing", entries("multiWild=bar456baz"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if r := s.Match("test-domain", tt.entries); r != nil {
+				got = r.Path
+			}
+			if got != tt.want {
+				t.Errorf("Match(%v) = %q, want %q", tt.entries, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGlob(t *testing.T) {
+	tests := []struct {
+		pattern, value string
+		want           bool
+	}{
+		{"*", "", true},
+		{"a*", "a", true},
+		{"*a", "ba", true},
+		{"*a", "ab", false},
+		{"a*a", "a", false}, // the prefix and the suffix may not share a byte
+		{"a*a", "aa", true},
+		{"a**b", "ab", true},
+		{"*ep*", "svcep", true},
+		{"svc*ep*rpc", "svcAepBrpc", true},
+		{"svc*ep*rpc", "svceprpc", true},
+		{"svc*ep*rpc", "svcABCrpc", false},
+		{"svc*ep*rpc", "svcrpcep", false},
+		{"/api*v1", "/api/v2", false},
+		{"x*y*y", "xyy", true},
+		{"x*y*y", "xy", false},
+	}
+	for _, tt := range tests {
+		g := newGlob(tt.pattern)
+		if got := g.match(tt.value); got != tt.want {
+			t.Errorf("glob %q matches %q = %v, want %v", tt.pattern, tt.value, got, tt.want)
+		}
+	}
+}
+
+// shareThresholdYAML is envoyproxy/ratelimit's test/config/share_threshold.yaml
+// (trimmed to the middle and multiple wildcard cases and the precedence
+// case), which envoy-rls refused before it accepted "*" anywhere.
+const shareThresholdYAML = `
+domain: test-domain
+descriptors:
+  - key: file
+    value: test1
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: file
+    value: test*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: midpath
+    value: /api*v1
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: multiroute
+    value: svc*ep*rpc
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: midroute
+    value: /api*v2
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 80}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    descriptors:
+      - key: resource
+        value: res*v2
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+`
+
+// TestShareThresholdWildcardAnywhere checks that values matched by a middle
+// or multiple wildcard with share_threshold count against the pattern, as
+// envoyproxy/ratelimit's TestShareThreshold cases 4 to 8 expect, and that an
+// exact value still wins over a shared wildcard.
+func TestShareThresholdWildcardAnywhere(t *testing.T) {
+	s := mustSnapshot(t, map[string]string{"share_threshold.yaml": shareThresholdYAML})
+	tests := []struct {
+		name string
+		req  []algo.Entry
+		rpu  uint32
+		want []algo.Entry // KeyEntries; nil for no rule
+	}{
+		{"exact wins", entries("file=test1"), 50, entries("file=test1")},
+		{"shared trailing", entries("file=test23"), 100, entries("file=test*")},
+		{"shared middle", entries("midpath=/api/v1"), 100, entries("midpath=/api*v1")},
+		{"shared middle, other value", entries("midpath=/apiXYZv1"), 100, entries("midpath=/api*v1")},
+		{"middle, no match", entries("midpath=/api/v2"), 0, nil},
+		{"shared multiple", entries("multiroute=svcXXXepYYYrpc"), 50, entries("multiroute=svc*ep*rpc")},
+		{"shared multiple, empty runs", entries("multiroute=svceprpc"), 50, entries("multiroute=svc*ep*rpc")},
+		{"multiple, no match", entries("multiroute=svcABCrpc"), 0, nil},
+		{"share_threshold over value_to_metric", entries("midroute=/api-beta-v2"), 80, entries("midroute=/api*v2")},
+		{"nested middle", entries("tenant=t99prod", "resource=resBBBv2"), 60, entries("tenant=t*prod", "resource=res*v2")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.Match("test-domain", tt.req)
+			if tt.want == nil {
+				if r != nil {
+					t.Fatalf("Match(%v) = %s, want none", tt.req, r.Path)
+				}
+				return
+			}
+			if r == nil {
+				t.Fatalf("Match(%v) = nil", tt.req)
+			}
+			if got := r.KeyEntries(tt.req, nil); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("KeyEntries = %v, want %v", got, tt.want)
+			}
+			if r.Limits[0].RequestsPerUnit != tt.rpu {
+				t.Errorf("requests_per_unit %d, want %d", r.Limits[0].RequestsPerUnit, tt.rpu)
+			}
+		})
+	}
+}

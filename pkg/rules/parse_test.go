@@ -321,7 +321,7 @@ descriptors:
     value: exact
     share_threshold: true
 `,
-			want: []string{`rules.yaml:5: descriptors[0].share_threshold: set on value "exact" (want a wildcard value ending in "*")`},
+			want: []string{`rules.yaml:5: descriptors[0].share_threshold: set on value "exact" (want a wildcard value, one with a "*")`},
 		},
 		{
 			name: "hash_tag not on the path",
@@ -469,23 +469,23 @@ descriptors:
 		id     string
 		limits []Limit
 	}{
-		{"shop.plain", "shop.plain", []Limit{{Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
+		{"shop.plain", "shop.plain", []Limit{{Label: "rate_limit", Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
 			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute}}}},
-		{"shop.bucket", "shop.bucket", []Limit{{Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
+		{"shop.bucket", "shop.bucket", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
 			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}}}},
-		{"shop.shaped", "shop.shaped", []Limit{{Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
+		{"shop.shaped", "shop.shaped", []Limit{{Label: "rate_limit", Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
 			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 7, Period: 6 * algo.Hour, Burst: 3}}}},
 		{"shop.open", "free", nil},
 		{"shop.many", "shop.many", []Limit{
-			{Name: "burst", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 5,
+			{Name: "burst", Label: "burst", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 5,
 				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 5, Period: algo.Second, Burst: 9}},
-			{Name: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
+			{Name: "daily", Label: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day}},
-			{Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
+			{Label: "rate_limits[2]", Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
 				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}},
-			{Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
+			{Label: "rate_limits[3]", Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month}},
-			{Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
+			{Label: "rate_limits[4]", Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year}},
 		}},
 	}

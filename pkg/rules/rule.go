@@ -151,6 +151,10 @@ type Limit struct {
 	// Name is the rate_limit's name ("" when unnamed); replaces refers to it
 	// and responses report it in current_limit.
 	Name string
+	// Label tells the limit apart from the other limits of its rule in
+	// metrics: its name, else its place in the descriptor ("rate_limit",
+	// "rate_limits[1]"). Like the rule ID it comes from configuration only.
+	Label string
 	// Unit is the unit of the period; responses report it.
 	Unit algo.Unit
 	// UnitMultiplier is the number of units in one period, at least 1.

@@ -15,16 +15,49 @@ import (
 // probe or a short scan and never allocates.
 type node struct {
 	exact map[algo.Entry]*node // key=value, wildcards included by literal value
-	wild  []wildcard           // values ending in "*", in file order
+	wild  []wildcard           // values with a "*" anywhere, in file order
 	keys  map[string]*node     // key alone
 	rule  *Rule
 	line  int
 }
 
 type wildcard struct {
-	key    string
-	prefix string
-	next   *node
+	key  string
+	glob glob
+	next *node
+}
+
+// glob is a descriptor value pattern in which every "*" stands for any run
+// of bytes, the empty run included, wherever it appears: "foo*" is a prefix,
+// "/api*v1" a prefix and a suffix, "svc*ep*rpc" also needs "ep" between
+// them. That is envoyproxy/ratelimit's wildcard since it accepted "*" in
+// any position; before, a "*" that did not end the value was a literal.
+type glob struct {
+	prefix, suffix string
+	middle         []string // in order, each after the previous one
+}
+
+func newGlob(pattern string) glob {
+	parts := strings.Split(pattern, "*")
+	return glob{prefix: parts[0], suffix: parts[len(parts)-1], middle: parts[1 : len(parts)-1]}
+}
+
+// match reports whether v matches the pattern. Taking the leftmost
+// occurrence of each middle segment is enough: a later one would only leave
+// less room for the segments after it. It does not allocate.
+func (g *glob) match(v string) bool {
+	if len(v) < len(g.prefix)+len(g.suffix) || !strings.HasPrefix(v, g.prefix) || !strings.HasSuffix(v, g.suffix) {
+		return false
+	}
+	rest := v[len(g.prefix) : len(v)-len(g.suffix)]
+	for _, m := range g.middle {
+		i := strings.Index(rest, m)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(m):]
+	}
+	return true
 }
 
 // child picks the descriptor that entry e selects at this level: exact
@@ -35,7 +68,7 @@ func (n *node) child(e algo.Entry) *node {
 	}
 	for i := range n.wild {
 		w := &n.wild[i]
-		if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+		if w.key == e.Key && w.glob.match(e.Value) {
 			return w.next
 		}
 	}

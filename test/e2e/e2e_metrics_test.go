@@ -47,8 +47,8 @@ func TestMetricsCounters(t *testing.T) {
 		{"envoy_rls_requests_total", map[string]string{"domain": "metered", "code": "over_limit"}, 1},
 		// An unknown domain must not become a label value of its own.
 		{"envoy_rls_requests_total", map[string]string{"domain": "_unknown", "code": "ok"}, 1},
-		{"envoy_rls_limit_decisions_total", map[string]string{"domain": "metered", "rule": "per_user", "algorithm": "token_bucket", "code": "ok", "shadow": "false"}, 2},
-		{"envoy_rls_limit_decisions_total", map[string]string{"domain": "metered", "rule": "per_user", "algorithm": "token_bucket", "code": "over_limit", "shadow": "false"}, 1},
+		{"envoy_rls_limit_decisions_total", map[string]string{"domain": "metered", "rule": "per_user", "limit": "per_user", "algorithm": "token_bucket", "code": "ok", "shadow": "false"}, 2},
+		{"envoy_rls_limit_decisions_total", map[string]string{"domain": "metered", "rule": "per_user", "limit": "per_user", "algorithm": "token_bucket", "code": "over_limit", "shadow": "false"}, 1},
 		{"envoy_rls_request_duration_seconds_count", map[string]string{"domain": "metered"}, 3},
 	}
 	for _, tt := range tests {
