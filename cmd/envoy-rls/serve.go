@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,11 +54,17 @@ type serveConfig struct {
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
+	// legacyHeaderNames and refNotes: see refenv.go.
+	legacyHeaderNames string
+	refNotes          []refNote
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c, fs := serveFlagSet("serve", stderr)
-	return c, func(args []string) error { return parseFlags(fs, args) }
+	return c, func(args []string) (err error) {
+		c.refNotes, err = parseServeFlags(fs, args)
+		return err
+	}
 }
 
 // serveFlagSet defines serve's flags on a flag set for the command name:
@@ -85,6 +92,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
+	fs.StringVar(&c.legacyHeaderNames, "legacy-header-names", strings.Join(rls.DefaultLegacyNames[:], ","), "names of the legacy headers (--response-headers=legacy): limit,remaining,reset")
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
@@ -106,6 +114,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	logRefNotes(log, cfg.refNotes)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {
@@ -190,6 +199,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.headers, err = rls.ParseHeaderOptions(c.headers); err != nil {
 		return o, fmt.Errorf("--response-headers: %w", err)
 	}
+	if o.headers.LegacyNames, err = rls.ParseLegacyNames(c.legacyHeaderNames); err != nil {
+		return o, fmt.Errorf("--legacy-header-names: %w", err)
+	}
 	if c.maxRequestCost < 1 {
 		return o, fmt.Errorf("--max-request-cost: %d must be at least 1", c.maxRequestCost)
 	}
@@ -201,6 +213,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	}
 	if o.failureMode, err = c.redis.validate(); err != nil {
 		return o, err
+	}
+	if c.redis.perSecondURL != "" && c.redisURL == "" {
+		return o, errors.New("--redis-persecond-url: needs --redis-url (the Redis of the longer limits)")
 	}
 	return o, c.http.validate()
 }
@@ -424,6 +439,14 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *zap.Logger, reg prometheus.Registerer) (*stack.Stack, func(), error) {
 	sc := cfg.redis.stackConfig(mode)
 	sc.MaxCallCost, sc.MemstoreMaxKeys, sc.Logger, sc.Registerer = cfg.maxRequestCost, cfg.memstoreMaxKeys, log, reg
+	closeClient := func() {
+		if sc.Redis != nil {
+			sc.Redis.Close()
+		}
+		if sc.PerSecondRedis != nil {
+			sc.PerSecondRedis.Close()
+		}
+	}
 	if cfg.redisURL != "" {
 		client, err := newRedisClient(cfg, log)
 		if err != nil {
@@ -431,12 +454,15 @@ func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *
 		}
 		sc.Redis = client
 	}
-	st, err := stack.New(ctx, sc)
-	closeClient := func() {
-		if sc.Redis != nil {
-			sc.Redis.Close()
+	if cfg.redis.perSecondURL != "" {
+		client, err := newRedisClientFor("--redis-persecond-url", cfg.redis.perSecondURL, cfg, log)
+		if err != nil {
+			closeClient()
+			return nil, nil, err
 		}
+		sc.PerSecondRedis = client
 	}
+	st, err := stack.New(ctx, sc)
 	if err != nil {
 		closeClient()
 		return nil, nil, err
