@@ -193,4 +193,3 @@ func TestReferenceEnvPerSecond(t *testing.T) {
 		t.Errorf("no mapping line for REDIS_PERSECOND_URL; logs:\n%s", s.logs)
 	}
 }
-
