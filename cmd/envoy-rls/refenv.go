@@ -138,16 +138,17 @@ var refUnsupportedVars = []refUnsupported{
 	{"EXPIRATION_JITTER_MAX_SECONDS", "every key's TTL is the time its state takes to equal no key; there is nothing to jitter"},
 	{"NEAR_LIMIT_RATIO", "there is no near-limit statistic; envoy_rls_* metrics count decisions per rule"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "denied hits are never counted in envoy-rls; nothing to set"},
-	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "/readyz fails until the rules have loaded"},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "nothing to set: envoy-rls serves only once its rules have loaded"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "envoy-rls reads its rules directory (--config-dir) at start"},
 	{"CONFIG_TYPE", "envoy-rls reads rules from --config-dir; xDS (GRPC_XDS_SOTW) is not supported by this build"},
 	{"CONFIG_GRPC_XDS_", "xDS rule sources are not supported by this build; use --config-dir"},
 	{"XDS_CLIENT_BACKOFF_", "xDS rule sources are not supported by this build; use --config-dir"},
 	{"RUNTIME_WATCH_ROOT", "--config-dir is always watched, including the Kubernetes ConfigMap ..data swap"},
-	{"RUNTIME_IGNOREDOTFILES", "only *.yaml and *.yml files of --config-dir are read"},
+	{"RUNTIME_IGNOREDOTFILES", "nothing to set: files whose names start with a dot are always skipped, and only *.yaml and *.yml files of --config-dir are read"},
 	{"GRPC_CLIENT_TLS_SAN", "--grpc-tls-client-ca verifies the client certificate's chain, not its SAN"},
 	{"TRACING_", "tracing is not supported"},
 	{"RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses is not supported"},
+	{"PROTO", "the listeners are TCP, or a unix socket with --grpc-addr unix:///path (GRPC_UDS)"},
 }
 
 // applyRefEnv sets every flag of fs that neither the command line nor its
