@@ -106,12 +106,15 @@ var refMappings = []refMapping{
 	{vars: []string{"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH"},
 		flag: "redis-persecond-url", conv: redisURL("REDIS_PERSECOND_", "REDIS_PERSECOND")},
 	{vars: []string{"CACHE_KEY_PREFIX"}, flag: "redis-key-prefix"},
+	{vars: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}, flag: "metrics-addr", conv: prometheusAddr,
+		detail: "the metrics are also on /metrics of --http-addr (HOST:PORT)"},
+	{vars: []string{"USE_PROMETHEUS", "PROMETHEUS_PATH"}, flag: "metrics-path", conv: prometheusPath},
 	{vars: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, flag: "redis-deny-cache-entries", conv: denyCacheEntries,
 		detail: "converted at about 256 bytes per entry; 0 turns the deny cache off, as it turns off the reference's local cache"},
 }
 
 var refUnsupportedVars = []refUnsupported{
-	{"USE_STATSD", "envoy-rls exports Prometheus metrics on /metrics of --http-addr; scrape those, or run a statsd exporter that does"},
+	{"USE_STATSD", "envoy-rls exports Prometheus metrics on /metrics of --http-addr (and of --metrics-addr, PROMETHEUS_ADDR, with USE_PROMETHEUS=true); scrape those"},
 	{"STATSD_HOST", "envoy-rls has no statsd output; scrape /metrics on --http-addr"},
 	{"STATSD_PORT", "envoy-rls has no statsd output; scrape /metrics on --http-addr"},
 	{"USE_DOG_STATSD", "envoy-rls has no statsd output; scrape /metrics on --http-addr (the Datadog agent reads Prometheus endpoints)"},
@@ -120,10 +123,7 @@ var refUnsupportedVars = []refUnsupported{
 	{"STATS_FLUSH_INTERVAL", "Prometheus metrics are pulled; nothing to flush"},
 	{"GOSTATS_FLUSH_INTERVAL_SECONDS", "Prometheus metrics are pulled; nothing to flush"},
 	{"DISABLE_STATS", "metrics are always served on /metrics of --http-addr; do not scrape them if unwanted"},
-	{"USE_PROMETHEUS", "metrics are always served in the Prometheus format on /metrics of --http-addr (HOST:PORT)"},
-	{"PROMETHEUS_ADDR", "scrape /metrics on --http-addr (HOST:PORT) instead; there is no separate metrics listener"},
-	{"PROMETHEUS_PATH", "scrape /metrics on --http-addr (HOST:PORT) instead"},
-	{"PROMETHEUS_MAPPER_YAML", "envoy-rls's metric names are fixed (see the README's metrics section)"},
+	{"PROMETHEUS_MAPPER_YAML", "envoy-rls's metric names are fixed (README, \"Operating it\")"},
 	{"BACKEND_TYPE", "envoy-rls's backends are Redis (--redis-url) or the in-process store (no --redis-url); memcached is not supported"},
 	{"MEMCACHE_", "memcached is not supported; use Redis (--redis-url)"},
 	{"REDIS_PIPELINE_WINDOW", "envoy-rls batches concurrent requests by itself (a pipeline leaves when the previous one returns); nothing to set"},

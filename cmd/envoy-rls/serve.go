@@ -57,6 +57,7 @@ type serveConfig struct {
 	// legacyHeaderNames and refNotes: see refenv.go.
 	legacyHeaderNames string
 	refNotes          []refNote
+	metrics           metricsFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -96,6 +97,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
+	c.metrics.register(fs)
 	return c, fs
 }
 
@@ -214,6 +216,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.failureMode, err = c.redis.validate(); err != nil {
 		return o, err
 	}
+	if err := c.metrics.validate(); err != nil {
+		return o, err
+	}
 	if c.redis.perSecondURL != "" && c.redisURL == "" {
 		return o, errors.New("--redis-persecond-url: needs --redis-url (the Redis of the longer limits)")
 	}
@@ -269,6 +274,11 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := serveMetrics(cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	gl, hl, dl, err := listen(cfg)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -97,6 +98,20 @@ func dbSize(t *testing.T, c *redis.Client) int64 {
 	return n
 }
 
+// logField returns the string field of the first JSON log line with
+// message msg, or "".
+func logField(logs, msg, field string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != msg {
+			continue
+		}
+		v, _ := m[field].(string)
+		return v
+	}
+	return ""
+}
+
 // hasLog reports whether a JSON log line has message msg and a variables
 // field naming v.
 func hasLog(t *testing.T, logs, level, msg, v string) bool {
@@ -116,7 +131,8 @@ func hasLog(t *testing.T, logs, level, msg, v string) bool {
 func TestReferenceEnv(t *testing.T) {
 	t.Parallel()
 	r := redistest.Standalone(t)
-	s := startAsRatelimit(t, refEnv(t, r.Addr, "CACHE_KEY_PREFIX=refprefix:"))
+	s := startAsRatelimit(t, refEnv(t, r.Addr, "CACHE_KEY_PREFIX=refprefix:",
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_PATH=/prom"))
 
 	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
 		if got := s.ask("ref", desc("slow", "x")).OverallCode; got != want {
@@ -139,7 +155,12 @@ func TestReferenceEnv(t *testing.T) {
 		t.Errorf("/healthcheck: %d %s", code, body)
 	}
 	logs := s.logs.String()
-	for _, v := range []string{"REDIS_URL", "RUNTIME_ROOT", "PORT", "GRPC_PORT", "LOG_LEVEL", "CACHE_KEY_PREFIX", "REDIS_TIMEOUT"} {
+	if addr := logField(logs, "serving metrics", "metrics_addr"); addr == "" {
+		t.Errorf("no metrics listener logged; logs:\n%s", logs)
+	} else if code, body := getURL("http://" + addr + "/prom"); code != http.StatusOK || !strings.Contains(body, "envoy_rls_build_info") {
+		t.Errorf("PROMETHEUS_ADDR/PROMETHEUS_PATH: %d %.200s", code, body)
+	}
+	for _, v := range []string{"PROMETHEUS_ADDR", "REDIS_URL", "RUNTIME_ROOT", "PORT", "GRPC_PORT", "LOG_LEVEL", "CACHE_KEY_PREFIX", "REDIS_TIMEOUT"} {
 		if !hasLog(t, logs, "info", "envoyproxy/ratelimit setting mapped", v) {
 			t.Errorf("no mapping line for %s; logs:\n%s", v, logs)
 		}
