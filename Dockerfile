@@ -29,6 +29,12 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /out/envoy-rls /usr/local/bin/envoy-rls
+# Deployments of envoyproxy/ratelimit, Istio's sample among them, run
+# command: ["/bin/ratelimit"] with no arguments: the same binary answers
+# there and serves from that project's environment variables (see
+# docs/migrating.md). A copy, not a symlink: the runtime image has no shell
+# to make one, and a copy needs no assumption about how COPY treats links.
+COPY --from=build /out/envoy-rls /bin/ratelimit
 COPY examples/config/ /etc/envoy-rls/config/
 # Numeric, so that Kubernetes' runAsNonRoot can verify it (65532 is the
 # image's "nonroot" user).

@@ -30,6 +30,9 @@ func main() {
 
 // run dispatches a subcommand and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	// serve is the default so that the image's /bin/ratelimit, which
+	// envoyproxy/ratelimit deployments run with no arguments, serves from
+	// that project's environment (refenv.go) whatever argv[0] is.
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]

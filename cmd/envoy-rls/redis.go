@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
@@ -29,6 +30,8 @@ type redisFlags struct {
 	failureMode      string
 	expectedReplicas int
 	denyCacheEntries int
+	perSecondURL     string
+	keyPrefix        string
 	breaker          struct {
 		failures int
 		ratio    float64
@@ -45,6 +48,8 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.tls.KeyFile, "redis-tls-key", "", "PEM client key for Redis")
 	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local (in-process limits divided by --expected-replicas)")
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
+	fs.StringVar(&r.perSecondURL, "redis-persecond-url", "", "a second Redis URL for the limits whose period is a second or less (envoyproxy/ratelimit's REDIS_PERSECOND); a request spanning both Redis stays all or nothing; empty keeps every limit on --redis-url")
+	fs.StringVar(&r.keyPrefix, "redis-key-prefix", "", "prefix of every Redis key (envoyproxy/ratelimit's CACHE_KEY_PREFIX), so deployments can share a Redis; must not contain '{' or '}'")
 	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
 	// The defaults must not let one short stall trip the breaker: with
 	// pipelining, every request queued behind a slow reply fails at once,
@@ -69,6 +74,9 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	if r.denyCacheEntries < 0 {
 		errs = append(errs, fmt.Errorf("--redis-deny-cache-entries: %d must be 0 (off) or positive", r.denyCacheEntries))
 	}
+	if err := redisalgo.ValidateKeyPrefix(r.keyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
 	if r.poolSize < 0 {
 		errs = append(errs, fmt.Errorf("--redis-pool-size: %d must be 0 (default) or positive", r.poolSize))
 	}
@@ -89,9 +97,15 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 
 // newRedisClient builds the Redis client the flags describe.
 func newRedisClient(cfg *serveConfig, log *zap.Logger) (*redisclient.Client, error) {
-	opts, err := redisclient.ParseURL(cfg.redisURL)
+	return newRedisClientFor("--redis-url", cfg.redisURL, cfg, log)
+}
+
+// newRedisClientFor builds a client for rawURL, given by flag, with the
+// Redis flags' TLS files, timeout and pool size.
+func newRedisClientFor(flag, rawURL string, cfg *serveConfig, log *zap.Logger) (*redisclient.Client, error) {
+	opts, err := redisclient.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("--redis-url: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if !cfg.redis.tls.IsZero() {
 		if err := opts.SetTLS(cfg.redis.tls); err != nil {
@@ -119,6 +133,7 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 			Probes:       r.breaker.probes,
 		},
 		DenyCacheEntries: r.denyCacheEntries,
+		KeyPrefix:        r.keyPrefix,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,11 +57,18 @@ type serveConfig struct {
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
+	// legacyHeaderNames and refNotes: see refenv.go.
+	legacyHeaderNames string
+	refNotes          []refNote
+	metrics           metricsFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 	c, fs := serveFlagSet("serve", stderr)
-	return c, func(args []string) error { return parseFlags(fs, args) }
+	return c, func(args []string) (err error) {
+		c.refNotes, err = parseServeFlags(fs, args)
+		return err
+	}
 }
 
 // serveFlagSet defines serve's flags on a flag set for the command name:
@@ -91,9 +99,11 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
 	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
+	fs.StringVar(&c.legacyHeaderNames, "legacy-header-names", strings.Join(rls.DefaultLegacyNames[:], ","), "names of the legacy headers (--response-headers=legacy): limit,remaining,reset")
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
+	c.metrics.register(fs)
 	return c, fs
 }
 
@@ -112,6 +122,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	logRefNotes(log, cfg.refNotes)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {
@@ -196,6 +207,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.headers, err = rls.ParseHeaderOptions(c.headers); err != nil {
 		return o, fmt.Errorf("--response-headers: %w", err)
 	}
+	if o.headers.LegacyNames, err = rls.ParseLegacyNames(c.legacyHeaderNames); err != nil {
+		return o, fmt.Errorf("--legacy-header-names: %w", err)
+	}
 	if c.maxRequestCost < 1 {
 		return o, fmt.Errorf("--max-request-cost: %d must be at least 1", c.maxRequestCost)
 	}
@@ -210,6 +224,12 @@ func (c *serveConfig) check() (serveOptions, error) {
 	}
 	if o.failureMode, err = c.redis.validate(); err != nil {
 		return o, err
+	}
+	if err := c.metrics.validate(); err != nil {
+		return o, err
+	}
+	if c.redis.perSecondURL != "" && c.redisURL == "" {
+		return o, errors.New("--redis-persecond-url: needs --redis-url (the Redis of the longer limits)")
 	}
 	return o, c.http.validate()
 }
@@ -265,6 +285,11 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := serveMetrics(cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	gl, hl, dl, err := listen(cfg)
 	if err != nil {
 		return err
@@ -448,6 +473,14 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *zap.Logger, reg prometheus.Registerer) (*stack.Stack, func(), error) {
 	sc := cfg.redis.stackConfig(mode)
 	sc.MaxCallCost, sc.MemstoreMaxKeys, sc.Logger, sc.Registerer = cfg.maxRequestCost, cfg.memstoreMaxKeys, log, reg
+	closeClient := func() {
+		if sc.Redis != nil {
+			sc.Redis.Close()
+		}
+		if sc.PerSecondRedis != nil {
+			sc.PerSecondRedis.Close()
+		}
+	}
 	if cfg.redisURL != "" {
 		client, err := newRedisClient(cfg, log)
 		if err != nil {
@@ -455,12 +488,15 @@ func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *
 		}
 		sc.Redis = client
 	}
-	st, err := stack.New(ctx, sc)
-	closeClient := func() {
-		if sc.Redis != nil {
-			sc.Redis.Close()
+	if cfg.redis.perSecondURL != "" {
+		client, err := newRedisClientFor("--redis-persecond-url", cfg.redis.perSecondURL, cfg, log)
+		if err != nil {
+			closeClient()
+			return nil, nil, err
 		}
+		sc.PerSecondRedis = client
 	}
+	st, err := stack.New(ctx, sc)
 	if err != nil {
 		closeClient()
 		return nil, nil, err

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,12 @@ type Options struct {
 	// Registerer receives the batch-size histogram
 	// (envoy_rls_redis_batch_size); nil means no metrics.
 	Registerer prometheus.Registerer
+	// KeyPrefix goes before every key, so that several deployments (or
+	// envoyproxy/ratelimit's CACHE_KEY_PREFIX users) can share one Redis.
+	// It must not contain '{' or '}': Redis Cluster hashes the first
+	// {...} of a key, so a brace here would move every key's hash tag
+	// and split a limit's keys over slots.
+	KeyPrefix string
 }
 
 // Client is what a Backend needs of a client of standalone Redis or of a
@@ -111,6 +118,8 @@ type Backend struct {
 	noscript atomic.Uint64
 	// maxCallCost is Options.MaxCallCost with its default.
 	maxCallCost int64
+	// keyPrefix is Options.KeyPrefix.
+	keyPrefix string
 }
 
 // New returns a Backend over a client of standalone Redis or of a Sentinel
@@ -166,7 +175,10 @@ func newBase(client sender, opts Options) (*Backend, error) {
 	if opts.MaxCallCost < 0 {
 		return nil, fmt.Errorf("redisalgo: MaxCallCost %d must be 0 (default) or positive", opts.MaxCallCost)
 	}
-	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost)}
+	if err := ValidateKeyPrefix(opts.KeyPrefix); err != nil {
+		return nil, err
+	}
+	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost), keyPrefix: opts.KeyPrefix}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
@@ -429,6 +441,15 @@ func (b *Backend) outcome(ctx context.Context, s *scratch) error {
 	return failed
 }
 
+// ValidateKeyPrefix checks an Options.KeyPrefix: nil, or an error saying
+// why it cannot be used.
+func ValidateKeyPrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("redisalgo: key prefix %q contains '{' or '}', which would move the keys' Redis Cluster hash tag and split a limit's keys over slots", p)
+	}
+	return nil
+}
+
 // group computes each check's key and slot (the one slot computation: the
 // merged commands group by it too), orders the checks into slot groups
 // (one group unless the backend is a cluster's) and makes one call per
@@ -436,6 +457,7 @@ func (b *Backend) outcome(ctx context.Context, s *scratch) error {
 func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 	for i := range checks {
 		start := len(s.keys)
+		s.keys = append(s.keys, b.keyPrefix...)
 		s.keys = AppendKey(s.keys, checks[i])
 		s.ends = append(s.ends, len(s.keys))
 		slot := 0

@@ -213,7 +213,7 @@ func (b *Backend) Shard(c algo.Check) int {
 		return 0
 	}
 	buf := keyBufs.Get().(*[]byte)
-	*buf = AppendKey((*buf)[:0], c)
+	*buf = AppendKey(append((*buf)[:0], b.keyPrefix...), c)
 	// A view of buf, which does not change until forKey returns.
 	n := b.nodes.forKey(unsafe.String(unsafe.SliceData(*buf), len(*buf)))
 	keyBufs.Put(buf)

@@ -57,11 +57,19 @@ type Options struct {
 // an ACL user); for Sentinel, sentinel_username and sentinel_password in the
 // query authenticate to the sentinels. opts are go-redis's snake_case option
 // names, e.g. pool_size=50&dial_timeout=250ms&read_timeout=100ms
-// (a bare number means seconds); unknown options are errors.
+// (a bare number means seconds); unknown options are errors. A bare
+// host:port, as envoyproxy/ratelimit's REDIS_URL takes it, means
+// redis://host:port.
 func ParseURL(raw string) (*Options, error) {
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("redisclient: redis URL %q: missing scheme (want redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://)", redact(raw))
+		// envoyproxy/ratelimit's REDIS_URL for a single TCP node is a bare
+		// host:port; accepting it unchanged lets its deployments move over
+		// without rewriting the setting.
+		if !isHostPort(raw) {
+			return nil, fmt.Errorf("redisclient: redis URL %q: missing scheme (want redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://, or a bare host:port)", redact(raw))
+		}
+		raw, scheme = "redis://"+raw, "redis"
 	}
 	var (
 		o   = &Options{}
@@ -88,6 +96,17 @@ func ParseURL(raw string) (*Options, error) {
 		return nil, fmt.Errorf("redisclient: redis URL %q: %w", redact(raw), err)
 	}
 	return o, nil
+}
+
+// isHostPort reports whether s is host:port with a port in 1-65535 (an
+// empty host meaning the local one, as in net.Dial).
+func isHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || strings.ContainsAny(host, "/@?#") {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n <= 65535
 }
 
 // multiHost splits a +sentinel or +cluster URL, whose authority holds a

@@ -24,6 +24,14 @@ func TestParseURL(t *testing.T) {
 			eq(t, "Addr", o.Simple.Addr, "localhost:6379")
 			eq(t, "TLS", o.Simple.TLSConfig == nil, true)
 		}},
+		{"bare host:port (envoyproxy/ratelimit's REDIS_URL)", "127.0.0.1:6380", func(t *testing.T, o *Options) {
+			eq(t, "Mode", o.Mode, Standalone)
+			eq(t, "Addr", o.Simple.Addr, "127.0.0.1:6380")
+			eq(t, "TLS", o.Simple.TLSConfig == nil, true)
+		}},
+		{"bare host:port, DNS name", "redis.default.svc:6379", func(t *testing.T, o *Options) {
+			eq(t, "Addr", o.Simple.Addr, "redis.default.svc:6379")
+		}},
 		{"standalone with options", "redis://user:pa%40ss@127.0.0.1:6380/2?pool_size=7&dial_timeout=250ms&read_timeout=1", func(t *testing.T, o *Options) {
 			eq(t, "Addr", o.Simple.Addr, "127.0.0.1:6380")
 			eq(t, "Username", o.Simple.Username, "user")
@@ -94,7 +102,10 @@ func TestParseURLErrors(t *testing.T) {
 		url  string
 		want string // substring naming the bad part
 	}{
-		{"localhost:6379", "missing scheme"},
+		{"localhost", "missing scheme"},
+		{"localhost:0", "missing scheme"},
+		{"localhost:http", "missing scheme"},
+		{"/var/run/redis.sock", "missing scheme"},
 		{"http://secret@x:1", `unknown scheme "http"`},
 		{"redis://u:secret@h:1?pool_size=x", "pool_size"},
 		{"redis://u:secret@h:1?bogus=1", "bogus"},

@@ -26,6 +26,48 @@ type HeaderOptions struct {
 	Legacy bool
 	// RetryAfter adds Retry-After (seconds) to OVER_LIMIT responses.
 	RetryAfter bool
+	// LegacyNames renames the Legacy headers (limit, remaining, reset),
+	// as envoyproxy/ratelimit's LIMIT_*_HEADER settings do; the zero value
+	// keeps the X-RateLimit-* names.
+	LegacyNames [3]string
+}
+
+// DefaultLegacyNames are the Legacy headers' names when
+// HeaderOptions.LegacyNames is zero.
+var DefaultLegacyNames = [3]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+
+// ParseLegacyNames parses the three comma-separated names of the limit,
+// remaining and reset headers.
+func ParseLegacyNames(s string) ([3]string, error) {
+	var out [3]string
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return out, fmt.Errorf("rls: legacy header names %q: want three comma-separated names (limit,remaining,reset)", s)
+	}
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if !isToken(p) {
+			return out, fmt.Errorf("rls: legacy header name %q is not a valid HTTP header name", p)
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of a header
+// name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // ParseHeaderOptions parses a comma-separated list of "draft", "legacy",
@@ -36,7 +78,7 @@ func ParseHeaderOptions(s string) (HeaderOptions, error) {
 		switch strings.TrimSpace(strings.ToLower(f)) {
 		case "", "none":
 		case "all":
-			h = HeaderOptions{Draft: true, Legacy: true, RetryAfter: true}
+			h.Draft, h.Legacy, h.RetryAfter = true, true, true
 		case "draft":
 			h.Draft = true
 		case "legacy":
@@ -261,9 +303,13 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 		add("RateLimit", name+";r="+remaining+";t="+reset)
 	}
 	if h.Legacy {
-		add("X-RateLimit-Limit", limit)
-		add("X-RateLimit-Remaining", remaining)
-		add("X-RateLimit-Reset", reset)
+		names := h.LegacyNames
+		if names == ([3]string{}) {
+			names = DefaultLegacyNames
+		}
+		add(names[0], limit)
+		add(names[1], remaining)
+		add(names[2], reset)
 	}
 	if retryAfter {
 		add("Retry-After", strconv.FormatInt(max(ceilSeconds(p.decisions[retry].RetryAfter), 1), 10))

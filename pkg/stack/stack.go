@@ -42,6 +42,13 @@ type Config struct {
 	// Redis is the client of the shared store, a single-node (standalone or
 	// Sentinel) or a cluster client; nil runs the in-process store alone.
 	Redis *redisclient.Client
+	// PerSecondRedis, when set with Redis, is a second Redis that holds the
+	// limits whose period is at most a second (envoyproxy/ratelimit's
+	// REDIS_PERSECOND): those are the hottest keys, and a Redis of their
+	// own keeps them from slowing the longer limits. It gets layers of its
+	// own (breaker, failure mode, deny cache); see perSecond for how a
+	// request spanning both stays all or nothing.
+	PerSecondRedis *redisclient.Client
 	// Timeout bounds every Redis call (failover.Options.Timeout) and the
 	// script load at start.
 	Timeout time.Duration
@@ -58,6 +65,8 @@ type Config struct {
 	MemstoreMaxKeys int
 	Logger          *zap.Logger
 	Registerer      prometheus.Registerer
+	// KeyPrefix goes before every Redis key (redisalgo.Options.KeyPrefix).
+	KeyPrefix string
 	// CallerTime makes Redis evaluate at each request's now instead of its
 	// own TIME (redisalgo.Options.CallerTime). Only tests set it.
 	CallerTime bool
@@ -124,12 +133,48 @@ func newStore(cfg Config) (*memstore.Store, func(), error) {
 	return store, cancel, nil
 }
 
+// newRedis builds the Redis stack, and the per-second one beside it when
+// cfg.PerSecondRedis is set.
 func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
+	main, err := newRedisSide(ctx, cfg, cfg.Redis)
+	if err != nil || cfg.PerSecondRedis == nil {
+		return main, err
+	}
+	ps := cfg
+	ps.Logger = cfg.Logger.Named("persecond")
+	if cfg.Registerer != nil {
+		// The same collectors again would clash with the main side's.
+		ps.Registerer = prometheus.WrapRegistererWithPrefix(PerSecondMetricPrefix, cfg.Registerer)
+	}
+	sec, err := newRedisSide(ctx, ps, cfg.PerSecondRedis)
+	if err != nil {
+		main.Close()
+		return nil, fmt.Errorf("per-second redis: %w", err)
+	}
+	return &Stack{
+		apply: perSecond{main: main.apply, sec: sec.apply, log: cfg.Logger}.Apply,
+		ready: func(ctx context.Context) error {
+			if err := main.ready(ctx); err != nil {
+				return err
+			}
+			if err := sec.ready(ctx); err != nil {
+				return fmt.Errorf("per-second redis: %w", err)
+			}
+			return nil
+		},
+		name:  "redis",
+		close: append(main.close, sec.close...),
+	}, nil
+}
+
+// newRedisSide builds the layers over one Redis client.
+func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (*Stack, error) {
 	log := cfg.Logger
 	opts := redisalgo.Options{
 		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
+		KeyPrefix: cfg.KeyPrefix,
 	}
-	b, err := RedisBackend(cfg.Redis, opts)
+	b, err := RedisBackend(client, opts)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}

@@ -68,6 +68,7 @@ func checkDockerfile(data []byte, root string, ignore *dockerIgnore) error {
 	args := map[string]string{}
 	var froms []string
 	var run, expose, user, entrypoint string
+	refCommand := false
 	for _, in := range ins {
 		switch in.cmd {
 		case "ARG":
@@ -92,6 +93,9 @@ func checkDockerfile(data []byte, root string, ignore *dockerIgnore) error {
 			entrypoint = in.args
 		case "COPY":
 			fields := strings.Fields(in.args)
+			if len(fields) == 3 && fields[0] == "--from=build" && fields[1] == "/out/envoy-rls" && fields[2] == "/bin/ratelimit" {
+				refCommand = true
+			}
 			if strings.HasPrefix(fields[0], "--from=") || len(fields) < 2 {
 				continue
 			}
@@ -134,6 +138,11 @@ func checkDockerfile(data []byte, root string, ignore *dockerIgnore) error {
 	var ep []string
 	if err := json.Unmarshal([]byte(entrypoint), &ep); err != nil || len(ep) == 0 {
 		errs = append(errs, fmt.Errorf("Dockerfile: ENTRYPOINT %q must be in exec form (a JSON array) so signals reach envoy-rls", entrypoint))
+	}
+	if !refCommand {
+		// Deployments of envoyproxy/ratelimit (Istio's sample) run
+		// command: ["/bin/ratelimit"]; the image must answer there.
+		errs = append(errs, errors.New("Dockerfile: no COPY --from=build /out/envoy-rls /bin/ratelimit (envoyproxy/ratelimit deployments run /bin/ratelimit)"))
 	}
 	// The build copies the whole context, so the module and the command
 	// must reach it.

@@ -1,0 +1,93 @@
+package stack
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
+)
+
+// perSecondStack returns a stack on two fresh Redis servers, the main one
+// and the per-second one, with their clients.
+func perSecondStack(t *testing.T) (s *Stack, main, sec *redis.Client) {
+	t.Helper()
+	main, sec = redistest.Standalone(t).Client(t), redistest.Standalone(t).Client(t)
+	s = newStack(t, Config{
+		Redis:          &redisclient.Client{Single: main},
+		PerSecondRedis: &redisclient.Client{Single: sec},
+		Timeout:        10 * time.Second, DenyCacheEntries: 1000, CallerTime: true,
+	})
+	return s, main, sec
+}
+
+func perSecondPolicy(a algo.Algorithm, n int64) algo.Policy {
+	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Second}
+}
+
+func dbSize(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	n, err := c.DBSize(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("DBSIZE: %v", err)
+	}
+	return n
+}
+
+// TestPerSecondRouting: limits of a second or less live on the per-second
+// Redis only, longer ones on the main Redis only.
+func TestPerSecondRouting(t *testing.T) {
+	s, main, sec := perSecondStack(t)
+	now := time.Now().UnixMicro()
+	backendtest.Apply(t, s, now, backendtest.UserCheck("d", "u", perSecondPolicy(algo.FixedWindow, 5), 1))
+	if m, p := dbSize(t, main), dbSize(t, sec); m != 0 || p != 1 {
+		t.Fatalf("after a per-second check: main holds %d keys, per-second %d; want 0 and 1", m, p)
+	}
+	backendtest.Apply(t, s, now,
+		backendtest.UserCheck("d", "v", backendtest.PerMinute(algo.FixedWindow, 5), 1),
+		backendtest.UserCheck("d", "v", perSecondPolicy(algo.TokenBucket, 5), 1))
+	if m, p := dbSize(t, main), dbSize(t, sec); m != 1 || p != 2 {
+		t.Fatalf("after a mixed request: main holds %d keys, per-second %d; want 1 and 2", m, p)
+	}
+}
+
+// TestPerSecondAllOrNothing: when one Redis denies, what the other
+// consumed is given back, whichever side denies, and the decisions keep
+// request order.
+func TestPerSecondAllOrNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		second, minute int64 // limits; the one of 1 denies the second request
+	}{
+		{"per-second denies", 1, 5},
+		{"main denies", 5, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, _ := perSecondStack(t)
+			now := time.Now().UnixMicro()
+			minute := backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.FixedWindow, tc.minute), 1)
+			second := backendtest.UserCheck("d", "u", perSecondPolicy(algo.FixedWindow, tc.second), 1)
+			d := backendtest.Apply(t, s, now, minute, second)
+			if !d[0].Allowed || !d[1].Allowed || d[0].Remaining != tc.minute-1 || d[1].Remaining != tc.second-1 {
+				t.Fatalf("first request: %+v, want both allowed with %d and %d left", d, tc.minute-1, tc.second-1)
+			}
+			d = backendtest.Apply(t, s, now, minute, second)
+			if d[0].Allowed && d[1].Allowed {
+				t.Fatalf("second request: %+v, want one side denied", d)
+			}
+			// The denied request consumed nothing on either Redis.
+			probeMinute, probeSecond := minute, second
+			probeMinute.Hits, probeSecond.Hits = 0, 0
+			p := backendtest.Apply(t, s, now, probeMinute, probeSecond)
+			if p[0].Remaining != tc.minute-1 || p[1].Remaining != tc.second-1 {
+				t.Errorf("after the denied request: minute %d left, second %d left; want %d and %d",
+					p[0].Remaining, p[1].Remaining, tc.minute-1, tc.second-1)
+			}
+		})
+	}
+}
