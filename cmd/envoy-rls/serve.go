@@ -53,6 +53,7 @@ type serveConfig struct {
 	redis            redisFlags
 	tls              tlsFlags
 	http             httpFlags
+	grpc             grpcFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -66,7 +67,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
 	fs := newFlagSet(name, stderr)
 	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection): host:port, or unix:///path for a Unix domain socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
 	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: "+algo.AlgorithmNames())
@@ -88,6 +89,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.redis.register(fs)
 	c.tls.register(fs)
 	c.http.register(fs)
+	c.grpc.register(fs)
 	return c, fs
 }
 
@@ -202,6 +204,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if o.failureMode, err = c.redis.validate(); err != nil {
 		return o, err
 	}
+	if err := c.grpc.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -280,7 +285,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 	if err != nil {
 		return nil, err
 	}
-	var gopts []grpc.ServerOption
+	gopts := cfg.grpc.serverOptions()
 	if creds != nil {
 		gopts = append(gopts, creds)
 	}
@@ -313,7 +318,7 @@ func (s *servers) run(ctx context.Context, cfg *serveConfig, gl, hl, dl net.List
 	}
 	s.log.Info("envoy-rls serving",
 		zap.String("version", version),
-		zap.String("grpc_addr", gl.Addr().String()),
+		zap.String("grpc_addr", grpcAddrString(gl)),
 		zap.String("http_addr", hl.Addr().String()),
 		zap.String("debug_addr", debugAddr),
 		zap.String("backend", backend),
@@ -358,9 +363,9 @@ func (s *servers) shutdown(cfg *serveConfig, delay bool) {
 // listen opens the gRPC, HTTP and debug listeners (debug is nil when
 // --debug-addr is empty), or none of them.
 func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
-	grpcL, err = net.Listen("tcp", cfg.grpcAddr)
+	grpcL, err = listenGRPC(cfg.grpcAddr)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, nil, nil, err
 	}
 	httpL, err = cfg.http.listen("http-addr", cfg.httpAddr)
 	if err != nil {
