@@ -30,6 +30,10 @@ func main() {
 
 // run dispatches a subcommand and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isHelp(args[0]) {
+		printHelp(stdout)
+		return 0
+	}
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -43,9 +47,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "envoy-rls", version)
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "envoy-rls: unknown command %q\n\n%s", cmd, usage)

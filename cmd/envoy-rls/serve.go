@@ -114,7 +114,7 @@ func serve(args []string, stderr io.Writer) int {
 		// One line either way: the error says what is wrong and where.
 		var se startError
 		if errors.As(err, &se) {
-			log.Error("envoy-rls cannot start", zap.Error(se.err))
+			printStartError(stderr, se.err)
 			return 1
 		}
 		log.Error("envoy-rls stopped", zap.Error(err))
