@@ -54,7 +54,7 @@ func (g *grpcFlags) validate() error {
 		{"--grpc-max-connection-age-grace", g.maxConnAgeGrace, true},
 		{"--grpc-keepalive-time", g.keepaliveTime, false},
 		{"--grpc-keepalive-timeout", g.keepaliveTimeout, false},
-		{"--grpc-keepalive-min-time", g.keepaliveMinTime, true},
+		{"--grpc-keepalive-min-time", g.keepaliveMinTime, false}, // grpc-go reads 0 as 5m
 	} {
 		if d.v < 0 || (d.v == 0 && !d.zero) {
 			errs = append(errs, positive(d.flag, d.v))
