@@ -26,7 +26,11 @@ func (d *descriptorFlags) String() string { return "" }
 
 func (d *descriptorFlags) Set(s string) error {
 	desc := &ratelimitv3.RateLimitDescriptor{}
-	for _, kv := range strings.Split(s, ",") {
+	entries, err := splitEntries(s)
+	if err != nil {
+		return err
+	}
+	for _, kv := range entries {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("entry %q: want key=value", kv)
@@ -35,6 +39,31 @@ func (d *descriptorFlags) Set(s string) error {
 	}
 	*d = append(*d, desc)
 	return nil
+}
+
+// splitEntries splits a -d value at its unescaped commas. A backslash
+// makes the next character literal, so values that contain commas (a
+// header such as Accept, a list of roles) can be sent: \, is a comma and
+// \\ a backslash.
+func splitEntries(s string) ([]string, error) {
+	var entries []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			if i+1 == len(s) {
+				return nil, fmt.Errorf("%q ends in a lone backslash (want \\\\ for a backslash, \\, for a comma)", s)
+			}
+			i++
+			cur.WriteByte(s[i])
+		case ',':
+			entries = append(entries, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(entries, cur.String()), nil
 }
 
 // check asks a running service for one decision and prints it per
@@ -49,7 +78,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	certFile := fs.String("tls-cert", "", "client certificate for mTLS")
 	keyFile := fs.String("tls-key", "", "client key for mTLS")
 	var descs descriptorFlags
-	fs.Var(&descs, "d", "descriptor as key=value[,key=value…]; repeat for several descriptors")
+	fs.Var(&descs, "d", "descriptor as key=value[,key=value…]; repeat for several descriptors; write a comma or backslash inside a key or value as \\, or \\\\")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

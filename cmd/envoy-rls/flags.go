@@ -19,7 +19,7 @@ func envName(flagName string) string {
 // parseFlags parses args, then fills every flag not given on the command
 // line from its environment twin, so the command line always wins.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}

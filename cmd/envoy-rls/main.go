@@ -30,6 +30,10 @@ func main() {
 
 // run dispatches a subcommand and returns the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isHelp(args[0]) {
+		printHelp(stdout)
+		return 0
+	}
 	// serve is the default so that the image's /bin/ratelimit, which
 	// envoyproxy/ratelimit deployments run with no arguments, serves from
 	// that project's environment (refenv.go) whatever argv[0] is.
@@ -46,9 +50,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "envoy-rls", version)
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "envoy-rls: unknown command %q\n\n%s", cmd, usage)

@@ -61,6 +61,7 @@ type serveConfig struct {
 	legacyHeaderNames string
 	refNotes          []refNote
 	metrics           metricsFlags
+	grpc              grpcFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -77,7 +78,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
 	fs := newFlagSet(name, stderr)
 	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
-	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection): host:port, or unix:///path for a Unix domain socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
 	fs.StringVar(&c.defaultAlgorithm, "default-algorithm", "sliding_window", "algorithm for rules that name none: "+algo.AlgorithmNames())
@@ -104,6 +105,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.tls.register(fs)
 	c.http.register(fs)
 	c.metrics.register(fs)
+	c.grpc.register(fs)
 	return c, fs
 }
 
@@ -129,7 +131,7 @@ func serve(args []string, stderr io.Writer) int {
 		// One line either way: the error says what is wrong and where.
 		var se startError
 		if errors.As(err, &se) {
-			log.Error("envoy-rls cannot start", zap.Error(se.err))
+			printStartError(stderr, se.err)
 			return 1
 		}
 		log.Error("envoy-rls stopped", zap.Error(err))
@@ -231,6 +233,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if c.redis.perSecondURL != "" && c.redisURL == "" {
 		return o, errors.New("--redis-persecond-url: needs --redis-url (the Redis of the longer limits)")
 	}
+	if err := c.grpc.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -325,7 +330,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 	if err != nil {
 		return nil, err
 	}
-	var gopts []grpc.ServerOption
+	gopts := cfg.grpc.serverOptions()
 	if creds != nil {
 		gopts = append(gopts, creds)
 	}
@@ -362,7 +367,7 @@ func (s *servers) run(ctx context.Context, cfg *serveConfig, gl, hl, dl net.List
 	}
 	s.log.Info("envoy-rls serving",
 		zap.String("version", version),
-		zap.String("grpc_addr", gl.Addr().String()),
+		zap.String("grpc_addr", grpcAddrString(gl)),
 		zap.String("http_addr", hl.Addr().String()),
 		zap.String("debug_addr", debugAddr),
 		zap.String("backend", backend),
@@ -407,9 +412,9 @@ func (s *servers) shutdown(cfg *serveConfig, delay bool) {
 // listen opens the gRPC, HTTP and debug listeners (debug is nil when
 // --debug-addr is empty), or none of them.
 func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
-	grpcL, err = net.Listen("tcp", cfg.grpcAddr)
+	grpcL, err = listenGRPC(cfg.grpcAddr)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, nil, nil, err
 	}
 	httpL, err = cfg.http.listen("http-addr", cfg.httpAddr)
 	if err != nil {

@@ -269,10 +269,11 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 	if !h.Draft && !h.Legacy && !(h.RetryAfter && over) {
 		return nil
 	}
-	d, m, pol := p.decisions[k], &p.meta[k], p.checks[k].Policy
+	d, m := p.decisions[k], &p.meta[k]
+	quota, window := headerQuota(p.checks[k].Policy)
 	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
 	reset := strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
-	limit := strconv.FormatUint(uint64(m.limit.rpu), 10)
+	limit := strconv.FormatInt(quota, 10)
 	n := 0
 	if h.Draft {
 		n += 2
@@ -299,7 +300,7 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 	}
 	if h.Draft {
 		name := sfString(policyName(m))
-		add("RateLimit-Policy", name+";q="+limit+";w="+strconv.FormatInt(ceilSeconds(pol.Period), 10))
+		add("RateLimit-Policy", name+";q="+limit+";w="+strconv.FormatInt(window, 10))
 		add("RateLimit", name+";r="+remaining+";t="+reset)
 	}
 	if h.Legacy {
@@ -315,6 +316,24 @@ func (p *plan) headers(h HeaderOptions, k, retry int, over bool) []*corev3.Heade
 		add("Retry-After", strconv.FormatInt(max(ceilSeconds(p.decisions[retry].RetryAfter), 1), 10))
 	}
 	return out
+}
+
+// headerQuota is the quota the headers announce and the window, in whole
+// seconds, it refills over. Remaining counts down from the capacity, so
+// the announced quota is the capacity too: for token_bucket and gcra with
+// a burst that is the burst, not requests_per_unit, or a header would say
+// "limit 20, remaining 39". The window is then the time a full refill
+// takes (period × burst / limit), so quota/window is still the long-run
+// rate. For every other algorithm it is the limit and its period.
+func headerQuota(pol algo.Policy) (quota, windowSeconds int64) {
+	quota = pol.Capacity()
+	if quota == pol.Limit || pol.Limit <= 0 {
+		return quota, ceilSeconds(pol.Period)
+	}
+	// float64: Period × Burst can pass int64 for long periods, and the
+	// result is rounded to whole seconds anyway.
+	us := float64(pol.Period) * float64(quota) / float64(pol.Limit)
+	return quota, int64(math.Ceil(us / float64(algo.Second)))
 }
 
 func policyName(m *checkMeta) string {

@@ -145,16 +145,16 @@ func TestEnvTwins(t *testing.T) {
 }
 
 // TestConsoleLogFormat checks --log-format console writes human lines, not
-// JSON.
+// JSON: the rules load and are logged, then the port cannot be opened.
 func TestConsoleLogFormat(t *testing.T) {
 	t.Parallel()
-	_, stderr, code := runCLI(t, nil, "serve", "--log-format", "console", "--config-dir", filepath.Join(t.TempDir(), "missing"),
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	_, stderr, code := runCLI(t, nil, "serve", "--log-format", "console", "--config-dir", shopDir(t),
+		"--grpc-addr", "127.0.0.1:99999", "--http-addr", "127.0.0.1:0")
 	if code == 0 {
-		t.Fatalf("exit 0 without rules, want non-zero")
+		t.Fatalf("exit 0 with a bad port, want non-zero")
 	}
 	first := strings.SplitN(strings.TrimSpace(stderr), "\n", 2)[0]
-	if json.Valid([]byte(first)) || !strings.Contains(first, "ERROR") {
-		t.Errorf("console log line %q: want a human-readable line with ERROR", first)
+	if json.Valid([]byte(first)) || !strings.Contains(first, "INFO") || !strings.Contains(first, "rules loaded") {
+		t.Errorf("console log line %q: want a human-readable \"rules loaded\" line with INFO", first)
 	}
 }

@@ -62,12 +62,14 @@ func checkEnvoyConfigs(t *testing.T, o overrides) error {
 		return fmt.Errorf("examples/config: %w", err)
 	}
 	var errs []error
+	minPing := serverKeepaliveMinTime(t)
 	for _, name := range envoyConfigFiles(t) {
-		_, proxies, err := loadBootstrap(name, o.read(t, name))
+		b, proxies, err := loadBootstrap(name, o.read(t, name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		errs = append(errs, checkRLSTransport(name, b, minPing))
 		for _, p := range proxies {
 			if p.filter == nil {
 				continue

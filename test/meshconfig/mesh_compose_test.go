@@ -217,6 +217,9 @@ func checkComposeEnvoy(c *composeFile, envoyYAML []byte) []error {
 	for _, cl := range b.GetStaticResources().GetClusters() {
 		for _, ep := range cl.GetLoadAssignment().GetEndpoints() {
 			for _, lb := range ep.GetLbEndpoints() {
+				if lb.GetEndpoint().GetAddress().GetPipe() != nil {
+					continue // a Unix socket is no compose service (see envoy_rls_uds)
+				}
 				sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
 				want, ok := listens[sa.GetAddress()]
 				switch {

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// unixScheme prefixes a --grpc-addr that names a Unix domain socket, the
+// form gRPC clients (and `envoy-rls check --addr`) dial as well.
+const unixScheme = "unix://"
+
+// unixSocketMode lets the socket's group connect too: a sidecar Envoy runs
+// as another user, and Kubernetes shares an emptyDir through the pod's
+// fsGroup, so owner-only would lock it out and world access is not needed.
+const unixSocketMode = 0o660
+
+// grpcFlags are the gRPC transport flags: connection age and keepalive.
+type grpcFlags struct {
+	maxConnAge          time.Duration
+	maxConnAgeGrace     time.Duration
+	keepaliveTime       time.Duration
+	keepaliveTimeout    time.Duration
+	keepaliveMinTime    time.Duration
+	keepalivePermitIdle bool
+}
+
+func (g *grpcFlags) register(fs *flag.FlagSet) {
+	fs.DurationVar(&g.maxConnAge, "grpc-max-connection-age", 24*time.Hour, "close each gRPC connection (GOAWAY, ±10% jitter) after this long, so clients such as Envoy reconnect and spread over new replicas after a scale-up; 0: never")
+	fs.DurationVar(&g.maxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "after --grpc-max-connection-age, how long in-flight RPCs may finish before the connection is cut; 0: no limit")
+	fs.DurationVar(&g.keepaliveTime, "grpc-keepalive-time", 2*time.Hour, "ping a gRPC client after its connection was quiet this long, to find dead peers")
+	fs.DurationVar(&g.keepaliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "close a gRPC connection whose keepalive ping is not answered within this")
+	fs.DurationVar(&g.keepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "shortest ping interval a gRPC client may use; a client pinging more often is disconnected (too_many_pings)")
+	fs.BoolVar(&g.keepalivePermitIdle, "grpc-keepalive-permit-without-stream", true, "allow client pings on a connection with no RPC in flight (Envoy keeps idle connections alive this way)")
+}
+
+// validate checks the transport flags, naming the flag in each error.
+func (g *grpcFlags) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		zero bool // 0 is allowed and means "off"
+	}{
+		{"--grpc-max-connection-age", g.maxConnAge, true},
+		{"--grpc-max-connection-age-grace", g.maxConnAgeGrace, true},
+		{"--grpc-keepalive-time", g.keepaliveTime, false},
+		{"--grpc-keepalive-timeout", g.keepaliveTimeout, false},
+		{"--grpc-keepalive-min-time", g.keepaliveMinTime, false}, // grpc-go reads 0 as 5m
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			errs = append(errs, positive(d.flag, d.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serverOptions turns the flags into gRPC server options. A zero age or
+// grace is left out: grpc-go reads an unset field as "infinite".
+func (g *grpcFlags) serverOptions() []grpc.ServerOption {
+	sp := keepalive.ServerParameters{Time: g.keepaliveTime, Timeout: g.keepaliveTimeout}
+	if g.maxConnAge > 0 {
+		sp.MaxConnectionAge = g.maxConnAge
+	}
+	if g.maxConnAgeGrace > 0 {
+		sp.MaxConnectionAgeGrace = g.maxConnAgeGrace
+	}
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(sp),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             g.keepaliveMinTime,
+			PermitWithoutStream: g.keepalivePermitIdle,
+		}),
+	}
+}
+
+// listenGRPC opens the gRPC listener: TCP for host:port, a Unix domain
+// socket for unix:///path.
+func listenGRPC(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, unixScheme)
+	if !ok {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("--grpc-addr: %w", err)
+		}
+		return l, nil
+	}
+	if path == "" {
+		return nil, fmt.Errorf("--grpc-addr: %q names no socket path (want unix:///path/to/socket)", addr)
+	}
+	if err := removeStaleSocket(path); err != nil {
+		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	if err := os.Chmod(path, unixSocketMode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	return l, nil
+}
+
+// removeStaleSocket deletes a socket left by a process that died without
+// closing it, which would make the listen fail with "address in use". A
+// socket some process still accepts on is kept (two servers on one socket
+// is an error to report), and so is any file that is not a socket.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%s: another process is listening on it", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// grpcAddrString is the listener's address as a client would dial it.
+func grpcAddrString(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return unixScheme + l.Addr().String()
+	}
+	return l.Addr().String()
+}

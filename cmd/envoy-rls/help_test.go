@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTopLevelHelp asks for help before any command: the commands must be
+// listed, and serve's flags with them since serve is the default command.
+func TestTopLevelHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-help", "-h", "help"} {
+		t.Run(arg, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{arg}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d, want 0; stderr %q", code, stderr.String())
+			}
+			out := stdout.String()
+			for _, want := range []string{"commands:", "serve ", "validate ", "check ", "version ", "serve flags", "-grpc-addr", "-grpc-max-connection-age"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("help lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestFlagMistakeIsOneLine gives each command a flag it does not have: the
+// answer is one line naming the flag, not the whole flag list.
+func TestFlagMistakeIsOneLine(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"default command", []string{"--colour", "blue"}},
+		{"serve", []string{"serve", "--colour", "blue"}},
+		{"validate", []string{"validate", "--colour", "blue"}},
+		{"check", []string{"check", "--colour", "blue"}},
+		{"bad value", []string{"serve", "--grpc-max-connection-age", "soon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tt.args, &stdout, &stderr); code != 2 {
+				t.Fatalf("exit %d, want 2; stderr %q", code, stderr.String())
+			}
+			got := strings.TrimSuffix(stderr.String(), "\n")
+			name := strings.TrimLeft(tt.args[len(tt.args)-2], "-")
+			if strings.Contains(got, "\n") || !strings.Contains(got, name) || !strings.Contains(got, "-h lists the flags") {
+				t.Errorf("stderr %q: want one line naming %s and pointing at -h", got, name)
+			}
+		})
+	}
+}
+
+// TestCommandHelpStillListsFlags keeps -h after a command useful: it asked
+// for the flags, so it gets them.
+func TestCommandHelpStillListsFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"serve", "-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	if !strings.Contains(stderr.String(), "-grpc-addr") {
+		t.Errorf("serve -h lacks the flags:\n%s", stderr.String())
+	}
+}
+
+// TestStartErrorLines runs serve into start failures: each problem must be
+// one plain line, not a JSON log entry.
+func TestStartErrorLines(t *testing.T) {
+	bad := t.TempDir()
+	writeRule(t, bad, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: mins, requests_per_unit: 1}\n")
+	writeRule(t, bad, "b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 1}\n")
+	tests := []struct {
+		name  string
+		args  []string
+		lines int
+		want  string
+	}{
+		{"missing dir", []string{"--config-dir", filepath.Join(bad, "missing")}, 1, "--config-dir"},
+		{"two bad files", []string{"--config-dir", bad}, 2, `unknown unit`},
+		{"bad age", []string{"--config-dir", bad, "--grpc-keepalive-time", "0s"}, 1, "--grpc-keepalive-time"},
+		{"empty socket path", []string{"--config-dir", logRulesDir(t), "--grpc-addr", "unix://", "--http-addr", "127.0.0.1:0", "--debug-addr", ""}, 1, "names no socket path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if code := serve(tt.args, &stderr); code != 1 {
+				t.Fatalf("exit %d, want 1; stderr %q", code, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if len(lines) != tt.lines {
+				t.Fatalf("%d lines, want %d:\n%s", len(lines), tt.lines, stderr.String())
+			}
+			for _, l := range lines {
+				if !strings.HasPrefix(l, "envoy-rls serve: cannot start: ") || strings.HasPrefix(l, "{") {
+					t.Errorf("line %q: want a plain \"envoy-rls serve: cannot start: …\" line", l)
+				}
+			}
+			if !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("stderr lacks %q:\n%s", tt.want, stderr.String())
+			}
+		})
+	}
+}
+
+// writeRule writes one rule file into dir.
+func writeRule(t *testing.T, dir, name, data string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDescriptorFlag parses check's -d, including values that hold commas.
+func TestDescriptorFlag(t *testing.T) {
+	type kv struct{ k, v string }
+	tests := []struct {
+		in      string
+		want    []kv
+		wantErr string
+	}{
+		{in: "a=1", want: []kv{{"a", "1"}}},
+		{in: "a=1,b=2", want: []kv{{"a", "1"}, {"b", "2"}}},
+		{in: `accept=text/html\,application/json`, want: []kv{{"accept", "text/html,application/json"}}},
+		{in: `roles=a\,b,user=x`, want: []kv{{"roles", "a,b"}, {"user", "x"}}},
+		{in: `path=C:\\dir`, want: []kv{{"path", `C:\dir`}}},
+		{in: "q=a=b", want: []kv{{"q", "a=b"}}},
+		{in: "a=", want: []kv{{"a", ""}}},
+		{in: `a=1\`, wantErr: "lone backslash"},
+		{in: "a=1,,b=2", wantErr: `entry "": want key=value`},
+		{in: "=1", wantErr: "want key=value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var d descriptorFlags
+			err := d.Set(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Set(%q) error %v, want %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Set(%q): %v", tt.in, err)
+			}
+			var got []kv
+			for _, e := range d[0].GetEntries() {
+				got = append(got, kv{e.GetKey(), e.GetValue()})
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("Set(%q) = %v, want %v", tt.in, got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("Set(%q) = %v, want %v", tt.in, got, tt.want)
+				}
+			}
+		})
+	}
+}
