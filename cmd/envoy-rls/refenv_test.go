@@ -72,6 +72,8 @@ func TestRefEnvMapping(t *testing.T) {
 		}},
 		{"reference counting", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false", "NEAR_LIMIT_RATIO": "0.9"}, nil,
 			map[string]string{"count-denied-hits": "true", "near-limit-ratio": "0.9"}},
+		{"merged domains", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, nil,
+			map[string]string{"merge-domain-config": "true"}},
 		{"stop counting", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, nil,
 			map[string]string{"count-denied-hits": "false"}},
 		{"prometheus listener", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:9999"}, nil,

@@ -109,7 +109,7 @@ func build(files []ruleFile, readErr error, opts Options) (*Snapshot, error) {
 		}
 		domains = append(domains, d)
 	}
-	snap, err := NewSnapshot(domains...)
+	snap, err := newSnapshot(opts.MergeDomains, domains...)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

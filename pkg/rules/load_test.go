@@ -185,3 +185,47 @@ func TestExamples(t *testing.T) {
 		t.Errorf("the table covers %d rules, the examples have %d: document every rule", got, snap.NumRules())
 	}
 }
+
+// TestMergeDomains: with MergeDomains, two files of one domain make one
+// domain (wildcards in file-name order); a descriptor both define is
+// reported with both places; without it, the second file is an error.
+func TestMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: path\n    value: /a*\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	write("b.yaml", "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 7}\n  - key: path\n    value: /*\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	if _, err := LoadDir(dir, Options{}); err == nil || !strings.Contains(err.Error(), `duplicate domain "d"`) {
+		t.Fatalf("without merging: %v, want a duplicate-domain error", err)
+	}
+	snap, err := LoadDir(dir, Options{MergeDomains: true})
+	if err != nil {
+		t.Fatalf("merged: %v", err)
+	}
+	for _, tc := range []struct {
+		entry algo.Entry
+		rpu   uint32
+	}{
+		{algo.Entry{Key: "user", Value: "u"}, 5},
+		{algo.Entry{Key: "tenant", Value: "t"}, 7},
+		{algo.Entry{Key: "path", Value: "/abc"}, 1}, // a.yaml's wildcard comes first
+		{algo.Entry{Key: "path", Value: "/zzz"}, 2},
+	} {
+		r := snap.Match("d", []algo.Entry{tc.entry})
+		if r == nil || r.Limits[0].RequestsPerUnit != tc.rpu {
+			t.Errorf("%v: rule %+v, want requests_per_unit %d", tc.entry, r, tc.rpu)
+		}
+	}
+	if snap.NumRules() != 4 {
+		t.Errorf("%d rules, want 4", snap.NumRules())
+	}
+	write("c.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	_, err = LoadDir(dir, Options{MergeDomains: true})
+	if err == nil || !strings.Contains(err.Error(), `c.yaml:3: descriptors: descriptor key "user" also in`) || !strings.Contains(err.Error(), "a.yaml:3") {
+		t.Fatalf("a descriptor in two merged files: %v", err)
+	}
+}
