@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/lease"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
@@ -29,7 +30,12 @@ type redisFlags struct {
 	failureMode      string
 	expectedReplicas int
 	denyCacheEntries int
-	breaker          struct {
+	lease            struct {
+		ttl         time.Duration
+		hotRPS      float64
+		maxFraction float64
+	}
+	breaker struct {
 		failures int
 		ratio    float64
 		cooldown time.Duration
@@ -45,6 +51,9 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.tls.KeyFile, "redis-tls-key", "", "PEM client key for Redis")
 	fs.StringVar(&r.failureMode, "redis-failure-mode", "error", "when Redis fails: error (UNAVAILABLE; Envoy's failure_mode_deny decides) | allow | deny | local (in-process limits divided by --expected-replicas)")
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
+	fs.DurationVar(&r.lease.ttl, "lease-ttl", lease.DefaultTTL, "how long a lease of hits on a hot counter (rules with lease: auto) lives before its unused hits go back to Redis; 0 turns leasing off")
+	fs.Float64Var(&r.lease.hotRPS, "lease-hot-rps", lease.DefaultHotRPS, "hits per second this replica must see on a counter before it leases; colder counters always go to Redis")
+	fs.Float64Var(&r.lease.maxFraction, "lease-max-fraction", lease.DefaultMaxFraction, "largest share (0..1] of a counter's remaining quota one lease may take, so that replicas share it")
 	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
 	// The defaults must not let one short stall trip the breaker: with
 	// pipelining, every request queued behind a slow reply fails at once,
@@ -68,6 +77,15 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	errs = append(errs, positive("--redis-timeout", r.timeout), positive("--redis-breaker-cooldown", r.breaker.cooldown))
 	if r.denyCacheEntries < 0 {
 		errs = append(errs, fmt.Errorf("--redis-deny-cache-entries: %d must be 0 (off) or positive", r.denyCacheEntries))
+	}
+	if r.lease.ttl < 0 {
+		errs = append(errs, fmt.Errorf("--lease-ttl: %v must be 0 (off) or positive", r.lease.ttl))
+	}
+	if !(r.lease.hotRPS > 0) {
+		errs = append(errs, fmt.Errorf("--lease-hot-rps: %v must be positive", r.lease.hotRPS))
+	}
+	if !(r.lease.maxFraction > 0 && r.lease.maxFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--lease-max-fraction: %v must be above 0 and at most 1", r.lease.maxFraction))
 	}
 	if r.poolSize < 0 {
 		errs = append(errs, fmt.Errorf("--redis-pool-size: %d must be 0 (default) or positive", r.poolSize))
@@ -119,6 +137,7 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 			Probes:       r.breaker.probes,
 		},
 		DenyCacheEntries: r.denyCacheEntries,
+		Lease:            lease.Options{TTL: r.lease.ttl, HotRPS: r.lease.hotRPS, MaxFraction: r.lease.maxFraction},
 	}
 }
 
