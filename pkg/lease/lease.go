@@ -384,7 +384,9 @@ func (l *Layer) reserve(key []byte, c *algo.Check, now int64, d *algo.Decision) 
 		e.winStart, e.seen = now, 0
 	}
 	e.seen += c.Hits
-	if e.expires > now && e.left >= c.Hits {
+	// A lease serves only the policy it was granted under: after a reload
+	// or with a request's own limit override the counter goes to Redis.
+	if e.expires > now && e.left >= c.Hits && e.check.Policy == c.Policy {
 		e.left -= c.Hits
 		*d = algo.Decision{Allowed: true, Remaining: max(min(e.left, e.shared), 0), ResetAfter: max(e.resetAt-now, 0)}
 		return served, c.Hits, e.gen

@@ -277,6 +277,14 @@ func TestLeaseLifecycle(t *testing.T) {
 				if got := leftOf(t, f.l, hot); got != left {
 					t.Fatalf("a denied request kept its leased hit: left %d, want %d", got, left)
 				}
+				// Under another limit (a reload, an override) the lease
+				// does not serve: the request goes to Redis.
+				lower := hot
+				lower.Policy.Burst = 500
+				apply(t, f.l, at, lower)
+				if got := leftOf(t, f.l, hot); got != left {
+					t.Fatalf("a lease granted under burst %d served burst %d: left %d, want %d", p.Burst, lower.Policy.Burst, got, left)
+				}
 				// Served locally: the lease shrinks, and the status never
 				// shows more than the shared state held at the grant.
 				d = apply(t, f.l, at, hot)
@@ -292,8 +300,9 @@ func TestLeaseLifecycle(t *testing.T) {
 					t.Fatalf("after the TTL: %+v, want %d returned", st, left-1)
 				}
 				exact := apply(t, dep.next(t, true), at, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p})
-				// warm's hits, the take's own and the local one.
-				if want := p.Burst - warmHits - 2; exact[0].Remaining != want {
+				// warm's hits, the take's own, the one under another
+				// limit and the local one.
+				if want := p.Burst - warmHits - 3; exact[0].Remaining != want {
 					t.Fatalf("shared remaining %d after the return, want %d", exact[0].Remaining, want)
 				}
 			})
