@@ -17,8 +17,10 @@
 // its hits are never spent in a later window, and they are returned only
 // while the window still has ReturnMargin to run, so that the refund lands
 // in the window they were taken from; otherwise they are dropped and
-// counted as expired. Dropped and unspent hits under-admit, bounded by the
-// leases outstanding, and are measured.
+// counted as expired; until the window's end such a lease stays spendable
+// past its TTL, since spending it there is as safe as holding it. Dropped
+// and unspent hits under-admit, bounded by the leases outstanding, and are
+// measured.
 //
 // # When a counter leases
 //
@@ -524,10 +526,16 @@ func (l *Layer) Sweep(all bool) {
 		for k, e := range sh.m {
 			if e.left > 0 && (all || e.expires <= now) {
 				switch {
-				case e.window && now >= e.windowEnd-l.margin:
-					dropped += e.left
-				default:
+				case !e.window || now < e.windowEnd-l.margin:
 					rets = append(rets, ret{check: e.check, hits: e.left})
+				case !all && now < e.windowEnd:
+					// Too late in its window to return safely, but its
+					// hits may still be spent in it: keep it until the
+					// window ends rather than lose them now.
+					e.expires = e.windowEnd
+					continue
+				default:
+					dropped += e.left
 				}
 				e.left, e.expires = 0, 0
 			} else if e.left == 0 && e.expires <= now {

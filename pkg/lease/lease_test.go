@@ -341,13 +341,24 @@ func TestLeaseLifecycle(t *testing.T) {
 				f := newFixture(t, dep.next(t, true))
 				p := algo.Policy{Algorithm: algo.FixedWindow, Limit: 10_000, Period: algo.Second}
 				hot := leasedCheck(t, p, "fw")
-				// Warm and lease in the last 50ms of the window.
+				// Warm and lease 260ms before the window ends: the TTL
+				// (200ms) ends within the last ReturnMargin (100ms).
 				end := t0 + algo.Second
-				at := warm(t, f.l, hot, end-50_000)
+				at := warm(t, f.l, hot, end-260_000)
 				apply(t, f.l, at, hot)
 				left := leftOf(t, f.l, hot)
 				if f.l.Stats().Granted != 1 || left < 2 {
 					t.Fatalf("no lease: %+v, left %d", f.l.Stats(), left)
+				}
+				// Too late to return it, it stays spendable in its window.
+				f.now = at + f.l.ttl
+				f.l.Sweep(false)
+				if st := f.l.Stats(); st.Expired != 0 || st.Returned != 0 || leftOf(t, f.l, hot) != left {
+					t.Fatalf("at the TTL, %dµs before the window ends: %+v, left %d; want the lease kept", end-f.now, st, leftOf(t, f.l, hot))
+				}
+				apply(t, f.l, end-10_000, hot)
+				if left--; leftOf(t, f.l, hot) != left {
+					t.Fatalf("10ms before the window ends the lease was not spent: left %d, want %d", leftOf(t, f.l, hot), left)
 				}
 				// In the next window the lease must not be spent: the
 				// request goes to Redis and counts in the new window.
