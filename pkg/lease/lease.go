@@ -281,7 +281,12 @@ func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 	}
 	now := at.UnixMicro()
 	s := l.bufs.Get().(*scratch)
-	defer l.bufs.Put(s)
+	defer func() {
+		// The copies hold the caller's entries; a pooled scratch must not
+		// keep them alive.
+		clear(s.rest)
+		l.bufs.Put(s)
+	}()
 	s.keys, s.starts, s.ends = s.keys[:0], s.starts[:0], s.ends[:0]
 	s.kind, s.reserved, s.gen = s.kind[:0], s.reserved[:0], s.gen[:0]
 	s.rest, s.restIdx = s.rest[:0], s.restIdx[:0]
