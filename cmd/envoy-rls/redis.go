@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/lease"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
@@ -32,7 +33,12 @@ type redisFlags struct {
 	denyCacheEntries int
 	perSecondURL     string
 	keyPrefix        string
-	breaker          struct {
+	lease            struct {
+		ttl         time.Duration
+		hotRPS      float64
+		maxFraction float64
+	}
+	breaker struct {
 		failures int
 		ratio    float64
 		cooldown time.Duration
@@ -50,6 +56,9 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.StringVar(&r.perSecondURL, "redis-persecond-url", "", "a second Redis URL for the limits whose period is a second or less (envoyproxy/ratelimit's REDIS_PERSECOND); a request spanning both Redis stays all or nothing; empty keeps every limit on --redis-url")
 	fs.StringVar(&r.keyPrefix, "redis-key-prefix", "", "prefix of every Redis key (envoyproxy/ratelimit's CACHE_KEY_PREFIX), so deployments can share a Redis; must not contain '{' or '}'")
+	fs.DurationVar(&r.lease.ttl, "lease-ttl", lease.DefaultTTL, "how long a lease of hits on a hot counter (rules with lease: auto) lives before its unused hits go back to Redis; 0 turns leasing off")
+	fs.Float64Var(&r.lease.hotRPS, "lease-hot-rps", lease.DefaultHotRPS, "hits per second this replica must see on a counter before it leases; colder counters always go to Redis")
+	fs.Float64Var(&r.lease.maxFraction, "lease-max-fraction", lease.DefaultMaxFraction, "largest share (0..1] of a counter's remaining quota one lease may take, so that replicas share it")
 	fs.IntVar(&r.expectedReplicas, "expected-replicas", 1, "envoy-rls replicas sharing the limits; failure mode local divides each limit by it, rounding up")
 	// The defaults must not let one short stall trip the breaker: with
 	// pipelining, every request queued behind a slow reply fails at once,
@@ -76,6 +85,15 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	}
 	if err := redisalgo.ValidateKeyPrefix(r.keyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
+	if r.lease.ttl < 0 {
+		errs = append(errs, fmt.Errorf("--lease-ttl: %v must be 0 (off) or positive", r.lease.ttl))
+	}
+	if !(r.lease.hotRPS > 0) {
+		errs = append(errs, fmt.Errorf("--lease-hot-rps: %v must be positive", r.lease.hotRPS))
+	}
+	if !(r.lease.maxFraction > 0 && r.lease.maxFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--lease-max-fraction: %v must be above 0 and at most 1", r.lease.maxFraction))
 	}
 	if r.poolSize < 0 {
 		errs = append(errs, fmt.Errorf("--redis-pool-size: %d must be 0 (default) or positive", r.poolSize))
@@ -134,6 +152,7 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 		},
 		DenyCacheEntries: r.denyCacheEntries,
 		KeyPrefix:        r.keyPrefix,
+		Lease:            lease.Options{TTL: r.lease.ttl, HotRPS: r.lease.hotRPS, MaxFraction: r.lease.maxFraction},
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 )
@@ -25,6 +26,12 @@ func TestRedisFlagsValidate(t *testing.T) {
 		{name: "ratio NaN", args: []string{"--redis-breaker-failure-ratio=NaN"}, want: "--redis-breaker-failure-ratio"},
 		{name: "zero cooldown", args: []string{"--redis-breaker-cooldown=0s"}, want: "--redis-breaker-cooldown"},
 		{name: "zero probes", args: []string{"--redis-breaker-probes=0"}, want: "--redis-breaker-probes"},
+		{name: "leasing off", args: []string{"--lease-ttl=0s"}, mode: failover.ModeError},
+		{name: "negative lease ttl", args: []string{"--lease-ttl=-1s"}, want: "--lease-ttl"},
+		{name: "zero hot rps", args: []string{"--lease-hot-rps=0"}, want: "--lease-hot-rps"},
+		{name: "fraction zero", args: []string{"--lease-max-fraction=0"}, want: "--lease-max-fraction"},
+		{name: "fraction above 1", args: []string{"--lease-max-fraction=1.5"}, want: "--lease-max-fraction"},
+		{name: "fraction NaN", args: []string{"--lease-max-fraction=NaN"}, want: "--lease-max-fraction"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,6 +41,20 @@ func TestRedisFlagsValidate(t *testing.T) {
 				t.Fatalf("mode %v, want %v", mode, tt.mode)
 			}
 		})
+	}
+}
+
+// TestLeaseFlags: the lease flags (and their environment twins) reach the
+// stack's lease options.
+func TestLeaseFlags(t *testing.T) {
+	t.Setenv("ENVOY_RLS_LEASE_HOT_RPS", "250")
+	cfg := parseServe(t, "--lease-ttl=150ms", "--lease-max-fraction=0.25")
+	if _, err := cfg.redis.validate(); err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.redis.stackConfig(failover.ModeError).Lease
+	if got.TTL != 150*time.Millisecond || got.HotRPS != 250 || got.MaxFraction != 0.25 {
+		t.Fatalf("lease options %+v, want ttl 150ms, hot rps 250, max fraction 0.25", got)
 	}
 }
 

@@ -118,6 +118,9 @@ type Decision struct {
 	// or Never when no wait would admit it (more hits than the capacity,
 	// or a limit of 0).
 	RetryAfter int64
+	// Granted is how many hits an allowed take (Check.Take) consumed: at
+	// least 1, at most its Hits. It is 0 for every other decision.
+	Granted int64
 }
 
 // Never is the RetryAfter of a denial that no wait would lift.

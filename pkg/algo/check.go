@@ -24,4 +24,16 @@ type Check struct {
 	Hits int64
 	// Refund gives Hits back instead of consuming them (is_negative_hits).
 	Refund bool
+	// Take makes Hits the most to consume: the check consumes as many of
+	// them as fit now, at least one, and reports how many in
+	// Decision.Granted; when none fits it is denied like a one-hit check.
+	// A lease (pkg/lease) is granted this way, so the shared state is
+	// debited only what its algorithm admits. A take must be the only check
+	// on its counter in a request (merged with others it becomes a plain
+	// consume of Hits), and is never a refund.
+	Take bool
+	// Lease reports that the rule allows this limit to be leased (`lease:
+	// auto`). It says how a replica may serve the counter, not which
+	// counter it is, so it is not part of the counter identity.
+	Lease bool
 }

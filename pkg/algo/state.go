@@ -144,11 +144,15 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 	allowed = true
 	for i := range checks {
 		c := &checks[i]
-		if c.Refund {
+		switch {
+		case c.Refund:
 			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, true)
 			continue
+		case c.Take && c.Hits > 0:
+			_, out[i] = take(c.Policy, states[i], now, c.Hits, false)
+		default:
+			_, out[i] = step(c.Policy, states[i], now, c.Hits, false, false)
 		}
-		_, out[i] = step(c.Policy, states[i], now, c.Hits, false, false)
 		if !out[i].Allowed {
 			allowed = false
 		}
@@ -158,13 +162,40 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 		if c.Refund || c.Hits <= 0 || !out[i].Allowed {
 			continue
 		}
-		if allowed {
+		switch {
+		case allowed && c.Take:
+			states[i], out[i] = take(c.Policy, states[i], now, c.Hits, true)
+		case allowed:
 			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, false)
-		} else {
+		default:
 			_, out[i] = step(c.Policy, states[i], now, 0, false, false)
 		}
 	}
 	return allowed
+}
+
+// take consumes as many of hits (> 0) as fit in s at now, at least one:
+// g = min(hits, the check-only Remaining), then the consume of g. When none
+// fits it returns the step of one hit, so a denied take reports when one
+// hit would pass. Remaining is the most a consume admits for every
+// algorithm but sliding_window, whose estimate may still refuse g; that
+// take is denied too, which under-admits and never over-admits. apply.lua's
+// take mirrors it.
+func take(p Policy, s State, now, hits int64, build bool) (State, Decision) {
+	_, d := step(p, s, now, 0, false, false)
+	g := min(hits, d.Remaining)
+	if g >= 1 {
+		ns, d := step(p, s, now, g, false, build)
+		if d.Allowed {
+			d.Granted = g
+			return ns, d
+		}
+	}
+	ns, d := step(p, s, now, 1, false, build)
+	if d.Allowed {
+		d.Granted = 1
+	}
+	return ns, d
 }
 
 // divmod returns q = ⌊a/b⌋ and r = a − q·b with 0 ≤ r < b, for b > 0.

@@ -306,13 +306,23 @@ func (c *Cache) lookup(s *scratch, checks []algo.Check, now int64) (denied bool)
 		case e.until <= now || e.limit != ch.Policy.Limit || e.burst != ch.Policy.Burst:
 			delete(sh.m, string(k))
 			c.size.Add(-1)
-		case ch.Hits >= e.hits:
+		case need(ch) >= e.hits:
 			s.until[i], s.never[i] = e.until, e.never
 			denied = true
 		}
 		sh.mu.Unlock()
 	}
 	return denied
+}
+
+// need is the fewest hits that admitting ch takes: its Hits, but one for
+// a take (algo.Check.Take), which is admitted when one hit fits and is
+// denied exactly when one hit would be.
+func need(ch *algo.Check) int64 {
+	if ch.Take && ch.Hits > 0 {
+		return 1
+	}
+	return max(ch.Hits, 0)
 }
 
 // answer builds the decisions of a request denied from the cache.
@@ -339,7 +349,7 @@ func answer(s *scratch, checks []algo.Check, now int64) []algo.Decision {
 func (c *Cache) record(s *scratch, i int, ch algo.Check, until int64, never bool, now int64) {
 	sh := &c.shards[s.shards[i]]
 	k := s.key(i)
-	ne := entry{limit: ch.Policy.Limit, burst: ch.Policy.Burst, hits: max(ch.Hits, 0), until: until, never: never}
+	ne := entry{limit: ch.Policy.Limit, burst: ch.Policy.Burst, hits: need(&ch), until: until, never: never}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.m[string(k)]; ok {

@@ -503,3 +503,34 @@ func newStore(t testing.TB) *memstore.Store {
 	}
 	return s
 }
+
+// TestTakeNeedsOneHit: a lease take (algo.Check.Take) of k hits is admitted
+// when one hit fits, so a cached denial of more hits must not deny it, and
+// its own denial is remembered as a denial of one hit.
+func TestTakeNeedsOneHit(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			now := backendtest.Start
+			next, dom := bk.make(t)
+			c, cnt := newCounted(t, next, Options{})
+			pol := backendtest.PerMinute(algo.FixedWindow, 2)
+			backendtest.Apply(t, c, now, backendtest.UserCheck(dom, "alice", pol, 1))
+			if d := backendtest.Apply(t, c, now, backendtest.UserCheck(dom, "alice", pol, 3)); d[0].Allowed {
+				t.Fatalf("3 hits on a limit of 2 admitted: %+v", d)
+			}
+			take := backendtest.UserCheck(dom, "alice", pol, 5)
+			take.Take = true
+			if d := backendtest.Apply(t, c, now, take); !d[0].Allowed || d[0].Granted != 1 {
+				t.Fatalf("take after a cached 3-hit denial: %+v, want the one hit that fits granted", d)
+			}
+			before := cnt.calls.Load()
+			if d := backendtest.Apply(t, c, now, take); d[0].Allowed {
+				t.Fatalf("take on a full window admitted: %+v", d)
+			}
+			one := backendtest.UserCheck(dom, "alice", pol, 1)
+			if d := backendtest.Apply(t, c, now, one); d[0].Allowed || cnt.calls.Load() != before+1 {
+				t.Fatalf("a one-hit request after a denied take: %+v, %d backend calls (want it denied from the cache)", d, cnt.calls.Load()-before)
+			}
+		})
+	}
+}

@@ -594,6 +594,13 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 			if ch.Refund || ch.Hits <= 0 {
 				continue
 			}
+			if ch.Take {
+				// A take consumed what it was granted, not its Hits.
+				ch.Hits, ch.Take = c.out[j].Granted, false
+				if ch.Hits <= 0 {
+					continue
+				}
+			}
 			ch.Refund = true
 			r.checks = append(r.checks, ch)
 			keys = append(keys, c.script.keys[j])

@@ -163,6 +163,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		// gcraForms counts the stored gcra values by spelling: [0] "<t>",
 		// [1] "<t>:<f>". The test must see both.
 		gcraForms [2]int
+		// takes counts allowed takes granted [0] less than they asked,
+		// [1] all of it.
+		takes [2]int
 	)
 	for step := range steps {
 		if r.IntN(100) == 0 {
@@ -178,9 +181,14 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		for _, i := range pick {
 			l := limits[i]
 			hits, refund := randsteps.Hits(r, l.p.Capacity())
+			// A lease take (mode 2) asks for more than may fit.
+			take := !refund && r.IntN(6) == 0
+			if take {
+				hits = 1 + r.Int64N(2*max(l.p.Capacity(), 1))
+			}
 			// The entry names the limit's own key, so that ApplyAll sees
 			// distinct counters as the script does.
-			checks = append(checks, algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund})
+			checks = append(checks, algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund, Take: take})
 			keys = append(keys, l.key)
 		}
 		first := limits[pick[0]].p
@@ -208,6 +216,11 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		}
 		if evalNow != now || luaAllowed != goAllowed || !slices.Equal(goOut, luaOut) {
 			t.Fatalf("step %d at %d, checks %+v:\n go  %v %+v\n lua %v %+v (now %d)", step, now, checks, goAllowed, goOut, luaAllowed, luaOut, evalNow)
+		}
+		for i, c := range checks {
+			if g := goOut[i].Granted; c.Take && g > 0 {
+				takes[min(g/c.Hits, 1)]++
+			}
 		}
 		for i, k := range keys {
 			got, present, err := parseState(k, checks[i].Policy.Algorithm, after[i])
@@ -238,6 +251,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 				t.Fatalf("step %d: %s PTTL %dms, want %dms (Expiry %dµs rounded up; script ran %dµs)", step, k, ms, want, e, ran)
 			}
 		}
+	}
+	if takes[0] == 0 || takes[1] == 0 {
+		t.Errorf("takes: %d granted in part, %d granted whole; want both exercised", takes[0], takes[1])
 	}
 	if gcraForms[0] == 0 || gcraForms[1] == 0 {
 		t.Errorf("gcra values written: %d plain, %d with a fraction; want both spellings exercised", gcraForms[0], gcraForms[1])

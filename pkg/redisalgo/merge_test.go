@@ -147,14 +147,14 @@ func TestMergeSplitsReply(t *testing.T) {
 	if want := append(appendApplyInts(nil, 0, limits(1)), appendApplyInts(nil, 0, limits(2))...); fmt.Sprint(ints) != fmt.Sprint(want) {
 		t.Errorf("merged arguments %v, want a's then b's: %v", ints, want)
 	}
-	reply := []int64{7, 1, 1, 4, 0, 0, 7, 0, 1, 2, 0, 0, 0, 0, 9, -1}
+	reply := []int64{7, 1, 1, 4, 0, 0, 0, 7, 0, 1, 2, 0, 0, 0, 0, 0, 9, -1, 0}
 	merged.SetVal(reply)
 	m.split()
-	if got := a.reply; a.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[:6]) {
-		t.Errorf("call a got %v, %v; want %v", got, a.err, reply[:6])
+	if got := a.reply; a.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[:7]) {
+		t.Errorf("call a got %v, %v; want %v", got, a.err, reply[:7])
 	}
-	if got := b.reply; b.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[6:]) {
-		t.Errorf("call b got %v, %v; want %v", got, b.err, reply[6:])
+	if got := b.reply; b.err != nil || fmt.Sprint(got) != fmt.Sprint(reply[7:]) {
+		t.Errorf("call b got %v, %v; want %v", got, b.err, reply[7:])
 	}
 
 	for _, tt := range []struct {

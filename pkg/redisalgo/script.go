@@ -59,7 +59,7 @@ const (
 // appendApplyInts appends apply.lua's ARGV for one request of checks to
 // dst: now (Unix µs, 0 for the server's TIME), the number of checks, then
 // per check its algorithm code, limit, period µs, burst, hits and mode (0
-// consume, 1 refund). The keys go in KEYS in the same order. Several
+// consume, 1 refund, 2 take). The keys go in KEYS in the same order. Several
 // requests' arguments (and keys) concatenated make one script call that
 // applies them in order. Every ARGV entry is an integer, so the backend can
 // pass them to go-redis as *int64 without boxing each one.
@@ -69,8 +69,11 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 	for i := range checks {
 		c := &checks[i]
 		var mode int64
-		if c.Refund {
+		switch {
+		case c.Refund:
 			mode = 1
+		case c.Take:
+			mode = 2
 		}
 		dst = append(dst, int64(c.Policy.Algorithm), c.Policy.Limit, c.Policy.Period, c.Policy.Burst, c.Hits, mode)
 	}
@@ -113,8 +116,10 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 			return 0, false, bad(i+2, 0, maxInt)
 		case !in(i+3, algo.Never, maxInt):
 			return 0, false, bad(i+3, algo.Never, maxInt)
+		case !in(i+4, 0, maxInt):
+			return 0, false, bad(i+4, 0, maxInt)
 		}
-		out[k] = algo.Decision{Allowed: vals[i] == 1, Remaining: vals[i+1], ResetAfter: vals[i+2], RetryAfter: vals[i+3]}
+		out[k] = algo.Decision{Allowed: vals[i] == 1, Remaining: vals[i+1], ResetAfter: vals[i+2], RetryAfter: vals[i+3], Granted: vals[i+4]}
 	}
 	return vals[0], vals[1] == 1, nil
 }
@@ -127,8 +132,8 @@ func checkReplyLen(n, limits int) error {
 }
 
 // replyPerLimit is the number of reply elements apply.lua returns per
-// limit: allowed, remaining, reset_after and retry_after.
-const replyPerLimit = 4
+// limit: allowed, remaining, reset_after, retry_after and granted.
+const replyPerLimit = 5
 
 // replySize is the length of one request's part of apply.lua's reply.
 func replySize(limits int) int { return 2 + replyPerLimit*limits }
@@ -141,6 +146,6 @@ func replyElement(i int) string {
 	case 1:
 		return "status"
 	}
-	k, field := (i-2)/replyPerLimit+1, [...]string{"allowed", "remaining", "reset_after µs", "retry_after µs"}[(i-2)%replyPerLimit]
+	k, field := (i-2)/replyPerLimit+1, [...]string{"allowed", "remaining", "reset_after µs", "retry_after µs", "granted"}[(i-2)%replyPerLimit]
 	return fmt.Sprintf("limit %d %s", k, field)
 }

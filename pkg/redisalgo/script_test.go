@@ -55,10 +55,10 @@ func TestAppendApplyArgs(t *testing.T) {
 }
 
 func TestParseApplyReply(t *testing.T) {
-	good := []any{int64(7), int64(0), int64(1), int64(4), int64(0), int64(0), int64(0), int64(0), int64(99), int64(-1)}
+	good := []any{int64(7), int64(0), int64(1), int64(4), int64(0), int64(0), int64(3), int64(0), int64(0), int64(99), int64(-1), int64(0)}
 	out := make([]algo.Decision, 2)
 	now, allowed, err := parseApplyReply(good, out)
-	if err != nil || now != 7 || allowed || out[0] != (algo.Decision{Allowed: true, Remaining: 4}) || out[1] != (algo.Decision{ResetAfter: 99, RetryAfter: algo.Never}) {
+	if err != nil || now != 7 || allowed || out[0] != (algo.Decision{Allowed: true, Remaining: 4, Granted: 3}) || out[1] != (algo.Decision{ResetAfter: 99, RetryAfter: algo.Never}) {
 		t.Fatalf("good reply: %d %v %+v %v", now, allowed, out, err)
 	}
 	with := func(i int, v any) []any {
@@ -73,17 +73,18 @@ func TestParseApplyReply(t *testing.T) {
 		is    error // nil: ErrBadReply
 	}{
 		{"not_array", "OK", "got string, want an array", nil},
-		{"short", good[:9], "9 elements, want 10", nil},
-		{"long", append(append([]any(nil), good...), int64(1)), "11 elements, want 10", nil},
+		{"short", good[:11], "11 elements, want 12", nil},
+		{"long", append(append([]any(nil), good...), int64(1)), "13 elements, want 12", nil},
 		{"now_string", with(0, "7"), "element 0 (now µs) is string 7, want an integer", nil},
 		{"now_zero", with(0, int64(0)), "element 0 (now µs) is 0", nil},
 		{"status_4", with(1, int64(4)), "element 1 (status) is 4, want 0..3", nil},
 		{"status_wrongtype", with(1, int64(statusWrongType)), "WRONGTYPE", ErrWrongType},
 		{"status_failed", with(1, int64(statusFailed)), "apply.lua failed on this request", ErrScriptFailed},
-		{"allowed_nil", with(6, nil), "element 6 (limit 2 allowed) is <nil>", nil},
+		{"allowed_nil", with(7, nil), "element 7 (limit 2 allowed) is <nil>", nil},
 		{"remaining_negative", with(3, int64(-1)), "element 3 (limit 1 remaining) is -1", nil},
-		{"reset_negative", with(8, int64(-5)), "element 8 (limit 2 reset_after µs) is -5", nil},
-		{"retry_below_never", with(9, int64(-2)), "element 9 (limit 2 retry_after µs) is -2, want -1..", nil},
+		{"reset_negative", with(9, int64(-5)), "element 9 (limit 2 reset_after µs) is -5", nil},
+		{"granted_negative", with(11, int64(-1)), "element 11 (limit 2 granted) is -1", nil},
+		{"retry_below_never", with(10, int64(-2)), "element 10 (limit 2 retry_after µs) is -2, want -1..", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -203,6 +203,7 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			Policy:  l.Policy,
 			Hits:    hits,
 			Refund:  refund,
+			Lease:   l.Lease,
 		})
 		p.meta = append(p.meta, checkMeta{
 			desc:       desc,

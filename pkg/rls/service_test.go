@@ -613,3 +613,39 @@ descriptors:
 		})
 	}
 }
+
+// checkRecorder records the checks of every backend call.
+type checkRecorder struct {
+	next   Backend
+	mu     sync.Mutex
+	checks []algo.Check
+}
+
+func (r *checkRecorder) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	r.mu.Lock()
+	r.checks = append(r.checks, checks...)
+	r.mu.Unlock()
+	return r.next.Apply(ctx, now, checks)
+}
+
+// TestLeaseReachesTheCheck: a limit's `lease: auto` is carried to its
+// check, for the lease layer; other limits' checks do not lease.
+func TestLeaseReachesTheCheck(t *testing.T) {
+	const rules = `
+domain: d
+descriptors:
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, lease: auto}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket}
+`
+	var rec *checkRecorder
+	s, _ := newTestService(t, rules, func(c *Config) {
+		rec = &checkRecorder{next: c.Backend}
+		c.Backend = rec
+	})
+	call(t, s, request("d", desc("hot=1"), desc("plain=1")))
+	if len(rec.checks) != 2 || !rec.checks[0].Lease || rec.checks[1].Lease {
+		t.Fatalf("checks %+v, want the first (lease: auto) leasing and the second not", rec.checks)
+	}
+}

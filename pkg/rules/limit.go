@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -25,7 +26,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -127,8 +128,9 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	mult, multOK := p.unitMultiplier(f, path, unit)
 	alg, algOK := p.limitAlgorithm(f, path)
 	burst, burstOK := p.burst(f, path, alg)
-	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK) {
+	lease, leaseOK := p.lease(f, path, alg)
+	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease}
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {
@@ -206,6 +208,38 @@ func named[T any](p *parser, n *yaml.Node, path, what, want string, parse func(s
 		return zero, false
 	}
 	return v, true
+}
+
+// leaseAlgorithms are the algorithms a lease keeps exact: the shared state
+// is debited the leased hits when the lease is granted (pkg/lease).
+var leaseAlgorithms = []algo.Algorithm{algo.FixedWindow, algo.TokenBucket, algo.GCRA}
+
+// lease reads `lease: auto | off` (off when absent). auto lets a replica
+// take leases on the limit's hot counters; only the algorithms in
+// leaseAlgorithms take it. alg is 0 when it is bad; the lease is then not
+// judged against it.
+func (p *parser) lease(f map[string]*yaml.Node, path string, alg algo.Algorithm) (bool, bool) {
+	ln, has := f["lease"]
+	if !has {
+		return false, true
+	}
+	s, ok := p.str(ln, path+".lease")
+	if !ok {
+		return false, false
+	}
+	switch strings.ToLower(s) {
+	case "off":
+		return false, true
+	case "auto":
+	default:
+		p.errorf(ln.Line, path+".lease", "unknown lease mode %q (want auto|off)", s)
+		return false, false
+	}
+	if alg != 0 && !slices.Contains(leaseAlgorithms, alg) {
+		p.errorf(ln.Line, path+".lease", "auto for algorithm %s, whose bound a lease cannot keep (want lease only with fixed_window, token_bucket or gcra)", alg)
+		return false, false
+	}
+	return true, true
 }
 
 // burst reads the burst (0 when absent), which only algorithms with a

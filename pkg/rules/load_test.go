@@ -32,7 +32,7 @@ func TestLoadDirReportsEveryMistake(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "field.yml"), "domain: two\ndescriptors:\n  - key: k\n    shadow: true\n")
 	writeFile(t, filepath.Join(dir, "zdup.yaml"), "# again\ndomain: good\n")
 	want := []string{
-		filepath.Join(dir, "zdup.yaml") + `:2: domain: duplicate domain "good" (first in ` + filepath.Join(dir, "good.yaml") + `:1; want each domain in one file)`,
+		filepath.Join(dir, "zdup.yaml") + `:2: domain: duplicate domain "good" (first in ` + filepath.Join(dir, "good.yaml") + `:1; want each domain in one file, or --merge-domain-config)`,
 		filepath.Join(dir, "field.yml") + `:4: descriptors[0].shadow: unknown field (want one of key|value|rate_limit|rate_limits|descriptors|shadow_mode|quota_mode|detailed_metric|value_to_metric|share_threshold|hash_tag|metadata)`,
 		filepath.Join(dir, "unit.yaml") + `:4: descriptors[0].rate_limit.unit: unknown unit "mins" (want second|minute|hour|day|week|month|year)`,
 	}

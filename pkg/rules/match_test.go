@@ -285,7 +285,7 @@ func TestDuplicateDomain(t *testing.T) {
 	a, _ := Parse("a.yaml", []byte("domain: edge\n"), Options{})
 	b, _ := Parse("b.yaml", []byte("# b\ndomain: edge\n"), Options{})
 	_, err := NewSnapshot(a, b)
-	want := `b.yaml:2: domain: duplicate domain "edge" (first in a.yaml:1; want each domain in one file)`
+	want := `b.yaml:2: domain: duplicate domain "edge" (first in a.yaml:1; want each domain in one file, or --merge-domain-config)`
 	if err == nil || err.Error() != want {
 		t.Errorf("NewSnapshot = %v, want %s", err, want)
 	}

@@ -87,7 +87,7 @@ descriptors:
           nmae: y
 `,
 			want: []string{
-				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|unlimited|name|replaces)`,
+				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|unlimited|name|replaces|lease)`,
 				`rules.yaml:12: descriptors[0].rate_limit.replaces[0].nmae: unknown field (want one of name)`,
 				`rules.yaml:2: domian: unknown field (want one of domain|descriptors)`,
 				`rules.yaml:5: descriptors[0].rate_limt: unknown field (want one of key|value|rate_limit|rate_limits|descriptors|shadow_mode|quota_mode|detailed_metric|value_to_metric|share_threshold|hash_tag|metadata)`,
@@ -160,6 +160,24 @@ descriptors:
 			want: []string{
 				`rules.yaml:4: descriptors[0].rate_limit.burst: 0 is out of range (want an integer 1..4294967295)`,
 				`rules.yaml:6: descriptors[1].rate_limit.burst: set for algorithm fixed_window (want burst only with token_bucket or gcra)`,
+			},
+		},
+		{
+			name: "lease mode and algorithm",
+			yaml: `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, lease: sometimes}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, lease: auto}
+  - key: c
+    rate_limit: {unlimited: true, lease: auto}
+`,
+			want: []string{
+				`rules.yaml:4: descriptors[0].rate_limit.lease: unknown lease mode "sometimes" (want auto|off)`,
+				`rules.yaml:6: descriptors[1].rate_limit.lease: auto for algorithm sliding_window, whose bound a lease cannot keep (want lease only with fixed_window, token_bucket or gcra)`,
+				`rules.yaml:8: descriptors[2].rate_limit.lease: set together with unlimited: true (want either unlimited or a limit)`,
 			},
 		},
 		{
@@ -449,9 +467,9 @@ descriptors:
       unit: MINUTE
       requests_per_unit: 100
   - key: bucket
-    rate_limit: {unit: Second, requests_per_unit: 10, algorithm: TOKEN_BUCKET}
+    rate_limit: {unit: Second, requests_per_unit: 10, algorithm: TOKEN_BUCKET, lease: AUTO}
   - key: shaped
-    rate_limit: {unit: hour, unit_multiplier: 6, requests_per_unit: 7, algorithm: gcra, burst: 3}
+    rate_limit: {unit: hour, unit_multiplier: 6, requests_per_unit: 7, algorithm: gcra, burst: 3, lease: off}
   - key: open
     rate_limit: {unlimited: true, name: free}
   - key: many
@@ -459,7 +477,7 @@ descriptors:
     rate_limits:
       - {name: burst, unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 9}
       - {name: daily, unit: day, requests_per_unit: 500, replaces: [{name: plain_limit}]}
-      - {unit: week, requests_per_unit: 2000, algorithm: fixed_window}
+      - {unit: week, requests_per_unit: 2000, algorithm: fixed_window, lease: auto}
       - {unit: month, requests_per_unit: 0}
       - {unit: year, requests_per_unit: 4294967295}
 `, Options{DefaultAlgorithm: algo.SlidingWindow})
@@ -472,7 +490,7 @@ descriptors:
 		{"shop.plain", "shop.plain", []Limit{{Label: "rate_limit", Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
 			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute}}}},
 		{"shop.bucket", "shop.bucket", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
-			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}}}},
+			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}, Lease: true}}},
 		{"shop.shaped", "shop.shaped", []Limit{{Label: "rate_limit", Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
 			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 7, Period: 6 * algo.Hour, Burst: 3}}}},
 		{"shop.open", "free", nil},
@@ -482,7 +500,7 @@ descriptors:
 			{Name: "daily", Label: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day}},
 			{Label: "rate_limits[2]", Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
-				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}},
+				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}, Lease: true},
 			{Label: "rate_limits[3]", Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month}},
 			{Label: "rate_limits[4]", Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,

@@ -169,4 +169,7 @@ type Limit struct {
 	// server default when the rule names none), limit, period in µs and
 	// burst.
 	Policy algo.Policy
+	// Lease is `lease: auto`: replicas may serve this limit's hot counters
+	// from leases (pkg/lease). Off by default.
+	Lease bool
 }

@@ -192,6 +192,7 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 		Algorithm       string `json:"algorithm"`
 		PeriodUS        int64  `json:"period_us"`
 		Burst           int64  `json:"burst,omitempty"`
+		Lease           bool   `json:"lease,omitempty"`
 	}
 	type ruleJSON struct {
 		ID             string         `json:"id"`
@@ -229,6 +230,7 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 				rj.Limits = append(rj.Limits, limitJSON{
 					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
 					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst,
+					Lease: l.Lease,
 				})
 			}
 			dj.Rules = append(dj.Rules, rj)

@@ -3,13 +3,19 @@
 // run the same layers in the same order:
 //
 //	Redis:     failover (timeout, breaker per shard, failure mode)
-//	             → denycache (known denials answered in-process)
-//	               → redisalgo (Lua on Redis)
+//	             → lease (hot counters answered from leases, pkg/lease)
+//	               → denycache (known denials answered in-process)
+//	                 → redisalgo (Lua on Redis)
 //	in-process: memstore
 //
 // The deny cache sits inside the failure policy: outside it, the answers of
 // the deny and local failure modes would be cached and outlive Redis's
-// return. The stack also owns the readiness answer of its backend (Ready)
+// return. The lease layer sits inside the failure policy too, so a request
+// whose Redis part fails gets the failure mode (its leased hits go back
+// into the lease), while one answered wholly from a lease in hand is
+// answered even during an outage; and outside the deny cache, so that
+// leased hits cost not even a cache lookup and a take's denial is cached
+// like any other. The stack also owns the readiness answer of its backend (Ready)
 // and what must be stopped at shutdown (Close).
 //
 // stack must not parse flags, URLs or environment variables, build Redis
@@ -28,6 +34,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/lease"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
@@ -67,6 +74,9 @@ type Config struct {
 	Registerer      prometheus.Registerer
 	// KeyPrefix goes before every Redis key (redisalgo.Options.KeyPrefix).
 	KeyPrefix string
+	// Lease configures the lease layer (pkg/lease); a TTL of 0 leaves it
+	// out. Its ReturnWait defaults to Timeout.
+	Lease lease.Options
 	// CallerTime makes Redis evaluate at each request's now instead of its
 	// own TIME (redisalgo.Options.CallerTime). Only tests set it.
 	CallerTime bool
@@ -217,6 +227,23 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 			return nil, fmt.Errorf("stack: %w", err)
 		}
 		primary = dc
+	}
+	if cfg.Lease.TTL > 0 {
+		lo := cfg.Lease
+		lo.Logger, lo.Registerer = log, cfg.Registerer
+		if lo.ReturnWait == 0 {
+			lo.ReturnWait = cfg.Timeout
+		}
+		ll, err := lease.New(primary, lo)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+		ll.Start()
+		// Closed before the Redis backend (close runs in reverse), so
+		// the leases held go back at shutdown.
+		s.close = append(s.close, ll.Close)
+		primary = ll
 	}
 	fb, err := failover.New(primary, fo)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/lease"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
@@ -58,6 +59,64 @@ func TestBackendSuite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { backendtest.Run(t, tc.f) })
 	}
+}
+
+// TestLeaseLayer: with Lease options the stack serves a hot counter from
+// a lease (counted in the metrics), answers from the lease in hand while
+// Redis is down, and at Close counts the hits it could not return.
+func TestLeaseLayer(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	st, err := New(ctx, Config{
+		Redis: &redisclient.Client{Single: srv.Client(t)}, Timeout: time.Second, CallerTime: true,
+		DenyCacheEntries: 1000, Registerer: reg,
+		Lease: lease.Options{TTL: time.Hour, HotRPS: 1, MaxFraction: 0.5},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := backendtest.UserCheck("d", "hot", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1, Period: algo.Hour, Burst: 100_000}, 1)
+	hot.Lease = true
+	cold := backendtest.UserCheck("d", "cold", backendtest.PerMinute(algo.GCRA, 100), 1)
+	now := backendtest.Start
+	// An hour's TTL makes 3600 hits in one window hot at 1 rps.
+	for range 4000 {
+		backendtest.Apply(t, st, now, hot)
+	}
+	if granted := counterValue(t, reg, "envoy_rls_lease_granted_total"); granted < 1 {
+		t.Fatalf("granted %v leases, want some", granted)
+	}
+	srv.Stop(t)
+	if d, err := st.Apply(ctx, time.UnixMicro(now), []algo.Check{hot}); err != nil || !d[0].Allowed {
+		t.Fatalf("hot counter with Redis down: %+v, %v; want answered from the lease", d, err)
+	}
+	if _, err := st.Apply(ctx, time.UnixMicro(now), []algo.Check{cold}); err == nil {
+		t.Fatal("cold counter with Redis down: no error")
+	}
+	st.Close()
+	if expired := counterValue(t, reg, "envoy_rls_lease_hits_expired_total"); expired < 1 {
+		t.Fatalf("%v hits expired at Close with Redis down, want the lease's rest", expired)
+	}
+	if local := counterValue(t, reg, "envoy_rls_lease_local_decisions_total"); local < 1 {
+		t.Fatalf("%v local decisions", local)
+	}
+}
+
+// counterValue returns the value of the unlabelled counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }
 
 // TestReadiness: the in-process store is always ready; a Redis stack whose

@@ -15,10 +15,12 @@
 --           limits), then per limit:
 --           algorithm (1 fixed_window, 2 sliding_window, 3 sliding_log,
 --           4 token_bucket, 5 gcra), limit, period µs, burst (0 = limit),
---           hits (0 = check only), mode (0 consume, 1 refund)
+--           hits (0 = check only), mode (0 consume, 1 refund, 2 take: hits
+--           is the most to consume, algo.Check.Take)
 -- Reply     per request: now, status, then per limit: allowed, remaining,
---           reset_after µs, retry_after µs (-1: never; algo.Decision has
---           their meaning). status is allowed_all (0 or 1), or 2 when a
+--           reset_after µs, retry_after µs (-1: never), granted (what an
+--           allowed take consumed, else 0; algo.Decision has their
+--           meaning). status is allowed_all (0 or 1), or 2 when a
 --           key of the request holds another type (WRONGTYPE), 3 for any
 --           other error; a failed request's limits read 0, and only that
 --           request fails.
@@ -433,6 +435,25 @@ local function step(l, now, hits, refund)
   return nil, blocked(hits, refund)
 end
 
+-- algo.take: consume min(hits, the check-only remaining), at least one
+-- hit; returns what step returns, then granted.
+local function take(l, now, hits)
+  local _, _, remaining = step(l, now, 0, false)
+  local g = math.min(hits, remaining)
+  if g >= 1 then
+    local ns, allowed, rem, reset, retry = step(l, now, g, false)
+    if allowed then
+      return ns, allowed, rem, reset, retry, g
+    end
+  end
+  local ns, allowed, rem, reset, retry = step(l, now, 1, false)
+  local granted = 0
+  if allowed then
+    granted = 1
+  end
+  return ns, allowed, rem, reset, retry, granted
+end
+
 -- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.
 local function ttlMs(e)
   if e <= 0 then
@@ -505,7 +526,7 @@ end
 -- applyRequest is algo.ApplyAll for one request: its n limits have the keys
 -- KEYS[k0 + i] and the arguments from ARGV[a0 + 6(i-1) + 1]. It appends the
 -- request's {allowed_all, then per limit allowed, remaining, reset, retry} to
--- reply. It runs under pcall, so its errors (a key of another type, say)
+-- reply (and granted). It runs under pcall, so its errors (a key of another type, say)
 -- fail this request alone.
 local function applyRequest(k0, a0, n, now, reply)
   local limits = {}
@@ -520,12 +541,18 @@ local function applyRequest(k0, a0, n, now, reply)
       burst = tonumber(ARGV[b + 4]),
       hits = tonumber(ARGV[b + 5]),
       refund = tonumber(ARGV[b + 6]) == 1,
+      take = tonumber(ARGV[b + 6]) == 2,
+      granted = 0,
     }
     if l.hits < 0 then
       l.hits = 0
     end
     l.state = load(l)
-    l.ns, l.allowed, l.remaining, l.reset, l.retry = step(l, now, l.hits, l.refund)
+    if l.take and l.hits > 0 then
+      l.ns, l.allowed, l.remaining, l.reset, l.retry, l.granted = take(l, now, l.hits)
+    else
+      l.ns, l.allowed, l.remaining, l.reset, l.retry = step(l, now, l.hits, l.refund)
+    end
     if l.refund then
       commit(l, now)
     elseif not l.allowed then
@@ -542,12 +569,14 @@ local function applyRequest(k0, a0, n, now, reply)
       else
         local _
         _, l.allowed, l.remaining, l.reset, l.retry = step(l, now, 0, false)
+        l.granted = 0
       end
     end
     reply[#reply + 1] = l.allowed and 1 or 0
     reply[#reply + 1] = l.remaining
     reply[#reply + 1] = l.reset
     reply[#reply + 1] = l.retry
+    reply[#reply + 1] = l.granted
   end
 end
 
@@ -599,7 +628,7 @@ while a < nargs do
       reply[j] = nil
     end
     reply[base + 2] = failed(err)
-    for j = 1, 4 * n do
+    for j = 1, 5 * n do
       reply[base + 2 + j] = 0
     end
   end
