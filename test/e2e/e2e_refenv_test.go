@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
@@ -57,35 +54,7 @@ func startAsRatelimit(t *testing.T, env []string) *server {
 	if err := os.Symlink(binPath, bin); err != nil {
 		t.Fatalf("symlink: %v", err)
 	}
-	s := &server{t: t, logs: &logBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin)
-	s.cmd.Env = childEnv(env)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		err := s.cmd.Wait()
-		s.exitCode = exitCode(err)
-		close(s.done)
-	}()
-	t.Cleanup(s.cleanup)
-	deadline := time.Now().Add(startTimeout)
-	for s.GRPCAddr == "" {
-		select {
-		case <-s.done:
-			t.Fatalf("ratelimit exited with code %d before serving; logs:\n%s", s.exitCode, s.logs)
-		case <-time.After(pollInterval):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ratelimit did not log its addresses within %v; logs:\n%s", startTimeout, s.logs)
-		}
-		l := servingLine(s.logs.String())
-		s.GRPCAddr, s.HTTPAddr, s.DebugAddr = l.GRPC, l.HTTP, l.Debug
-	}
-	s.awaitReadyz(t, "/readyz answers 200", http.StatusOK, "")
-	return s
+	return startProcess(t, bin, nil, env, true)
 }
 
 // dbSize is the number of keys on r.

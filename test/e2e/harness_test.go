@@ -168,16 +168,25 @@ func startServer(t *testing.T, o serveOpts) *server {
 		args = append(args, "--config-dir", o.ConfigDir)
 	}
 	args = append(args, o.Args...)
+	return startProcess(t, binPath, args, o.Env, !o.NoReadyWait)
+}
+
+// startProcess runs bin with args and the extra env entries, waits for it
+// to log its addresses (and, with ready, for /readyz to answer 200), and
+// stops it at cleanup, killing its process group if it did not exit. Its
+// logs are printed when t failed.
+func startProcess(t *testing.T, bin string, args, env []string, ready bool) *server {
+	t.Helper()
 	s := &server{t: t, logs: &logBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(binPath, args...)
-	s.cmd.Env = childEnv(o.Env)
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.Env = childEnv(env)
 	s.cmd.Stdout = s.logs
 	s.cmd.Stderr = s.logs
 	// Its own process group, so cleanup can kill everything it started; and
 	// killed with the test binary if that dies without cleanup.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", binPath, err)
+		t.Fatalf("start %s: %v", bin, err)
 	}
 	go func() {
 		err := s.cmd.Wait()
@@ -190,16 +199,16 @@ func startServer(t *testing.T, o serveOpts) *server {
 	for s.GRPCAddr == "" {
 		select {
 		case <-s.done:
-			t.Fatalf("envoy-rls exited with code %d before serving; logs:\n%s", s.exitCode, s.logs)
+			t.Fatalf("%s exited with code %d before serving; logs:\n%s", bin, s.exitCode, s.logs)
 		case <-time.After(pollInterval):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("envoy-rls did not log its addresses within %v; logs:\n%s", startTimeout, s.logs)
+			t.Fatalf("%s did not log its addresses within %v; logs:\n%s", bin, startTimeout, s.logs)
 		}
 		l := servingLine(s.logs.String())
 		s.GRPCAddr, s.HTTPAddr, s.DebugAddr = l.GRPC, l.HTTP, l.Debug
 	}
-	if !o.NoReadyWait {
+	if ready {
 		s.awaitReadyz(t, "/readyz answers 200", http.StatusOK, "")
 	}
 	return s
