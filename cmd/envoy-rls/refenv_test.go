@@ -80,6 +80,7 @@ func TestRefEnvMapping(t *testing.T) {
 			map[string]string{"metrics-addr": ":9090", "metrics-path": "/prom"}},
 		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":1"}, nil,
 			map[string]string{"metrics-addr": ""}},
+		{"domain merging", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, nil, map[string]string{"merge-domain-config": "true"}},
 		{"local cache off", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, nil, map[string]string{"redis-deny-cache-entries": "0"}},
 		{"headers with reference names", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset"}, nil,
 			map[string]string{"response-headers": "legacy", "legacy-header-names": "RateLimit-Limit,RateLimit-Remaining,X-Reset"}},

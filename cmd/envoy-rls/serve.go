@@ -44,6 +44,7 @@ type serveConfig struct {
 	shadowMode       bool
 	headers          string
 	slidingLogCap    int
+	mergeDomains     bool
 	memstoreMaxKeys  int
 	pprof            bool
 	shutdownDelay    time.Duration
@@ -87,6 +88,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
 	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", int(algo.DefaultSlidingLogCap), "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
+	fs.BoolVar(&c.mergeDomains, "merge-domain-config", false, "let several rule files define one domain, their top-level descriptors joined in file name order (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); a top-level key and value in two of them is still refused")
 	fs.IntVar(&c.memstoreMaxKeys, "memstore-max-keys", 1_000_000, "most keys the in-process store holds (also the local failure mode's); when full, expired keys go first, then the live key expiring soonest, whose client may then get one more full limit (counted in envoy_rls_memstore_evictions_total); 0: no bound")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the debug address (--debug-addr)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")
@@ -195,7 +197,7 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
 		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
-	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap)}, nil
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains}, nil
 }
 
 // check parses and checks every flag, naming the flag in each error.

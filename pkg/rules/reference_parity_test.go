@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -59,6 +58,7 @@ func TestReferenceParity(t *testing.T) {
 	tests := []struct {
 		ref     string   // the reference test that asserts this
 		files   []string // in testdata/reference, loaded together
+		merge   bool     // MERGE_DOMAIN_CONFIG=true (Options.MergeDomains)
 		refuse  string   // when set, the files are refused with an error containing it
 		differs string   // when set, the reason envoy-rls deliberately differs here
 		lookups []parityLookup
@@ -94,18 +94,28 @@ func TestReferenceParity(t *testing.T) {
 		{ref: "TestEmptyKey", files: []string{"empty_key.yaml"}, refuse: "descriptors[0].key: empty"},
 		{ref: "TestDuplicateKey", files: []string{"duplicate_key.yaml"}, refuse: `duplicate descriptor key "key1" value "value1"`},
 		{
-			ref:    "TestDuplicateKeyDomainMerge",
-			files:  []string{"merge_domain_key1.yaml", "merge_domain_key1.yaml"},
+			// The reference merges a domain's files only with
+			// MERGE_DOMAIN_CONFIG=true (our --merge-domain-config); by
+			// default both refuse them, as TestDuplicateDomain shows.
+			ref:    "TestDomainMerge, merging off",
+			files:  []string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"},
 			refuse: `duplicate domain "test-domain"`,
 		},
 		{
-			// The reference merges the two files only with
-			// MERGE_DOMAIN_CONFIG=true; with its default it refuses them as
-			// TestDuplicateDomain does, and so does envoy-rls always.
-			ref:     "TestDomainMerge",
-			files:   []string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"},
-			refuse:  `duplicate domain "test-domain"`,
-			differs: "no MERGE_DOMAIN_CONFIG: one domain per file (docs/migrating.md)",
+			ref:   "TestDomainMerge",
+			files: []string{"merge_domain_key1.yaml", "merge_domain_key2.yaml"},
+			merge: true,
+			lookups: []parityLookup{
+				{entries: nil},
+				{entries: entries("key1=value1"), want: lim(10, algo.UnitMinute)},
+				{entries: entries("key2=value2"), want: lim(20, algo.UnitMinute)},
+			},
+		},
+		{
+			ref:    "TestDuplicateKeyDomainMerge",
+			files:  []string{"merge_domain_key1.yaml", "merge_domain_key1.yaml"},
+			merge:  true,
+			refuse: `duplicate descriptor key "key1" value "value1" in domain "test-domain"`,
 		},
 		{ref: "TestBadLimitUnit", files: []string{"bad_limit_unit.yaml"}, refuse: `unknown unit "foo"`},
 		{ref: "TestReplacesSelf", files: []string{"replaces_self.yaml"}, refuse: "replaces its own rate limit"},
@@ -208,6 +218,19 @@ func TestReferenceParity(t *testing.T) {
 				})},
 			},
 		},
+		{
+			// The reference looks a descriptor up by the string
+			// key + "_" + value, so its GetLimit also gives entry a_b=c
+			// the limit of a=b_c. envoy-rls compares key and value as a
+			// pair: a=b_c matches, a_b=c does not.
+			ref:     "GetLimit's key_value lookup (config_impl.go; no reference test)",
+			files:   []string{"underscore_join.yaml"},
+			differs: "key and value compared as a pair, not joined with _ (README: Compared with envoyproxy/ratelimit)",
+			lookups: []parityLookup{
+				{entries: entries("a=b_c"), want: lim(7, algo.UnitMinute)},
+				{entries: entries("a_b=c")},
+			},
+		},
 	}
 
 	for _, tc := range tests {
@@ -215,7 +238,7 @@ func TestReferenceParity(t *testing.T) {
 			if tc.differs != "" {
 				t.Logf("documented difference: %s", tc.differs)
 			}
-			snap, err := loadReference(t, tc.files)
+			snap, err := loadReference(t, tc.files, Options{MergeDomains: tc.merge})
 			if tc.refuse != "" {
 				if err == nil {
 					t.Fatalf("loaded; the reference refuses it (want an error containing %q)", tc.refuse)
@@ -241,28 +264,19 @@ func TestReferenceParity(t *testing.T) {
 	}
 }
 
-// loadReference parses files from testdata/reference and combines them into
-// one snapshot, as a config directory would be.
-func loadReference(t *testing.T, files []string) (*Snapshot, error) {
+// loadReference loads files from testdata/reference into one snapshot, as
+// LoadDir loads a config directory that holds them.
+func loadReference(t *testing.T, files []string, opts Options) (*Snapshot, error) {
 	t.Helper()
-	var domains []*Domain
-	var errs []error
+	var rfs []ruleFile
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join("testdata", "reference", f))
 		if err != nil {
 			t.Fatalf("read %s: %v", f, err)
 		}
-		d, err := Parse(f, data, Options{})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		domains = append(domains, d)
+		rfs = append(rfs, ruleFile{path: f, data: data})
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return NewSnapshot(domains...)
+	return build(rfs, nil, opts)
 }
 
 func checkParityLookup(t *testing.T, l parityLookup, r *Rule) {
