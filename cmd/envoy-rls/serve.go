@@ -88,7 +88,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.shadowMode, "shadow-mode", false, "answer OK to every request while still counting and reporting would-be denials")
 	fs.StringVar(&c.headers, "response-headers", "none", "rate-limit headers to add: comma list of draft|legacy|retry-after, or all|none")
 	fs.IntVar(&c.slidingLogCap, "sliding-log-cap", int(algo.DefaultSlidingLogCap), "largest requests_per_unit a sliding_log rule or per-request limit override may have (its memory is O(limit))")
-	fs.BoolVar(&c.mergeDomains, "merge-domain-config", false, "let several rule files define one domain, their descriptors merged in file-name order (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); by default a domain in two files is an error")
+	fs.BoolVar(&c.mergeDomains, "merge-domain-config", false, "let several rule files define one domain, their top-level descriptors joined in file name order (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); a top-level key and value in two of them is still refused")
 	fs.IntVar(&c.memstoreMaxKeys, "memstore-max-keys", 1_000_000, "most keys the in-process store holds (also the local failure mode's); when full, expired keys go first, then the live key expiring soonest, whose client may then get one more full limit (counted in envoy_rls_memstore_evictions_total); 0: no bound")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve /debug/pprof on the debug address (--debug-addr)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving with /readyz failing for this long so load balancers notice")

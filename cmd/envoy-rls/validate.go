@@ -13,13 +13,13 @@ import (
 // every problem, so users can run it in their own CI. It takes serve's
 // flags (one set of definitions), so the command line and ENVOY_RLS_*
 // environment of a Deployment validate as they serve; only the rule flags
-// (--default-algorithm, --sliding-log-cap) matter, and the directory is the
+// (--default-algorithm, --sliding-log-cap, --merge-domain-config) matter, and the directory is the
 // argument or else --config-dir.
 func validate(args []string, stdout, stderr io.Writer) int {
 	cfg, fs := serveFlagSet("validate", stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: envoy-rls validate [serve flags] [DIR]\n\nDIR defaults to --config-dir; of the flags, the rule flags matter:\n")
-		for _, name := range []string{"config-dir", "default-algorithm", "sliding-log-cap"} {
+		for _, name := range []string{"config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config"} {
 			f := fs.Lookup(name)
 			fmt.Fprintf(fs.Output(), "  --%s (default %q, env %s)\n    \t%s\n", f.Name, f.DefValue, envName(f.Name), f.Usage)
 		}

@@ -92,3 +92,45 @@ func TestValidateTakesServeFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateMergeDomainConfig: a domain split over two files is refused
+// unless --merge-domain-config (or its twin) joins them, as
+// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does.
+func TestValidateMergeDomainConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml": "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"b.yaml": "domain: d\ndescriptors:\n  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  string // ENVOY_RLS_MERGE_DOMAIN_CONFIG, when set
+		code int
+		want string
+	}{
+		{name: "refused by default", code: 1, want: `duplicate domain "d"`},
+		{name: "flag", args: []string{"--merge-domain-config"}, code: 0, want: "1 domain, 2 rules, 2 limits OK"},
+		{name: "env twin", env: "true", code: 0, want: "1 domain, 2 rules, 2 limits OK"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("ENVOY_RLS_MERGE_DOMAIN_CONFIG", tc.env)
+			}
+			var stdout, stderr bytes.Buffer
+			code := validate(append(tc.args, dir), &stdout, &stderr)
+			out := stderr.String()
+			if tc.code == 0 {
+				out = stdout.String()
+			}
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
+			}
+		})
+	}
+}

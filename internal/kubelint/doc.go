@@ -4,9 +4,11 @@
 // validates, references between objects (namespaces, selectors, Service
 // target ports, ConfigMap volumes and mounts, the Redis URL's Service), the
 // security context, resources and probes every container must have,
-// envoy-rls's own wiring (its ports, /readyz and /healthz probes, and a
-// rules directory mounted from a ConfigMap without subPath, holding the
-// intended rules) and the kustomization files that build the manifests.
+// envoy-rls's own wiring (its ports, or the emptyDir holding its Unix
+// socket, /readyz and /healthz probes, and a rules directory mounted from a
+// ConfigMap without subPath, holding the intended rules, also where
+// envoy-rls runs inside another workload's pod) and the kustomization files
+// that build the manifests.
 //
 // It works on bytes and decoded objects that its caller hands it. It must
 // not read or write files, run kustomize, or talk to a cluster, and it

@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -32,17 +33,17 @@ func checkEnvoyRLSContainer(p *problems, cw string, c corev1.Container, volumes 
 	if pr := c.LivenessProbe; pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/healthz" {
 		p.add("%s: livenessProbe must GET /healthz", cw)
 	}
-	for _, want := range []int32{grpcPort, httpPort} {
-		if !hasContainerPort(c, want) {
+	grpc, socket := listenerPort(p, cw, c, "ENVOY_RLS_GRPC_ADDR", grpcPort)
+	if socket != "" {
+		checkSocketDir(p, cw, c, volumes, socket)
+	}
+	http, _ := listenerPort(p, cw, c, "ENVOY_RLS_HTTP_ADDR", httpPort)
+	for _, want := range []int32{grpc, http} {
+		if want != 0 && !hasContainerPort(c, want) {
 			p.add("%s: containerPort %d is missing", cw, want)
 		}
 	}
-	dir := defaultConfigDir
-	for _, e := range c.Env {
-		if e.Name == "ENVOY_RLS_CONFIG_DIR" {
-			dir = e.Value
-		}
-	}
+	dir := envValue(c, "ENVOY_RLS_CONFIG_DIR", defaultConfigDir)
 	mounted := false
 	for _, m := range c.VolumeMounts {
 		if path.Clean(m.MountPath) != path.Clean(dir) {
@@ -59,6 +60,62 @@ func checkEnvoyRLSContainer(p *problems, cw string, c corev1.Container, volumes 
 	if !mounted {
 		p.add("%s: nothing is mounted at the config directory %s", cw, dir)
 	}
+}
+
+// envValue returns the literal value of the container's env variable name,
+// or def when the container does not set it.
+func envValue(c corev1.Container, name, def string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return def
+}
+
+// listenerPort returns the TCP port of the listener whose address the env
+// variable sets (def when unset), or, for a unix:// address, 0 and the
+// socket's path: such a listener needs no containerPort.
+func listenerPort(p *problems, cw string, c corev1.Container, env string, def int32) (port int32, socket string) {
+	addr := envValue(c, env, "")
+	if addr == "" {
+		return def, ""
+	}
+	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if !path.IsAbs(rest) {
+			p.add("%s: %s %q: want unix:///absolute/path", cw, env, addr)
+			return 0, ""
+		}
+		return 0, rest
+	}
+	_, portStr, err := net.SplitHostPort(addr)
+	n, perr := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || perr != nil || n == 0 {
+		p.add("%s: %s %q: want host:port with a fixed port, or unix:///path", cw, env, addr)
+		return 0, ""
+	}
+	return int32(n), ""
+}
+
+// checkSocketDir requires the directory of envoy-rls's Unix socket to be an
+// emptyDir mounted into the container: the root filesystem is read-only,
+// and an emptyDir is what another container of the pod (istio-proxy) can
+// mount too.
+func checkSocketDir(p *problems, cw string, c corev1.Container, volumes map[string]corev1.Volume, socket string) {
+	dir := path.Dir(socket)
+	for _, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) != dir {
+			continue
+		}
+		if v, ok := volumes[m.Name]; ok && v.EmptyDir == nil {
+			p.add("%s: the socket directory %s is volume %q, not an emptyDir (want a writable volume the pod's proxy can mount)", cw, dir, m.Name)
+		}
+		if m.ReadOnly {
+			p.add("%s: the socket directory %s is mounted read-only (envoy-rls creates the socket there)", cw, dir)
+		}
+		return
+	}
+	p.add("%s: nothing is mounted at the socket directory %s (want an emptyDir the pod's proxy mounts too)", cw, dir)
 }
 
 func hasContainerPort(c corev1.Container, port int32) bool {
@@ -119,13 +176,34 @@ func svcHostExists(hostport string, services []*corev1.Service) bool {
 
 // checkRulesConfigMap finds the ConfigMap the envoy-rls Deployment mounts
 // as its rules, validates its rules with want.Validate, and checks that it
-// holds exactly want.Files.
+// holds exactly want.Files. The rules of envoy-rls containers in other
+// Deployments are checked too, but may be a subset.
 func checkRulesConfigMap(p *problems, objs *Objects, want Rules) {
 	cm := rulesConfigMap(objs)
 	if cm == nil {
 		p.add("no ConfigMap is mounted as the envoy-rls rules directory")
 		return
 	}
+	byKey := checkRuleCopies(p, cm, want, want.CopyDir+"/")
+	where := fmt.Sprintf("ConfigMap %s/%s", cm.Namespace, cm.Name)
+	for _, k := range sortedKeys(byKey) {
+		if _, ok := cm.Data[k]; !ok {
+			p.add("%s: %s/%s is missing (copy it to %s/ and list it in the configMapGenerator)", where, want.Source, k, want.CopyDir)
+		}
+	}
+	// envoy-rls running inside another workload's pod (on a Unix socket
+	// beside its proxy) serves only that workload's domains: its ConfigMap
+	// may hold fewer files, but each must be a faithful copy.
+	for _, other := range podRulesConfigMaps(objs) {
+		checkRuleCopies(p, other, want, "the directory its configMapGenerator reads")
+	}
+}
+
+// checkRuleCopies validates cm's rules with want.Validate and checks that
+// each of its keys is an identical copy of a file of want.Source. It
+// returns want.Files by base name. copyTo tells the reader where the copy
+// lives.
+func checkRuleCopies(p *problems, cm *corev1.ConfigMap, want Rules, copyTo string) map[string][]byte {
 	where := fmt.Sprintf("ConfigMap %s/%s", cm.Namespace, cm.Name)
 	if want.Validate != nil {
 		files := map[string][]byte{}
@@ -144,14 +222,10 @@ func checkRulesConfigMap(p *problems, objs *Objects, want Rules) {
 		if w, ok := byKey[k]; !ok {
 			p.add("%s: key %q is not a file of %s", where, k, want.Source)
 		} else if !bytes.Equal(w, []byte(cm.Data[k])) {
-			p.add("%s: key %q differs from %s/%s (copy it to %s/)", where, k, want.Source, k, want.CopyDir)
+			p.add("%s: key %q differs from %s/%s (copy it to %s)", where, k, want.Source, k, copyTo)
 		}
 	}
-	for _, k := range sortedKeys(byKey) {
-		if _, ok := cm.Data[k]; !ok {
-			p.add("%s: %s/%s is missing (copy it to %s/ and list it in the configMapGenerator)", where, want.Source, k, want.CopyDir)
-		}
-	}
+	return byKey
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -182,4 +256,38 @@ func rulesConfigMap(objs *Objects) *corev1.ConfigMap {
 		}
 	}
 	return nil
+}
+
+// podRulesConfigMaps returns the ConfigMaps mounted at the config directory
+// of an envoy-rls container in a Deployment other than envoy-rls's own.
+func podRulesConfigMaps(objs *Objects) []*corev1.ConfigMap {
+	var out []*corev1.ConfigMap
+	for _, d := range objs.Deployments {
+		if d.Name == envoyRLSName {
+			continue
+		}
+		pod := d.Spec.Template.Spec
+		for _, c := range pod.Containers {
+			if c.Name != envoyRLSName {
+				continue
+			}
+			dir := path.Clean(envValue(c, "ENVOY_RLS_CONFIG_DIR", defaultConfigDir))
+			for _, m := range c.VolumeMounts {
+				if path.Clean(m.MountPath) != dir {
+					continue
+				}
+				for _, v := range pod.Volumes {
+					if v.Name != m.Name || v.ConfigMap == nil {
+						continue
+					}
+					for _, cm := range objs.ConfigMaps {
+						if cm.Namespace == d.Namespace && cm.Name == v.ConfigMap.Name {
+							out = append(out, cm)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -21,18 +21,35 @@ type Kustomization struct {
 		Name      string   `json:"name"`
 		Namespace string   `json:"namespace,omitempty"`
 		Files     []string `json:"files,omitempty"`
+		// Options is per generator, as a component needs it: the root's
+		// generatorOptions do not reach a component's generators.
+		Options *GeneratorOptions `json:"options,omitempty"`
 	} `json:"configMapGenerator,omitempty"`
-	GeneratorOptions *struct {
-		DisableNameSuffixHash bool `json:"disableNameSuffixHash,omitempty"`
-	} `json:"generatorOptions,omitempty"`
-	Patches []struct {
+	GeneratorOptions *GeneratorOptions `json:"generatorOptions,omitempty"`
+	Patches          []struct {
 		Path string `json:"path"`
+		// Target selects the objects a patch applies to; a JSON 6902
+		// patch needs one, and a strategic-merge patch with one may match
+		// nothing without failing the build.
+		Target *struct {
+			Group     string `json:"group,omitempty"`
+			Version   string `json:"version,omitempty"`
+			Kind      string `json:"kind,omitempty"`
+			Name      string `json:"name,omitempty"`
+			Namespace string `json:"namespace,omitempty"`
+		} `json:"target,omitempty"`
 	} `json:"patches,omitempty"`
 	Images []struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
 		NewTag  string `json:"newTag,omitempty"`
 	} `json:"images,omitempty"`
+}
+
+// GeneratorOptions are the options of kustomize's generators that these
+// checks understand.
+type GeneratorOptions struct {
+	DisableNameSuffixHash bool `json:"disableNameSuffixHash,omitempty"`
 }
 
 // Tree is the file tree a kustomization lives in, by slash-separated path.

@@ -80,6 +80,12 @@ func TestCheckKustomization(t *testing.T) {
 			want: []string{`patches entry "patches.yaml" does not exist`}},
 		{name: "multi-document patch", files: map[string]string{"deploy/patch.yaml": "kind: A\n---\nkind: B\n"},
 			want: []string{"deploy/kustomization.yaml: patch patch.yaml holds 2 documents, want 1 (older kustomize crashes on more)"}},
+		{name: "patch target and generator options", old: "- path: patch.yaml", repl: "- path: patch.yaml\n  target: {group: apps, version: v1, kind: Deployment, name: app, namespace: default}"},
+		{name: "generator options", old: "  - rules/edge.yaml\n", repl: "  - rules/edge.yaml\n  options: {disableNameSuffixHash: true}\n"},
+		{name: "misspelt patch target", old: "- path: patch.yaml", repl: "- path: patch.yaml\n  target: {kind: Deployment, names: app}",
+			want: []string{`unknown field "patches[0].target.names"`}},
+		{name: "misspelt generator option", old: "  - rules/edge.yaml\n", repl: "  - rules/edge.yaml\n  options: {disableNameHash: true}\n",
+			want: []string{`unknown field "configMapGenerator[0].options.disableNameHash"`}},
 		{name: "not YAML", old: "resources:\n", repl: "resources: [\n", want: []string{"deploy/kustomization.yaml: "}},
 	}
 	for _, tc := range tests {

@@ -109,7 +109,14 @@ func build(files []ruleFile, readErr error, opts Options) (*Snapshot, error) {
 		}
 		domains = append(domains, d)
 	}
-	snap, err := newSnapshot(opts.MergeDomains, domains...)
+	if opts.MergeDomains {
+		merged, err := mergeDomains(domains)
+		if err != nil {
+			return nil, errors.Join(append(errs, err)...)
+		}
+		domains = merged
+	}
+	snap, err := NewSnapshot(domains...)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -18,9 +18,10 @@ type Options struct {
 	// algo.DefaultSlidingLogCap. It must pass algo.ValidateSlidingLogCap
 	// (every limit is rejected otherwise); check the flag that sets it.
 	SlidingLogCap int64
-	// MergeDomains lets several files define one domain: their descriptors
-	// are merged, in file-name order (envoyproxy/ratelimit's
-	// MERGE_DOMAIN_CONFIG). Without it a domain in two files is an error.
+	// MergeDomains lets several files of a directory define one domain,
+	// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their top-level
+	// descriptors are joined, in file name order. Without it a domain
+	// defined twice is refused.
 	MergeDomains bool
 
 	// Logger receives reload results; it is named "rules". Nil discards.

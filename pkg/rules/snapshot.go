@@ -88,13 +88,6 @@ type Snapshot struct {
 // NewSnapshot combines parsed domains into a snapshot. Each domain may
 // appear in only one file; every duplicate is reported.
 func NewSnapshot(domains ...*Domain) (*Snapshot, error) {
-	return newSnapshot(false, domains...)
-}
-
-// newSnapshot is NewSnapshot; with merge, the files of one domain are
-// merged in order instead (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG),
-// and a descriptor that two of them define at the top level is reported.
-func newSnapshot(merge bool, domains ...*Domain) (*Snapshot, error) {
 	s := &Snapshot{domains: make(map[string]*Domain, len(domains))}
 	var errs []error
 	for _, d := range domains {
@@ -102,11 +95,6 @@ func newSnapshot(merge bool, domains ...*Domain) (*Snapshot, error) {
 			continue
 		}
 		if first, dup := s.domains[d.Name]; dup {
-			if merge {
-				errs = append(errs, first.merge(d)...)
-				s.rules += len(d.rules)
-				continue
-			}
 			errs = append(errs, &Error{File: d.File, Line: d.Line, Path: "domain",
 				Msg: fmt.Sprintf("duplicate domain %q (first in %s:%d; want each domain in one file, or --merge-domain-config)", d.Name, first.File, first.Line)})
 			continue
@@ -238,49 +226,4 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 		out.Domains = append(out.Domains, dj)
 	}
 	return json.Marshal(out)
-}
-
-// merge adds the descriptors of o, another file of the same domain, to d.
-// Its wildcards come after d's, in file order. A descriptor that both
-// define (the same key, or key and value, at the top level) is an error,
-// as a repeated descriptor within one file is; o's copy is left out.
-func (d *Domain) merge(o *Domain) []error {
-	var errs []error
-	dup := func(line int, key, value string, first *node) {
-		what := fmt.Sprintf("key %q", key)
-		if value != "" {
-			what += fmt.Sprintf(" value %q", value)
-		}
-		errs = append(errs, &Error{File: o.File, Line: line, Path: "descriptors",
-			Msg: fmt.Sprintf("descriptor %s also in %s:%d (domain %q is merged from several files: want each key and value once)", what, d.File, first.line, d.Name)})
-	}
-	for k, n := range o.root.keys {
-		if first := d.root.keys[k]; first != nil {
-			dup(n.line, k, "", first)
-			continue
-		}
-		if d.root.keys == nil {
-			d.root.keys = make(map[string]*node)
-		}
-		d.root.keys[k] = n
-	}
-	skip := map[*node]bool{}
-	for e, n := range o.root.exact {
-		if first := d.root.exact[e]; first != nil {
-			dup(n.line, e.Key, e.Value, first)
-			skip[n] = true
-			continue
-		}
-		if d.root.exact == nil {
-			d.root.exact = make(map[algo.Entry]*node)
-		}
-		d.root.exact[e] = n
-	}
-	for _, w := range o.root.wild {
-		if !skip[w.next] {
-			d.root.wild = append(d.root.wild, w)
-		}
-	}
-	d.rules = append(d.rules, o.rules...)
-	return errs
 }

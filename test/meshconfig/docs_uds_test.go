@@ -11,6 +11,8 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	networking "istio.io/api/networking/v1alpha3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
 )
@@ -83,7 +85,8 @@ func checkUDSExample(md string) error {
 	if err != nil {
 		return err
 	}
-	return checkUDSPod(objs, pipe)
+	d := objs.Deployments[0]
+	return checkUDSPod(fmt.Sprintf("%s Deployment %s/%s", udsDocRel, d.Namespace, d.Name), d, pipe)
 }
 
 // udsCluster checks the EnvoyFilter's patches and returns the socket path
@@ -128,13 +131,28 @@ func udsCluster(ef *envoyFilterDoc) (string, error) {
 	return pipe, errors.Join(errs...)
 }
 
-// checkUDSPod checks that the Deployment serves on pipe from a volume that
-// istio-proxy mounts at the same directory.
-func checkUDSPod(objs *kubelint.Objects, pipe string) error {
-	d := objs.Deployments[0]
-	where := fmt.Sprintf("%s Deployment %s/%s", udsDocRel, d.Namespace, d.Name)
+// checkUDSPod checks that Deployment d's envoy-rls container serves on pipe
+// from a volume that istio-proxy mounts at the same directory. where names
+// d in messages.
+func checkUDSPod(where string, d *appsv1.Deployment, pipe string) error {
 	var errs []error
-	if e := objs.Env(d.Name, "ENVOY_RLS_GRPC_ADDR"); e == nil || e.Value != "unix://"+pipe {
+	var grpcAddr *corev1.EnvVar
+	found := false
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "envoy-rls" {
+			continue
+		}
+		found = true
+		for i := range c.Env {
+			if c.Env[i].Name == "ENVOY_RLS_GRPC_ADDR" {
+				grpcAddr = &c.Env[i]
+			}
+		}
+	}
+	if !found {
+		return fmt.Errorf("%s: no container named envoy-rls: nothing serves the socket %s", where, pipe)
+	}
+	if e := grpcAddr; e == nil || e.Value != "unix://"+pipe {
 		errs = append(errs, fmt.Errorf("%s: ENVOY_RLS_GRPC_ADDR = %v, want unix://%s, the socket the EnvoyFilter's cluster dials", where, e, pipe))
 	}
 	dir := path.Dir(pipe)

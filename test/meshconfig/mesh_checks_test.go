@@ -200,6 +200,7 @@ var fileChecks = map[string]fileCheck{
 	"compose":   checkComposeSetup,
 	"image":     checkImageBuild,
 	"scripts":   checkScripts,
+	"uds":       checkSidecarUDS,
 }
 
 // TestShippedFilesPassEveryCheck is the baseline of the mutation test: the

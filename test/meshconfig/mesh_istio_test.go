@@ -205,7 +205,8 @@ var rlsClusterName = regexp.MustCompile(`^outbound\|(\d+)\|\|([a-z0-9-]+)\.([a-z
 
 // checkEnvoyFilter checks a decoded EnvoyFilter: its targeting, its patches,
 // and that the rate-limit filter it inserts reaches the envoy-rls Service
-// over a gRPC port. It returns the proxy to simulate.
+// over a gRPC port, or a cluster the filter adds, over HTTP/2. It returns
+// the proxy to simulate.
 func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioProxy, error) {
 	var errs []error
 	if len(ef.spec.GetWorkloadSelector().GetLabels()) == 0 {
@@ -219,11 +220,24 @@ func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioPro
 		errs = append(errs, err)
 	}
 	p := &istioProxy{where: ef.where}
+	// A filter may add the cluster its rate-limit service uses (a Unix
+	// socket in the pod, components/sidecar-uds) instead of dialling a
+	// Service. Clusters are the proxy's, not a listener's: their patches
+	// name their own context.
+	added := map[string]*clusterv3.Cluster{}
+	for _, dp := range patches {
+		if c, ok := dp.value.(*clusterv3.Cluster); ok && dp.cp.GetPatch().GetOperation() == networking.EnvoyFilter_Patch_ADD {
+			added[c.GetName()] = c
+		}
+	}
 	var filterPatches int
 	for _, dp := range patches {
 		ctx := dp.cp.GetMatch().GetContext()
 		if ctx == networking.EnvoyFilter_ANY {
 			errs = append(errs, fmt.Errorf("%s: match.context must name the proxy side (GATEWAY or SIDECAR_INBOUND), not ANY", dp.where))
+		}
+		if _, ok := dp.value.(*clusterv3.Cluster); ok {
+			continue
 		}
 		if p.context == networking.EnvoyFilter_ANY {
 			p.context = ctx
@@ -246,7 +260,12 @@ func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioPro
 		errs = append(errs, ferrs...)
 		if cfg != nil {
 			p.filter = cfg
-			if err := checkRLSCluster(cfg.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(), services); err != nil {
+			name := cfg.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+			if c, ok := added[name]; ok {
+				if err := checkHTTP2(c); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", dp.where, err))
+				}
+			} else if err := checkRLSCluster(name, services); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", dp.where, err))
 			}
 		}
@@ -270,7 +289,7 @@ func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioPro
 func checkRLSCluster(cluster string, services []*corev1.Service) error {
 	m := rlsClusterName.FindStringSubmatch(cluster)
 	if m == nil {
-		return fmt.Errorf("rate_limit_service cluster %q is not of the form outbound|PORT||SERVICE.NAMESPACE.svc.cluster.local", cluster)
+		return fmt.Errorf("rate_limit_service cluster %q is not of the form outbound|PORT||SERVICE.NAMESPACE.svc.cluster.local, nor one a CLUSTER patch of this EnvoyFilter adds", cluster)
 	}
 	port, _ := strconv.Atoi(m[1])
 	for _, s := range services {

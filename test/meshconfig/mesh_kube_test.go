@@ -148,8 +148,8 @@ func renderManifests(fsys filesys.FileSystem, ruleFiles map[string][]byte) (*kub
 
 func TestKustomizationsReferenceExistingFiles(t *testing.T) {
 	errs := checkKustomizations(manifestFS(t, nil))
-	if len(errs) < 3 {
-		t.Fatalf("checked %d kustomization.yaml files under %s, want the root and its 2 components", len(errs), manifestsDir)
+	if len(errs) < 4 {
+		t.Fatalf("checked %d kustomization.yaml files under %s, want the root and its 3 components", len(errs), manifestsDir)
 	}
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -164,8 +164,9 @@ var manifestVariants = []struct {
 }{
 	{"default", nil},
 	{"sidecar", []string{"components/sidecar"}},
+	{"sidecar-uds", []string{"components/sidecar", udsComponent}},
 	{"managed-redis", []string{"components/managed-redis"}},
-	{"all", []string{"components/sidecar", "components/managed-redis"}},
+	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis"}},
 }
 
 // variantFS returns the manifests with the variant's components enabled.
@@ -197,6 +198,7 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 			refs := objs.Refs()
 			sidecar := slices.Contains(v.components, "components/sidecar")
 			managed := slices.Contains(v.components, "components/managed-redis")
+			uds := slices.Contains(v.components, udsComponent)
 			for _, want := range []struct {
 				kind, ns, name string
 				present        bool
@@ -208,6 +210,7 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 				{"ConfigMap", "envoy-rls", "envoy-rls-config", true},
 				{"EnvoyFilter", "istio-system", "envoy-rls-gateway", true},
 				{"EnvoyFilter", "default", "envoy-rls-sidecar", sidecar},
+				{"ConfigMap", "default", "envoy-rls-config", uds},
 				{"Deployment", "envoy-rls", "redis", !managed},
 				{"Service", "envoy-rls", "redis", !managed},
 			} {

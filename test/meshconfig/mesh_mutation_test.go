@@ -154,6 +154,47 @@ var mutations = []mutation{
 		"requests_per_unit: 100\n", "requests_per_unit: 101\n",
 		"manifests", []string{`key "internal.yaml" differs from examples/config/internal.yaml`}},
 
+	// envoy-rls in the workload's pod, on a Unix socket (components/sidecar-uds).
+	{"uds: socket path the cluster does not dial", udsWorkloadRel,
+		"value: unix:///var/run/envoy-rls/rls.sock", "value: unix:///var/run/envoy-rls/grpc.sock",
+		"uds", []string{"ENVOY_RLS_GRPC_ADDR", "want unix:///var/run/envoy-rls/rls.sock"}},
+	{"uds: istio-proxy mounts the socket elsewhere", udsWorkloadRel,
+		`{"mountPath":"/var/run/envoy-rls"}`, `{"mountPath":"/var/run/rls"}`,
+		"uds", []string{"istio-proxy mounts volume \"envoy-rls-socket\" at \"/var/run/rls\""}},
+	{"uds: no fsGroup", udsWorkloadRel,
+		"fsGroup: 65532", "supplementalGroups: [65532]",
+		"uds", []string{"no pod fsGroup"}},
+	{"uds: socket directory not an emptyDir", udsWorkloadRel,
+		"emptyDir: {}", "configMap: {name: envoy-rls-config}",
+		"uds", []string{"the socket directory /var/run/envoy-rls is volume \"envoy-rls-socket\", not an emptyDir"}},
+	{"uds: HTTP port without its containerPort", udsWorkloadRel,
+		"containerPort: 18080", "containerPort: 8080",
+		"uds", []string{"containerPort 18080 is missing"}},
+	{"uds: environment variable that names no flag", udsWorkloadRel,
+		"ENVOY_RLS_GRPC_MAX_CONNECTION_AGE_GRACE", "ENVOY_RLS_GRPC_MAX_CONNECTION_GRACE",
+		"uds", []string{"ENVOY_RLS_GRPC_MAX_CONNECTION_GRACE is the twin of no envoy-rls flag"}},
+	{"uds: filter names a cluster no patch adds", udsFilterRel,
+		"    cluster_name: envoy_rls_uds\n# The cluster", "    cluster_name: envoy_rls_sock\n# The cluster",
+		"uds", []string{`cluster "envoy_rls_sock"`, "nor one a CLUSTER patch of this EnvoyFilter adds"}},
+	{"uds: socket cluster without HTTP/2", udsFilterRel,
+		"http2_protocol_options:\n                connection_keepalive: {interval: 30s, timeout: 5s}", "http_protocol_options: {}",
+		"uds", []string{`cluster "envoy_rls_uds"`, "HTTP/2"}},
+	{"uds: unknown field in the cluster", udsFilterRel,
+		"connect_timeout: 1s", "conect_timeout: 1s",
+		"uds", []string{"conect_timeout"}},
+	{"uds: sidecar EnvoyFilter's patches moved", udsFilterRel,
+		"path: /spec/configPatches/0/applyTo", "path: /spec/configPatches/1/applyTo",
+		"uds", []string{"kustomize build", "configPatches/1/applyTo"}},
+	{"uds: pod patch aimed at another workload", udsComponentDir + "/kustomization.yaml",
+		"    name: httpbin\n", "    name: productpage\n",
+		"uds", []string{"no container named envoy-rls: nothing serves the socket /var/run/envoy-rls/rls.sock"}},
+	{"uds: sidecar EnvoyFilter selects no pod", "manifests/istio/components/sidecar/envoyfilter-sidecar.yaml",
+		"      app: httpbin\n", "      app: reviews\n",
+		"uds", []string{"its workloadSelector selects 0 Deployments' pods in default"}},
+	{"uds: rules copy drifts from examples/config", udsComponentDir + "/rules/internal.yaml",
+		"requests_per_unit: 100\n", "requests_per_unit: 101\n",
+		"uds", []string{`ConfigMap default/envoy-rls-config: key "internal.yaml" differs from examples/config/internal.yaml`}},
+
 	// docker-compose.
 	{"compose: unknown field", composeRel,
 		"    healthcheck:", "    healthchek:",
@@ -202,6 +243,13 @@ var mutations = []mutation{
 		`docker compose -p "$project" -f "$compose_file" "$@"`, `docker compose -p "$project" -f $compose_file "$@"`,
 		"scripts", []string{"SC2086"}},
 }
+
+// The files of components/sidecar-uds that mutations break.
+const (
+	udsComponentDir = manifestsDir + "/" + udsComponent
+	udsWorkloadRel  = udsComponentDir + "/workload-envoy-rls.yaml"
+	udsFilterRel    = udsComponentDir + "/envoyfilter-uds.yaml"
+)
 
 func TestMutatedCopiesFailValidation(t *testing.T) {
 	for _, m := range mutations {
