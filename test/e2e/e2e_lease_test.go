@@ -20,11 +20,11 @@ const leaseRules = `
 domain: lease
 descriptors:
   - key: tb
-    rate_limit: {unit: second, requests_per_unit: 200, algorithm: token_bucket, burst: 1000, lease: auto}
+    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 400, lease: auto}
   - key: gcra
-    rate_limit: {unit: second, requests_per_unit: 200, algorithm: gcra, burst: 1000, lease: auto}
+    rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra, burst: 400, lease: auto}
   - key: fw
-    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: fixed_window, lease: auto}
+    rate_limit: {unit: second, requests_per_unit: 400, algorithm: fixed_window, lease: auto}
 `
 
 // leaseArgs make counters hot quickly, so the short runs below lease.
@@ -58,9 +58,9 @@ func TestLeaseAccuracy(t *testing.T) {
 				limit, burst int64 // per second
 				window       bool
 			}{
-				{key: "tb", limit: 200, burst: 1000},
-				{key: "gcra", limit: 200, burst: 1000},
-				{key: "fw", limit: 1000, window: true},
+				{key: "tb", limit: 100, burst: 400},
+				{key: "gcra", limit: 100, burst: 400},
+				{key: "fw", limit: 400, window: true},
 			} {
 				t.Run(tc.key, func(t *testing.T) {
 					var bound, admitted, attempts int64
