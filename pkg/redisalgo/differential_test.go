@@ -464,9 +464,11 @@ func TestMemoryUsage(t *testing.T) {
 		return n
 	}
 	var one, full int64
+	usage := make(map[algo.Algorithm]int64)
 	for _, a := range algo.Algorithms {
 		p := algo.Policy{Algorithm: a, Limit: 100, Period: algo.Hour}
 		n := measure(a.String(), p, 1)
+		usage[a] = n
 		if a == algo.SlidingLog {
 			one = n
 			full = measure(a.String()+"/100_entries", p, 100)
@@ -487,6 +489,13 @@ func TestMemoryUsage(t *testing.T) {
 	}
 	if full <= one {
 		t.Fatalf("a sliding log of 100 entries uses %d bytes, one of 1 entry %d", full, one)
+	}
+	// A window value is one integer, as a whole TAT is (the apply.lua
+	// header), so a window key costs no more than a token bucket's.
+	for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingWindow} {
+		if usage[a] > usage[algo.TokenBucket] {
+			t.Errorf("%v uses %d bytes, more than token_bucket's %d", a, usage[a], usage[algo.TokenBucket])
+		}
 	}
 }
 
