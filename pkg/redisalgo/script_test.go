@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -480,5 +481,25 @@ func TestWindowValue(t *testing.T) {
 				t.Errorf("check-only after: lua %+v, go %+v (the value read back wrong)", luaOut[0], goOut[0])
 			}
 		})
+	}
+}
+
+// TestWindowValueUnreadable: a window value apply.lua did not write (an
+// operator's SET, say) reads as no key rather than failing the request.
+func TestWindowValueUnreadable(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	for i, v := range []string{"garbage", "12:x", "-", "1:2:3:4", "17000000013a"} {
+		for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingWindow} {
+			key := fmt.Sprintf("%s%d:%v", redistest.KeyPrefix(t), i, a)
+			if err := client.Set(ctx, key, v, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			p := algo.Policy{Algorithm: a, Limit: 10, Period: algo.Second}
+			_, allowed, out := luaApply(t, client, []string{key}, luaT0, []algo.Check{{Policy: p}})
+			if !allowed || out[0].Remaining != 10 {
+				t.Errorf("%v value %q: allowed %v, %+v; want the full limit, as no key", a, v, allowed, out[0])
+			}
+		}
 	}
 }
