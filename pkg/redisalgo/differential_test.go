@@ -201,7 +201,7 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		before, after, ttls, ran := res[1].([]any), res[2].([]any), res[3].([]any), res[4].(int64)
 		states = slices.Grow(states[:0], len(keys))[:len(keys)]
 		for i, k := range keys {
-			s, _, err := parseState(k, checks[i].Policy.Algorithm, before[i])
+			s, _, err := parseState(k, checks[i].Policy, before[i])
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -223,7 +223,7 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 		}
 		for i, k := range keys {
-			got, present, err := parseState(k, checks[i].Policy.Algorithm, after[i])
+			got, present, err := parseState(k, checks[i].Policy, after[i])
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -261,9 +261,10 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 	t.Logf("gcra values written: %d plain, %d with a fraction", gcraForms[0], gcraForms[1])
 }
 
-// parseState decodes one key's state as observedScript reads it; present is
-// false for a missing key.
-func parseState(key string, a algo.Algorithm, v any) (s algo.State, present bool, err error) {
+// parseState decodes one key's state of policy p as observedScript reads
+// it; present is false for a missing key.
+func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, err error) {
+	a := p.Algorithm
 	vals, ok := v.([]any)
 	if !ok {
 		return s, false, fmt.Errorf("%s: state read is %T, want an array", key, v)
@@ -302,9 +303,16 @@ func parseState(key string, a algo.Algorithm, v any) (s algo.State, present bool
 			s.Log = append(s.Log, t)
 			n++
 		}
+	case algo.FixedWindow, algo.SlidingWindow:
+		// One spelling per state, so the value must round-trip.
+		if s, err = parseWindow(a, p.Period, strs[0]); err != nil {
+			return s, true, fmt.Errorf("%s: %w", key, err)
+		}
+		if want := windowValue(a, p.Period, s); strs[0] != want {
+			return s, true, fmt.Errorf("%s: %v value %q, want %q", key, a, strs[0], want)
+		}
 	default:
 		// One spelling per state, so the value must round-trip:
-		// fixed_window "<t>:<c>", sliding_window "<t>:<c>:<p>",
 		// token_bucket and gcra "<t>", or "<t>:<f>" with f > 0.
 		parts := strings.Split(strs[0], ":")
 		nums := make([]int64, len(parts))
@@ -313,33 +321,99 @@ func parseState(key string, a algo.Algorithm, v any) (s algo.State, present bool
 				return s, true, err
 			}
 		}
-		var want string
-		switch a {
-		case algo.FixedWindow:
-			if len(nums) == 2 {
-				s.Time, s.Count = nums[0], nums[1]
-			}
-			want = fmt.Sprintf("%d:%d", s.Time, s.Count)
-		case algo.SlidingWindow:
-			if len(nums) == 3 {
-				s.Time, s.Count, s.Prev = nums[0], nums[1], nums[2]
-			}
-			want = fmt.Sprintf("%d:%d:%d", s.Time, s.Count, s.Prev)
-		default:
-			s.Time = nums[0]
-			if len(nums) == 2 {
-				s.Frac = nums[1]
-			}
-			want = strconv.FormatInt(s.Time, 10)
-			if s.Frac != 0 || len(nums) > 2 {
-				want += ":" + strconv.FormatInt(s.Frac, 10)
-			}
+		s.Time = nums[0]
+		if len(nums) == 2 {
+			s.Frac = nums[1]
+		}
+		want := strconv.FormatInt(s.Time, 10)
+		if s.Frac != 0 || len(nums) > 2 {
+			want += ":" + strconv.FormatInt(s.Frac, 10)
 		}
 		if strs[0] != want {
 			return s, true, fmt.Errorf("%s: %v value %q, want %q", key, a, strs[0], want)
 		}
 	}
 	return s, true, err
+}
+
+// windowValue is apply.lua's spelling of a fixed_window (Count) or
+// sliding_window (Count, Prev) state: the window index, then the counts,
+// packed with their digit counts when each is below 10^9, else joined by
+// ':' (the apply.lua header has the layout).
+func windowValue(a algo.Algorithm, period int64, s algo.State) string {
+	i := strconv.FormatInt(s.Time/period, 10)
+	counts := []int64{s.Count}
+	if a == algo.SlidingWindow {
+		counts = append(counts, s.Prev)
+	}
+	digits, lengths := "", ""
+	for _, c := range counts {
+		if c < 0 || c >= 1e9 {
+			for _, c := range counts {
+				i += ":" + strconv.FormatInt(c, 10)
+			}
+			return i
+		}
+		d := ""
+		if c != 0 {
+			d = strconv.FormatInt(c, 10)
+		}
+		digits += d
+		lengths += strconv.Itoa(len(d))
+	}
+	return i + digits + lengths
+}
+
+// parseWindow reads a windowValue back.
+func parseWindow(a algo.Algorithm, period int64, v string) (algo.State, error) {
+	var s algo.State
+	n := 1
+	if a == algo.SlidingWindow {
+		n = 2
+	}
+	nums := make([]int64, 0, 1+n)
+	if strings.Contains(v, ":") {
+		for _, part := range strings.Split(v, ":") {
+			x, err := strconv.ParseInt(part, 10, 64)
+			if err != nil {
+				return s, fmt.Errorf("%v value %q: part %q is not an integer", a, v, part)
+			}
+			nums = append(nums, x)
+		}
+		if len(nums) != 1+n {
+			return s, fmt.Errorf("%v value %q: %d parts, want %d", a, v, len(nums), 1+n)
+		}
+	} else {
+		if len(v) < n+1 {
+			return s, fmt.Errorf("%v value %q: too short for %d length digits", a, v, n)
+		}
+		rest, lengths := v[:len(v)-n], v[len(v)-n:]
+		counts := make([]int64, n)
+		for k := n - 1; k >= 0; k-- {
+			l := int(lengths[k] - '0')
+			if l < 0 || l > 9 || l > len(rest) {
+				return s, fmt.Errorf("%v value %q: bad length digit %q", a, v, lengths[k])
+			}
+			if l > 0 {
+				c, err := strconv.ParseInt(rest[len(rest)-l:], 10, 64)
+				if err != nil {
+					return s, fmt.Errorf("%v value %q: count %q is not an integer", a, v, rest[len(rest)-l:])
+				}
+				counts[k] = c
+			}
+			rest = rest[:len(rest)-l]
+		}
+		i, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("%v value %q: window index %q is not an integer", a, v, rest)
+		}
+		nums = append(append(nums, i), counts...)
+	}
+	s.Time, s.Count = nums[0]*period, nums[1]
+	if a == algo.SlidingWindow {
+		s.Prev = nums[2]
+	}
+	return s, nil
 }
 
 // sameState compares the fields algorithm a stores.
@@ -390,9 +464,11 @@ func TestMemoryUsage(t *testing.T) {
 		return n
 	}
 	var one, full int64
+	usage := make(map[algo.Algorithm]int64)
 	for _, a := range algo.Algorithms {
 		p := algo.Policy{Algorithm: a, Limit: 100, Period: algo.Hour}
 		n := measure(a.String(), p, 1)
+		usage[a] = n
 		if a == algo.SlidingLog {
 			one = n
 			full = measure(a.String()+"/100_entries", p, 100)
@@ -413,6 +489,13 @@ func TestMemoryUsage(t *testing.T) {
 	}
 	if full <= one {
 		t.Fatalf("a sliding log of 100 entries uses %d bytes, one of 1 entry %d", full, one)
+	}
+	// A window value is one integer, as a whole TAT is (the apply.lua
+	// header), so a window key costs no more than a token bucket's.
+	for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingWindow} {
+		if usage[a] > usage[algo.TokenBucket] {
+			t.Errorf("%v uses %d bytes, more than token_bucket's %d", a, usage[a], usage[algo.TokenBucket])
+		}
 	}
 }
 

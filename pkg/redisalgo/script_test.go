@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -406,6 +407,99 @@ func TestRequestErrorsAreRedisErrors(t *testing.T) {
 		var redisErr redis.Error
 		if wrapped := fmt.Errorf("redisalgo: %w", err); !errors.As(wrapped, &redisErr) {
 			t.Errorf("%v is not a redis.Error", err)
+		}
+	}
+}
+
+// TestWindowValue pins the stored spelling of fixed_window and
+// sliding_window states (the apply.lua header): packed into one integer,
+// which Redis keeps inside its 16-byte object (OBJECT ENCODING "int"), so
+// that a window key costs no more than envoyproxy/ratelimit's counter;
+// counts too long for one length digit fall back to ':'. A check-only step
+// afterwards must decide as Go does from the same history, so the value
+// also reads back.
+func TestWindowValue(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	type hit struct {
+		at     int64 // µs after luaT0
+		hits   int64
+		refund bool
+	}
+	big := int64(1_000_000_007) // 10 digits
+	tests := []struct {
+		name     string
+		p        algo.Policy
+		hits     []hit
+		value    string
+		encoding string
+	}{
+		{name: "fixed second", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Second},
+			hits: []hit{{0, 3, false}}, value: "170000000031", encoding: "int"},
+		{name: "fixed minute", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 100, Period: algo.Minute},
+			hits: []hit{{0, 12, false}}, value: "28333333122", encoding: "int"},
+		{name: "fixed 7µs", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: 7},
+			hits: []hit{{0, 1, false}}, value: "24285714285714211", encoding: "int"},
+		{name: "fixed count of 10 digits", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2 * big, Period: algo.Second},
+			hits: []hit{{0, big, false}}, value: "1700000000:1000000007", encoding: "embstr"},
+		{name: "sliding both counts", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
+			hits: []hit{{0, 5, false}, {algo.Second, 17, false}}, value: "170000000117521", encoding: "int"},
+		{name: "sliding previous only", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
+			hits: []hit{{0, 5, false}, {algo.Second, 1, true}}, value: "1700000001501", encoding: "int"},
+		{name: "sliding current only", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute},
+			hits: []hit{{0, 40, false}}, value: "283333334020", encoding: "int"},
+		{name: "sliding count of 10 digits", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 2 * big, Period: algo.Second},
+			hits: []hit{{0, big, false}, {algo.Second, 3, false}}, value: "1700000001:3:1000000007", encoding: "embstr"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			key := fmt.Sprintf("%s%d", redistest.KeyPrefix(t), i)
+			states := []algo.State{{}}
+			goOut := make([]algo.Decision, 1)
+			for _, h := range tt.hits {
+				c := []algo.Check{{Policy: tt.p, Hits: h.hits, Refund: h.refund}}
+				_, _, luaOut := luaApply(t, client, []string{key}, luaT0+h.at, c)
+				algo.ApplyAll(c, states, luaT0+h.at, goOut)
+				if luaOut[0] != goOut[0] {
+					t.Fatalf("at +%dµs: lua %+v, go %+v", h.at, luaOut[0], goOut[0])
+				}
+			}
+			if got, err := client.Get(ctx, key).Result(); err != nil || got != tt.value {
+				t.Errorf("value %q (%v), want %q", got, err, tt.value)
+			}
+			if got, err := client.ObjectEncoding(ctx, key).Result(); err != nil || got != tt.encoding {
+				t.Errorf("OBJECT ENCODING %q (%v), want %q", got, err, tt.encoding)
+			}
+			last := tt.hits[len(tt.hits)-1].at + 1
+			c := []algo.Check{{Policy: tt.p}}
+			_, _, luaOut := luaApply(t, client, []string{key}, luaT0+last, c)
+			algo.ApplyAll(c, states, luaT0+last, goOut)
+			if luaOut[0] != goOut[0] {
+				t.Errorf("check-only after: lua %+v, go %+v (the value read back wrong)", luaOut[0], goOut[0])
+			}
+		})
+	}
+}
+
+// TestWindowValueUnreadable: a window value apply.lua did not write (an
+// operator's SET, say) reads as no key rather than failing the request.
+func TestWindowValueUnreadable(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	ctx := context.Background()
+	for i, v := range []string{"garbage", "12:x", "-", "1:2:3:4", "17000000013a"} {
+		for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingWindow} {
+			key := fmt.Sprintf("%s%d:%v", redistest.KeyPrefix(t), i, a)
+			if err := client.Set(ctx, key, v, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			p := algo.Policy{Algorithm: a, Limit: 10, Period: algo.Second}
+			_, allowed, out := luaApply(t, client, []string{key}, luaT0, []algo.Check{{Policy: p}})
+			if !allowed || out[0].Remaining != 10 {
+				t.Errorf("%v value %q: allowed %v, %+v; want the full limit, as no key", a, v, allowed, out[0])
+			}
 		}
 	}
 }

@@ -34,24 +34,41 @@
 -- algo.Policy.Validate keeps every intermediate below that. Numbers are never
 -- turned into strings with tostring or `..`, which keep 14 digits: they go to
 -- redis.call, which writes integers exactly, or back as integer replies. The
--- strings built from numbers (a sorted-set member, a gcra value) use
+-- strings built from numbers (a sorted-set member, every state value) use
 -- string.format with %.0f, never %d: %.0f prints the double itself in full,
 -- without exponent, so every integer below 2^53 comes out exact, whereas
 -- Lua 5.1's %d first casts to a C long, whose width depends on the build.
 -- Only integers are stored.
 --
 -- Storage, one key per limit (the fields of algo.State), each a string but
--- the sliding log's; numbers in decimal, parts joined by ':', so that one
--- GET reads a state and one SET … PX writes it with its expiry:
---   fixed_window    "<t>:<c>"      t = window start, c = count
---   sliding_window  "<t>:<c>:<p>"  t = current window start, c = its count,
---                                  p = previous count
+-- the sliding log's; numbers in decimal, so that one GET reads a state and
+-- one SET … PX writes it with its expiry:
+--   fixed_window    "<i><c><n>"        i = window index (start / period),
+--                                      c = count, n = c's digit count
+--   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
+--                                      count, p = the previous count, n
+--                                      and m = c's and p's digit counts
 --   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
 --   token_bucket    "<t>" when f = 0, else "<t>:<f>": TAT = t + f/limit µs
 --   gcra            the same value as token_bucket (f = 0 whenever period
 --                   is a multiple of limit)
+-- A window value is packed into one integer because Redis keeps a value
+-- that reads as a 64-bit integer in the 16-byte object itself (what
+-- envoyproxy/ratelimit's INCRBY counters and a whole token_bucket TAT get),
+-- whereas "<start µs>:<count>" was a 48-byte string: 32 bytes a key, the
+-- difference between more and less memory than the reference (BENCHMARKS.md,
+-- "Redis memory per key"). So the window is stored as its index, a 10-digit
+-- number at a 1 s period, and a count of 0 as no digits (n or m = 0); the
+-- trailing length digits find the counts from the end: 12 hits in window
+-- 29934682 of a minute are "29934682122". A count of 10 digits
+-- or more (or a negative one) does not fit one length digit: such a state
+-- is "<i>:<c>" or "<i>:<c>:<p>" instead, and a value with ':' reads so.
+-- The period is part of the key, so the index always converts back to the
+-- µs of algo.State with the period it was written with. A packed value that
+-- is no 64-bit integer to Redis (more than 19 digits, say, at a period of a
+-- few µs) stays a string there, longer but read the same way.
 -- Every written key expires after algo.Expiry rounded up to ms; a state
 -- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
 -- past its Expiry decides like no key.
@@ -369,23 +386,88 @@ local function expiryTokenBucket(s, now)
   return e
 end
 
--- loadFields reads a state value, "<a>", "<a>:<b>" or "<a>:<b>:<c>" (see
--- the header), as three numbers; missing parts and a missing key read as 0.
-local function loadFields(key)
-  local v = redis.call('GET', key)
-  if not v then
+-- loadFields reads a state value, "<a>" or "<a>:<b>" (see the header), as
+-- numbers; a missing part reads as 0, a missing key or an unreadable value
+-- as no key (nil).
+local function loadFields(v)
+  local a, b, c = string.match(v, '^(-?%d+):?(-?%d*):?(-?%d*)$')
+  if not a then
+    return nil
+  end
+  return tonumber(a), tonumber(b) or 0, tonumber(c) or 0
+end
+
+-- loadWindow reads a window value (fixed_window a = 1, sliding_window a =
+-- 2; see the header) as the window start in µs, its count and the previous
+-- window's count; an unreadable value reads as no key.
+local function loadWindow(v, a, period)
+  if string.find(v, ':', 1, true) then
+    local i, c, p = loadFields(v)
+    if not i then
+      return 0, 0, 0
+    end
+    return i * period, c, p
+  end
+  if not string.find(v, '^-?%d+$') then
     return 0, 0, 0
   end
-  local a, b, c = string.match(v, '^(-?%d+):?(-?%d*):?(-?%d*)$')
-  return tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0
+  -- Packed: the trailing length digits say where the counts begin.
+  local n, np = #v, 0
+  if a == 2 then
+    np = tonumber(string.sub(v, n, n)) or 0
+    n = n - 1
+  end
+  local nc = tonumber(string.sub(v, n, n)) or 0
+  n = n - 1
+  local p = tonumber(string.sub(v, n - np + 1, n)) or 0
+  n = n - np
+  local c = tonumber(string.sub(v, n - nc + 1, n)) or 0
+  n = n - nc
+  local i = tonumber(string.sub(v, 1, n))
+  if not i then
+    return 0, 0, 0
+  end
+  return i * period, c, p
+end
+
+-- countDigits spells a count of a packed window value: '' for 0, nil when
+-- it does not fit (negative, or more digits than one length digit counts).
+local function countDigits(c)
+  if c == 0 then
+    return ''
+  end
+  if c < 0 or c >= 1e9 then
+    return nil
+  end
+  return string.format('%.0f', c)
+end
+
+-- windowValue formats a fixed (a = 1) or sliding (a = 2) window state: the
+-- window index, then the counts, packed when they fit, else joined by ':'.
+local function windowValue(a, s, period)
+  -- s.t is always a window start, a multiple of period.
+  local i = divmod(s.t, period)
+  local c, p = countDigits(s.c), ''
+  if a == 2 then
+    p = countDigits(s.p)
+  end
+  if c == nil or p == nil then
+    if a == 1 then
+      return string.format('%.0f:%.0f', i, s.c)
+    end
+    return string.format('%.0f:%.0f:%.0f', i, s.c, s.p)
+  end
+  if a == 1 then
+    return string.format('%.0f%s%.0f', i, c, #c)
+  end
+  return string.format('%.0f%s%s%.0f%.0f', i, c, p, #c, #p)
 end
 
 -- stateValue formats limit l's new state for SET (the inverse of load).
-local function stateValue(a, s)
-  if a == 1 then
-    return string.format('%.0f:%.0f', s.t, s.c)
-  elseif a == 2 then
-    return string.format('%.0f:%.0f:%.0f', s.t, s.c, s.p)
+local function stateValue(l, s)
+  local a = l.alg
+  if a == 1 or a == 2 then
+    return windowValue(a, s, l.period)
   elseif s.f == 0 then
     return string.format('%.0f', s.t)
   end
@@ -399,13 +481,22 @@ local function load(l)
   if a == 3 then
     return nil
   end
-  local x, y, z = loadFields(l.key)
-  if a == 1 then
-    return {t = x, c = y}
-  elseif a == 2 then
-    return {t = x, c = y, p = z}
+  local v = redis.call('GET', l.key)
+  if a == 1 or a == 2 then
+    local t, c, p = 0, 0, 0
+    if v then
+      t, c, p = loadWindow(v, a, l.period)
+    end
+    return {t = t, c = c, p = p}
   end
-  return {t = x, f = y}
+  local t, f = 0, 0
+  if v then
+    t, f = loadFields(v)
+    if not t then
+      t, f = 0, 0
+    end
+  end
+  return {t = t, f = f}
 end
 
 -- algo.step: returns the new state (nil: leave the key alone), allowed,
@@ -520,7 +611,7 @@ local function commit(l, now)
     redis.call('DEL', key)
     return
   end
-  redis.call('SET', key, stateValue(a, ns), 'PX', ms)
+  redis.call('SET', key, stateValue(l, ns), 'PX', ms)
 end
 
 -- applyRequest is algo.ApplyAll for one request: its n limits have the keys
