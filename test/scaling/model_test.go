@@ -147,6 +147,9 @@ func TestLeaseLife(t *testing.T) {
 		{name: "idle", r: 0.001, k: 20, ttl: 0.2, life: 0.2, lifeTol: 1e-3, pShort: 1, pTol: 1e-3, unused: 20, unusedTol: 0.01},
 		// k = r·ttl: the mean arrival count equals k, so about half the
 		// leases end at the ttl with some hits left.
+		// k = 2 at μ = r·ttl = 2, in closed form: P(N < 2) = 3e^-2,
+		// E[(2 − N)⁺] = 4e^-2, ∫₀^0.2 e^-10t (1 + 10t) dt = 0.1(2 − 4e^-2).
+		{name: "closed form", r: 10, k: 2, ttl: 0.2, life: 0.1 * (2 - 4*math.Exp(-2)), lifeTol: 1e-5, pShort: 3 * math.Exp(-2), pTol: 1e-9, unused: 4 * math.Exp(-2), unusedTol: 1e-9},
 		{name: "matched", r: 1000, k: 200, ttl: 0.2, life: 0.2, lifeTol: 0.01, pShort: 0.5, pTol: 0.05, unused: 5.6, unusedTol: 0.5},
 	}
 	for _, tt := range tests {
@@ -202,6 +205,11 @@ func TestLeaseModel(t *testing.T) {
 				// Every decision is answered once: locally or by a grant.
 				if math.Abs(got.local+got.grants-tt.lam) > 1e-6*tt.lam {
 					t.Errorf("local %v + grants %v ≠ demand %v", got.local, got.grants, tt.lam)
+				}
+				// Renewal: each lease serves k − (hits it hands back); with
+				// the grants' own hits that is the whole demand.
+				if k := got.outstanding / float64(tt.replicas); math.Abs(got.grants*k-got.unused-got.local) > 1e-3*tt.lam {
+					t.Errorf("leases serve grants×k − unused = %v, want the local decisions %v", got.grants*k-got.unused, got.local)
 				}
 				if got.outstanding != tt.outstanding {
 					t.Errorf("outstanding %v, want %v", got.outstanding, tt.outstanding)
