@@ -292,6 +292,42 @@ func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 	s.rest, s.restIdx = s.rest[:0], s.restIdx[:0]
 
 	out := make([]algo.Decision, len(checks))
+	l.plan(s, checks, now, out)
+	if len(s.rest) == 0 {
+		l.countLocal(uint64(len(checks)))
+		return out, nil
+	}
+	d, err := l.next.Apply(ctx, at, s.rest)
+	if err == nil && len(d) != len(s.rest) {
+		err = fmt.Errorf("lease: backend returned %d decisions for %d checks", len(d), len(s.rest))
+	}
+	allowed := err == nil
+	if err == nil {
+		for j, i := range s.restIdx {
+			out[i] = d[j]
+			if !d[j].Allowed && !checks[i].Refund {
+				allowed = false
+			}
+		}
+	}
+	l.finish(s, checks, now, out, allowed, err == nil)
+	if err != nil {
+		return nil, err
+	}
+	for i := range checks {
+		if s.kind[i] == taking && out[i].Allowed {
+			// The request's own hit came out of the take; what the
+			// shared state reported is after the whole take.
+			out[i].Granted = 0
+		}
+	}
+	return out, nil
+}
+
+// plan reserves each leasable check's hits from its lease (out gets the
+// decisions of the checks a lease serves) and puts every other check, a
+// take for one that starts a lease, in s.rest for the next backend.
+func (l *Layer) plan(s *scratch, checks []algo.Check, now int64, out []algo.Decision) {
 	for i := range checks {
 		c := &checks[i]
 		start := len(s.keys)
@@ -311,27 +347,12 @@ func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 		}
 		s.rest, s.restIdx = append(s.rest, rc), append(s.restIdx, i)
 	}
-	if len(s.rest) == 0 {
-		n := uint64(len(checks))
-		l.local.Add(n)
-		if l.localC != nil {
-			l.localC.Add(float64(n))
-		}
-		return out, nil
-	}
-	d, err := l.next.Apply(ctx, at, s.rest)
-	if err == nil && len(d) != len(s.rest) {
-		err = fmt.Errorf("lease: backend returned %d decisions for %d checks", len(d), len(s.rest))
-	}
-	allowed := err == nil
-	if err == nil {
-		for j, i := range s.restIdx {
-			out[i] = d[j]
-			if !d[j].Allowed && !checks[i].Refund {
-				allowed = false
-			}
-		}
-	}
+}
+
+// finish settles every check after the next backend answered (decided
+// says it did): leased hits of a denied request go back into their lease,
+// takes and tracked counters record what the shared state reported.
+func (l *Layer) finish(s *scratch, checks []algo.Check, now int64, out []algo.Decision, allowed, decided bool) {
 	var nlocal uint64
 	for i := range checks {
 		switch s.kind[i] {
@@ -342,26 +363,21 @@ func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 				l.unreserve(s, i)
 			}
 		case taking, tracked:
-			l.settle(s, i, &checks[i], now, out[i], err == nil)
+			l.settle(s, i, &checks[i], now, out[i], decided)
 		}
 	}
-	if nlocal > 0 {
-		l.local.Add(nlocal)
-		if l.localC != nil {
-			l.localC.Add(float64(nlocal))
-		}
+	l.countLocal(nlocal)
+}
+
+// countLocal counts n decisions answered from leases.
+func (l *Layer) countLocal(n uint64) {
+	if n == 0 {
+		return
 	}
-	if err != nil {
-		return nil, err
+	l.local.Add(n)
+	if l.localC != nil {
+		l.localC.Add(float64(n))
 	}
-	for i := range checks {
-		if s.kind[i] == taking && out[i].Allowed {
-			// The request's own hit came out of the take; what the
-			// shared state reported is after the whole take.
-			out[i].Granted = 0
-		}
-	}
-	return out, nil
 }
 
 // shard returns the shard that holds key's entry.

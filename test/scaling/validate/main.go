@@ -140,6 +140,13 @@ func run(args []string, w io.Writer) error {
 	}
 	leaseAfter := leaseTotals(procs)
 
+	report(w, c, masters, before, after, leaseBefore, leaseAfter, n, elapsed, errs)
+	return nil
+}
+
+// report writes what the run measured, per shard and for the leases, and
+// the model command that predicts it.
+func report(w io.Writer, c config, masters []master, before, after []stats, leaseBefore, leaseAfter map[string]float64, n int64, elapsed time.Duration, errs int64) {
 	rate := float64(n) / elapsed.Seconds()
 	fmt.Fprintf(w, "## Measured: %d envoy-rls replicas, %d-master cluster, Zipf s=%g over %d keys\n\n", c.replicas, len(masters), c.zipf, c.keys)
 	fmt.Fprintf(w, "%d decisions in %.1fs = %.0f decisions/s, %d RPC errors; envoy-rls args %q.\n\n", n, elapsed.Seconds(), rate, errs, c.leaseArgs)
@@ -158,7 +165,6 @@ func run(args []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nModel: go run ./test/scaling -replicas %d -shards %d -rate %.0f -keys %d -zipf %g -limit 1e6 %s\n",
 		c.replicas, len(masters), rate, c.keys, c.zipf, modelLeaseArgs(c.leaseArgs))
-	return nil
 }
 
 func modelLeaseArgs(rlsArgs string) string {
