@@ -171,6 +171,13 @@ func appendPart(dst []byte, s string) []byte {
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
+// SlotCount is the number of Redis Cluster hash slots.
+const SlotCount = slotCount
+
+// KeySlot returns the Redis Cluster hash slot of key (see keySlot), for
+// tools that model where keys land.
+func KeySlot(key []byte) int { return keySlot(key) }
+
 // keySlot returns the Redis Cluster hash slot of key, by Redis's rule: when
 // the key has a '{' followed later by a '}' with at least one byte between
 // them, only the bytes between the first '{' and the first '}' after it are

@@ -5,57 +5,26 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 )
 
 // slotCount is the number of Redis Cluster hash slots.
-const slotCount = 16384
+const slotCount = redisalgo.SlotCount
 
-// keySlot returns the Redis Cluster hash slot of key by Redis's rule (the
-// bytes between the first '{' and the next '}', when non-empty, else the
-// whole key). It mirrors pkg/redisalgo's unexported keySlot; the tests pin
-// it to slots Redis itself reports, so a drift shows there.
-func keySlot(key []byte) int {
-	for i, b := range key {
-		if b != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j > i+1 {
-					key = key[i+1 : j]
-				}
-				return int(crc16(key) % slotCount)
-			}
-		}
-		break
-	}
-	return int(crc16(key) % slotCount)
-}
-
-// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster key slots.
-func crc16(data []byte) uint16 {
-	var crc uint16
-	for _, b := range data {
-		crc ^= uint16(b) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// keySlot is Redis Cluster's hash slot of key (pkg/redisalgo's; the tests
+// pin it to slots Redis itself reports).
+func keySlot(key []byte) int { return redisalgo.KeySlot(key) }
 
 // appendRankKey appends the Redis key envoy-rls writes (pkg/redisalgo
 // AppendKey) for a token_bucket limit per second on the descriptor
 // BENCHMARKS.md measures, (key, user-<rank>) in domain perf:
 // r2{perf:key:user-<rank>:t1}.
 func appendRankKey(dst []byte, rank int) []byte {
-	dst = append(dst, "r2{perf:key:user-"...)
-	dst = strconv.AppendInt(dst, int64(rank), 10)
-	return append(dst, ":t1}"...)
+	entries := [1]algo.Entry{{Key: "key", Value: "user-" + strconv.Itoa(rank)}}
+	return redisalgo.AppendKey(dst, algo.Check{Domain: "perf", Entries: entries[:], HashTag: -1,
+		Policy: algo.Policy{Algorithm: algo.TokenBucket, Period: algo.Second}})
 }
 
 // slotShards returns the shard owning each slot when shards masters split
