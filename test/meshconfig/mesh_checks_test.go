@@ -84,18 +84,26 @@ func checkEnvoyConfigs(t *testing.T, o overrides) error {
 // sidecar component, decodes every object strictly, runs the cross-object
 // checks, validates each EnvoyFilter and simulates its descriptors.
 func checkManifests(t *testing.T, o overrides) error {
-	fsys := variantFS(t, []string{"components/sidecar"}, o.manifestOverrides())
-	var errs []error
-	errs = append(errs, checkKustomizations(fsys)...)
+	_, errs := checkBuild(t, "manifests", variantFS(t, []string{"components/sidecar"}, o.manifestOverrides()), o)
+	return errors.Join(errs...)
+}
+
+// checkBuild runs the checks every manifest build gets: the kustomizations,
+// strict decoding of every object, the environment names (what names the
+// build in messages), and each EnvoyFilter with its simulated descriptors.
+// It returns the decoded objects, nil when the build or the rules failed,
+// and every problem.
+func checkBuild(t *testing.T, what string, fsys filesys.FileSystem, o overrides) (*kubelint.Objects, []error) {
+	errs := checkKustomizations(fsys)
 	ruleFiles := o.ruleFiles(t)
 	objs, err := renderManifests(fsys, ruleFiles)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return nil, append(errs, err)
 	}
-	errs = append(errs, checkEnvNames("manifests", objs.EnvNames(), envTwins(t)))
+	errs = append(errs, checkEnvNames(what, objs.EnvNames(), envTwins(t)))
 	snap, err := loadRules(ruleFiles)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return nil, append(errs, err)
 	}
 	for _, ef := range envoyFilters(objs) {
 		p, err := checkEnvoyFilter(ef, objs.Services)
@@ -110,7 +118,7 @@ func checkManifests(t *testing.T, o overrides) error {
 		}
 		errs = append(errs, checkSamples(p.where, p.filter, p.vhosts, snap, samples))
 	}
-	return errors.Join(errs...)
+	return objs, errs
 }
 
 // kustomizeTree is an in-memory manifests tree as kubelint reads it.

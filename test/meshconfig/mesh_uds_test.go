@@ -70,32 +70,13 @@ func udsVariantFS(t testing.TB, o overrides) filesys.FileSystem {
 // selects the workload's pods and dials a socket that the pod's envoy-rls
 // serves from a volume istio-proxy mounts.
 func checkSidecarUDS(t *testing.T, o overrides) error {
-	fsys := udsVariantFS(t, o)
-	errs := checkKustomizations(fsys)
-	ruleFiles := o.ruleFiles(t)
-	objs, err := renderManifests(fsys, ruleFiles)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	errs = append(errs, checkEnvNames("manifests with "+udsComponent, objs.EnvNames(), envTwins(t)))
-	snap, err := loadRules(ruleFiles)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
+	objs, errs := checkBuild(t, "manifests with "+udsComponent, udsVariantFS(t, o), o)
+	if objs == nil {
+		return errors.Join(errs...)
 	}
 	var sidecar *envoyFilterDoc
 	for _, ef := range envoyFilters(objs) {
-		p, err := checkEnvoyFilter(ef, objs.Services)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		samples, err := samplesFor(p.filter.GetDomain())
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.where, err))
-			continue
-		}
-		errs = append(errs, checkSamples(p.where, p.filter, p.vhosts, snap, samples))
-		if ef.meta.Name == "envoy-rls-sidecar" {
+		if _, err := checkEnvoyFilter(ef, objs.Services); err == nil && ef.meta.Name == "envoy-rls-sidecar" {
 			sidecar = ef
 		}
 	}
