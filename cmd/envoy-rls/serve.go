@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -170,9 +171,6 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	zc.DisableStacktrace = true
 	return zc.Build()
 }
-
-// rlsServiceName is the gRPC service whose health is reported besides "".
-const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // readinessInterval is how often readiness is re-evaluated between probes,
 // so that gRPC health watchers follow a backend that fails or recovers.
@@ -453,7 +451,7 @@ func newReadiness(ctx context.Context, check func(context.Context) error, hs *he
 				log.Info("ready")
 			}
 			hs.SetServingStatus("", st)
-			hs.SetServingStatus(rlsServiceName, st)
+			hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
 		},
 	})
 }

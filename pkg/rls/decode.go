@@ -40,13 +40,11 @@ import (
 
 // Register adds the service to a gRPC server.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
-	g.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "envoy.service.ratelimit.v3.RateLimitService",
-		HandlerType: (*pb.RateLimitServiceServer)(nil),
-		Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: s.handleShouldRateLimit}},
-		Streams:     []grpc.StreamDesc{},
-		Metadata:    "envoy/service/ratelimit/v3/rls.proto",
-	}, s)
+	// The generated description with our handler in place of its method's:
+	// names, handler type and proto file stay the generated ones.
+	desc := pb.RateLimitService_ServiceDesc
+	desc.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: s.handleShouldRateLimit}}
+	g.RegisterService(&desc, s)
 }
 
 // handleShouldRateLimit is the grpc.MethodHandler of ShouldRateLimit.

@@ -38,19 +38,27 @@ func isPerSecond(c algo.Check) bool { return c.Policy.Period <= algo.Second }
 // Apply splits checks by period, applies both parts concurrently and
 // joins their decisions in request order.
 func (p perSecond) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
-	var secIdx, mainIdx []int
+	// Most requests stay on one side: route them without building index
+	// lists, which only a request spanning both needs.
+	nsec := 0
+	for _, c := range checks {
+		if isPerSecond(c) {
+			nsec++
+		}
+	}
+	switch nsec {
+	case 0:
+		return p.main(ctx, now, checks)
+	case len(checks):
+		return p.sec(ctx, now, checks)
+	}
+	secIdx, mainIdx := make([]int, 0, nsec), make([]int, 0, len(checks)-nsec)
 	for i, c := range checks {
 		if isPerSecond(c) {
 			secIdx = append(secIdx, i)
 		} else {
 			mainIdx = append(mainIdx, i)
 		}
-	}
-	switch {
-	case len(secIdx) == 0:
-		return p.main(ctx, now, checks)
-	case len(mainIdx) == 0:
-		return p.sec(ctx, now, checks)
 	}
 	secChecks, mainChecks := pick(checks, secIdx), pick(checks, mainIdx)
 	type result struct {
