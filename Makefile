@@ -20,9 +20,10 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/envoy-rls
 
-## test: install missing test dependencies, vet, then every test with -race, then a short fuzz pass
+## test: install missing test dependencies, vet, then every test with -race, the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
 test: test-deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -run 'Alloc' ./pkg/...
 	$(MAKE) --no-print-directory fuzz
 
 test-deps:
