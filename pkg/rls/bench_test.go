@@ -85,7 +85,7 @@ func BenchmarkMatchAndKey(b *testing.B) {
 		if err := DefaultRequestLimits.validate(req); err != nil {
 			b.Fatal(err)
 		}
-		if err := p.build(req, snap, snap.HasDomain(req.GetDomain()), overrideRules{}); err != nil {
+		if err := p.build(req, snap, snap.HasDomain(req.GetDomain()), overrideRules{}, nil); err != nil {
 			b.Fatal(err)
 		}
 		for i := range p.checks {
@@ -110,7 +110,7 @@ func BenchmarkObserveChecks(b *testing.B) {
 	snap := mustSnapshot(b, benchRules)
 	req := request("bench", desc("user=alice"), desc("tenant=acme"), desc("user=u"+strconv.Itoa(1), "path=/"))
 	p := new(plan)
-	if err := p.build(req, snap, snap.HasDomain(req.GetDomain()), overrideRules{}); err != nil {
+	if err := p.build(req, snap, snap.HasDomain(req.GetDomain()), overrideRules{}, nil); err != nil {
 		b.Fatal(err)
 	}
 	m := NewMetrics(prometheus.NewRegistry())

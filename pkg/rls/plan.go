@@ -121,7 +121,7 @@ func hitsFor(req *pb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64
 
 // build matches every descriptor and fills checks, meta and descs. The
 // request must already be validated.
-func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, or overrideRules) error {
+func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool, or overrideRules, adjust []LimitAdjuster) error {
 	domain := req.GetDomain()
 	rulesByDesc := p.rules[:0]
 	for i, d := range req.GetDescriptors() {
@@ -173,7 +173,7 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 		case r.Unlimited:
 			info.unlimited = true
 		default:
-			p.addRuleChecks(domain, entries, r, i, hits, refund)
+			p.addRuleChecks(domain, entries, r, i, hits, refund, adjust)
 		}
 		info.n = len(p.checks) - info.first
 		p.descs = append(p.descs, info)
@@ -187,7 +187,7 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 
 // addRuleChecks adds one check per limit of rule r that no other
 // descriptor of the request replaces.
-func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule, desc int, hits int64, refund bool) {
+func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule, desc int, hits int64, refund bool, adjust []LimitAdjuster) {
 	ks := len(p.keyEntries)
 	p.keyEntries = r.KeyEntries(entries, p.keyEntries)
 	keyEntries := p.keyEntries[ks:len(p.keyEntries):len(p.keyEntries)]
@@ -196,18 +196,19 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 		if l.Name != "" && p.isReplaced(l.Name) {
 			continue
 		}
+		pol, rpu := adjustLimit(adjust, p.now, domain, r, l)
 		p.checks = append(p.checks, algo.Check{
 			Domain:  domain,
 			Entries: keyEntries,
 			HashTag: r.HashTag,
-			Policy:  l.Policy,
+			Policy:  pol,
 			Hits:    hits,
 			Refund:  refund,
 			Lease:   l.Lease,
 		})
 		p.meta = append(p.meta, checkMeta{
 			desc:       desc,
-			limit:      limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: l.RequestsPerUnit},
+			limit:      limitView{name: l.Name, unit: responseUnit(l.Unit), multiplier: l.UnitMultiplier, rpu: rpu},
 			ruleID:     r.ID,
 			limitLabel: l.Label,
 			path:       r.Path,

@@ -50,6 +50,10 @@ type Config struct {
 	SlidingLogCap int64
 	// Overrides says what a descriptor's own limit override may do.
 	Overrides OverridePolicy
+	// Adjust changes configured limits per request (warm-up ramps, runtime
+	// overrides), in order; see LimitAdjuster. Limits from a request's own
+	// override are not adjusted.
+	Adjust []LimitAdjuster
 	// Metrics receives per-request observations; nil disables them.
 	Metrics *Metrics
 	// ReferenceMetrics, when set, also counts every limit's hits under
@@ -182,7 +186,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	defer func() { p.reset(); s.plans.Put(p) }()
 	p.now = s.cfg.Now()
 
-	if err := p.build(req, snap, known, s.overrides()); err != nil {
+	if err := p.build(req, snap, known, s.overrides(), s.cfg.Adjust); err != nil {
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
 	}
 	if cost := p.cost(); cost > s.cfg.MaxRequestCost {

@@ -1,0 +1,70 @@
+package rls
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// scaleLimit multiplies every limit by factor, or changes the period when
+// badPeriod is set (which adjustLimit must refuse).
+type scaleLimit struct {
+	factor    float64
+	badPeriod bool
+}
+
+func (s scaleLimit) AdjustLimit(_ time.Time, _ string, _ *rules.Rule, _ *rules.Limit, p algo.Policy) algo.Policy {
+	if s.badPeriod {
+		p.Period *= 2
+		p.Limit = 1
+		return p
+	}
+	p.Limit = int64(float64(p.Limit) * s.factor)
+	p.Burst = int64(float64(p.Burst) * s.factor)
+	return p
+}
+
+// TestLimitAdjusters: the adjusted limit decides and is what statuses
+// report; adjusters run in order; one that would move the counter (another
+// period) is ignored.
+func TestLimitAdjusters(t *testing.T) {
+	const rule = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 8, algorithm: ALGO}
+`
+	tests := []struct {
+		name   string
+		adjust []LimitAdjuster
+		want   uint32
+	}{
+		{"none", nil, 8},
+		{"halved", []LimitAdjuster{scaleLimit{factor: 0.5}}, 4},
+		{"halved twice", []LimitAdjuster{scaleLimit{factor: 0.5}, scaleLimit{factor: 0.5}}, 2},
+		{"period change ignored", []LimitAdjuster{scaleLimit{factor: 0.5}, scaleLimit{badPeriod: true}}, 4},
+	}
+	for _, a := range algo.Algorithms {
+		for _, tc := range tests {
+			t.Run(a.String()+"/"+tc.name, func(t *testing.T) {
+				s, _ := newTestService(t, strings.Replace(rule, "ALGO", a.String(), 1), func(c *Config) { c.Adjust = tc.adjust })
+				req := request("d", desc("k=v"))
+				for i := range tc.want {
+					resp := call(t, s, req)
+					expectStatus(t, resp.Statuses[0], want{pb.RateLimitResponse_OK, tc.want - 1 - i})
+					if got := resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.want {
+						t.Fatalf("current_limit %d, want %d", got, tc.want)
+					}
+				}
+				if got := call(t, s, req).OverallCode; got != pb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("request %d: %s, want OVER_LIMIT", tc.want+1, got)
+				}
+			})
+		}
+	}
+}
