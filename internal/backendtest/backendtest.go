@@ -63,6 +63,25 @@ func Apply(tb testing.TB, b Backend, now int64, checks ...algo.Check) []algo.Dec
 	return d
 }
 
+// CheckSaturatedBound checks the outcome of a load that several replicas
+// sent through one limit: attempts at least twice bound (else the load never
+// reached the limit and the counts say nothing), admitted at most bound (more
+// is over-admission) and at least 95% of it (leases and refunds may
+// under-admit only a little). The lease layer's tests and the end-to-end
+// lease test share it, so both hold the same bound.
+func CheckSaturatedBound(tb testing.TB, admitted, attempts, bound int64) {
+	tb.Helper()
+	if attempts < 2*bound {
+		tb.Fatalf("only %d attempts for a bound of %d: the load did not saturate the limit, so the test says nothing", attempts, bound)
+	}
+	if admitted > bound {
+		tb.Errorf("admitted %d > bound %d: over-admission", admitted, bound)
+	}
+	if admitted*100 < bound*95 {
+		tb.Errorf("admitted %d < 95%% of bound %d", admitted, bound)
+	}
+}
+
 // UserCheck is a check of hits on the counter (user, user) of domain.
 func UserCheck(domain, user string, pol algo.Policy, hits int64) algo.Check {
 	return check(domain, pol, hits, "user", user)

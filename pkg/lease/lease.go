@@ -51,6 +51,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -214,24 +215,12 @@ func New(next Backend, opts Options) (*Layer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.TTL == 0 {
-		opts.TTL = DefaultTTL
-	}
-	if opts.HotRPS == 0 {
-		opts.HotRPS = DefaultHotRPS
-	}
-	if opts.MaxFraction == 0 {
-		opts.MaxFraction = DefaultMaxFraction
-	}
-	if opts.MaxKeys == 0 {
-		opts.MaxKeys = DefaultMaxKeys
-	}
-	if opts.ReturnMargin == 0 {
-		opts.ReturnMargin = DefaultReturnMargin
-	}
-	if opts.ReturnWait == 0 {
-		opts.ReturnWait = DefaultReturnWait
-	}
+	opts.TTL = cmp.Or(opts.TTL, DefaultTTL)
+	opts.HotRPS = cmp.Or(opts.HotRPS, DefaultHotRPS)
+	opts.MaxFraction = cmp.Or(opts.MaxFraction, DefaultMaxFraction)
+	opts.MaxKeys = cmp.Or(opts.MaxKeys, DefaultMaxKeys)
+	opts.ReturnMargin = cmp.Or(opts.ReturnMargin, DefaultReturnMargin)
+	opts.ReturnWait = cmp.Or(opts.ReturnWait, DefaultReturnWait)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

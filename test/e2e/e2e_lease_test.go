@@ -12,6 +12,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -78,15 +79,7 @@ func TestLeaseAccuracy(t *testing.T) {
 						bound = tc.burst + elapsed.Microseconds()*tc.limit/1_000_000
 					}
 					t.Logf("admitted %d of bound %d (%.1f%%) in %d attempts", admitted, bound, 100*float64(admitted)/float64(bound), attempts)
-					if attempts < 2*bound {
-						t.Fatalf("only %d attempts for a bound of %d: the load did not saturate the limit, so the test says nothing", attempts, bound)
-					}
-					if admitted > bound {
-						t.Errorf("admitted %d > bound %d: over-admission", admitted, bound)
-					}
-					if admitted*100 < bound*95 {
-						t.Errorf("admitted %d < 95%% of bound %d", admitted, bound)
-					}
+					backendtest.CheckSaturatedBound(t, admitted, attempts, bound)
 				})
 			}
 			var granted, local float64
