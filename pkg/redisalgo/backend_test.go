@@ -56,6 +56,14 @@ func newBackend(t testing.TB, client redis.UniversalClient, opts Options) *Backe
 	return b
 }
 
+// onSharedCluster returns the shared cluster, a backend on it that
+// evaluates at the test clock's start, and the test's key prefix.
+func onSharedCluster(t *testing.T) (*redistest.ClusterSet, *Backend, string) {
+	t.Helper()
+	cl := redistest.SharedCluster(t)
+	return cl, newBackend(t, cl.ClusterClient(t), newClock().opts()), redistest.KeyPrefix(t)
+}
+
 // remaining probes a limit without consuming (hits 0).
 func remaining(t testing.TB, b *Backend, c algo.Check) int64 {
 	t.Helper()
@@ -145,9 +153,7 @@ func TestApplyServerTime(t *testing.T) {
 // TestApplySpreadsOverSlots sends one request whose limits land in many
 // slots on every master: no CROSSSLOT, every decision right.
 func TestApplySpreadsOverSlots(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	cl, b, dom := onSharedCluster(t)
 	var checks []algo.Check
 	slots := map[int]bool{}
 	masters := map[string]bool{}
@@ -179,9 +185,7 @@ func TestApplySpreadsOverSlots(t *testing.T) {
 // limits form one slot group, so even on a cluster they are evaluated by
 // one atomic script call.
 func TestHashTagGroupsOneUser(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	_, b, dom := onSharedCluster(t)
 	var checks []algo.Check
 	for i, a := range algo.Algorithms {
 		checks = append(checks, algo.Check{
@@ -215,9 +219,7 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 // TestClusterRefund: when a later slot group denies, the group that already
 // consumed is refunded in the same request.
 func TestClusterRefund(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	_, b, dom := onSharedCluster(t)
 	for _, a := range algo.Algorithms {
 		t.Run(a.String(), func(t *testing.T) {
 			wide := backendtest.UserCheck(dom, "wide-"+a.String(), backendtest.PerMinute(a, 10), 2)
@@ -248,9 +250,7 @@ func TestClusterRefund(t *testing.T) {
 // (is_negative_hits) apply even when the request is denied, and are not
 // undone by the all-or-nothing refund.
 func TestClusterRefundKeepsRequestRefunds(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	_, b, dom := onSharedCluster(t)
 	given := backendtest.UserCheck(dom, "given", backendtest.PerMinute(algo.FixedWindow, 10), 3)
 	narrow := backendtest.UserCheck(dom, "narrow", backendtest.PerMinute(algo.FixedWindow, 1), 1)
 	backendtest.Apply(t, b, t0.UnixMicro(), given, narrow)
@@ -502,9 +502,7 @@ func exactAfter(t *testing.T, b *Backend, c algo.Check) {
 // script cache flushed first so that the new master answers NOSCRIPT.
 func TestClusterFailover(t *testing.T) {
 	ctx := context.Background()
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	cl, b, dom := onSharedCluster(t)
 	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 	slot := keySlot(AppendKey(nil, probe))
 	replica := cl.ReplicaOf(t, cl.MasterForSlot(t, slot))
@@ -535,9 +533,7 @@ func TestClusterFailover(t *testing.T) {
 // TestClusterKillMaster: a master dies under load; after its replica is
 // promoted, requests succeed again and decide exactly.
 func TestClusterKillMaster(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	b := newBackend(t, cl.ClusterClient(t), newClock().opts())
-	dom := redistest.KeyPrefix(t)
+	cl, b, dom := onSharedCluster(t)
 	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 	slot := keySlot(AppendKey(nil, probe))
 

@@ -109,9 +109,17 @@ func (g *gates) hold() (entered <-chan struct{}, release func()) {
 	return gt.entered, func() { once.Do(func() { close(gt.open) }) }
 }
 
-// gateFirst holds the first pipeline b sends.
-func gateFirst(b *Backend) (entered <-chan struct{}, release func()) {
-	return newGates(b).hold()
+// holdFirst sends checks on b and holds their pipeline in flight, so that
+// the requests after it queue behind it; release (run at cleanup too, before
+// the backend closes) lets it go. Install the gate only here: any pipeline b
+// sent before would be the one held.
+func holdFirst(t *testing.T, b *Backend, checks ...algo.Check) (first <-chan result, release func()) {
+	t.Helper()
+	entered, release := newGates(b).hold()
+	t.Cleanup(release)
+	first = applyAsync(context.Background(), b, checks...)
+	<-entered
+	return first, release
 }
 
 // leakCheckedClient returns a connected client of the shared standalone
@@ -211,13 +219,10 @@ func TestBatchForms(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.FixedWindow, 5)
 
-	first := applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))
-	<-entered
+	first, release := holdFirst(t, b, backendtest.UserCheck(dom, "first", pol, 1))
 	const waiting = 10
 	var results []<-chan result
 	for i := range waiting {
@@ -246,13 +251,10 @@ func TestBatchOverflow(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg, MaxBatch: 4})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.GCRA, 5)
 
-	first := applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))
-	<-entered
+	first, release := holdFirst(t, b, backendtest.UserCheck(dom, "first", pol, 1))
 	const more = 10
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -351,12 +353,10 @@ func TestBatchCancel(t *testing.T) {
 func TestBatchClose(t *testing.T) {
 	client := leakCheckedClient(t)
 	b := newBackend(t, client, Options{CallerTime: true})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.TokenBucket, 5)
-	results := []<-chan result{applyAsync(context.Background(), b, backendtest.UserCheck(dom, "first", pol, 1))}
-	<-entered
+	first, release := holdFirst(t, b, backendtest.UserCheck(dom, "first", pol, 1))
+	results := []<-chan result{first}
 	for i := range 5 {
 		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)))
 	}
@@ -433,12 +433,9 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{Registerer: reg})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.FixedWindow, 1)
-	blocker := applyAsync(ctx, b, backendtest.UserCheck(dom, "blocker", pol, 1))
-	<-entered
+	blocker, release := holdFirst(t, b, backendtest.UserCheck(dom, "blocker", pol, 1))
 
 	s := &scratch{job: newJob()}
 	first := s.job
@@ -488,8 +485,6 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.Standalone(t).Client(t)
 	b := newBackend(t, client, Options{CallerTime: true})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.TokenBucket, 3)
 	bad := backendtest.UserCheck(dom, "bad", pol, 1)
@@ -498,8 +493,7 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	}
 	before := evalshaCalls(t, client)
 
-	first := applyAsync(ctx, b, backendtest.UserCheck(dom, "first", pol, 1))
-	<-entered
+	first, release := holdFirst(t, b, backendtest.UserCheck(dom, "first", pol, 1))
 	// Five requests on one shared limit (3 admitted, in queue order), two
 	// on their own limits, one on the wrong-type key.
 	var results []<-chan result
@@ -547,8 +541,6 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), Options{CallerTime: true})
-	entered, release := gateFirst(b)
-	defer release()
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.FixedWindow, 2)
 	firstCheck := backendtest.UserCheck(dom, "first", pol, 1)
@@ -572,8 +564,7 @@ func TestBatchMergesPerSlot(t *testing.T) {
 		return n
 	}
 	before := evalsha()
-	first := applyAsync(ctx, b, firstCheck)
-	<-entered
+	first, release := holdFirst(t, b, firstCheck)
 	var results []<-chan result
 	for range 3 {
 		for _, u := range users {

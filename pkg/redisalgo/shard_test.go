@@ -83,11 +83,8 @@ func TestClusterBatchPerNode(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), Options{CallerTime: true})
-	entered, release := gateFirst(b)
-	defer release()
 	checks := onEachMaster(t, cl, redistest.KeyPrefix(t), backendtest.PerMinute(algo.FixedWindow, 5))
-	stuck := applyAsync(ctx, b, checks[0])
-	<-entered
+	stuck, release := holdFirst(t, b, checks[0])
 	// A request on the stuck master queues behind its pipeline.
 	queued := applyAsync(ctx, b, checks[0])
 	// Liveness bound only: the requests below need one round trip on
