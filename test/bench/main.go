@@ -262,26 +262,14 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 
 	if b.wants(memoryName) && opts.keys > 0 {
 		b.logf("memory check: %d keys", opts.keys)
-		res.mem, err = b.memoryCheck(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("bench: interrupted during memory check: %w", ctx.Err())
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("memory: %w", err))
-		} else {
-			writeMemory(stdout, res.mem)
+		if res.mem, err = phase(ctx, "memory check", "memory", &errs, b.memoryCheck, stdout, writeMemory); err != nil {
+			return nil, err
 		}
 	}
 	if b.wants(soakName) && opts.soak > 0 {
 		b.logf("soak: %v", opts.soak)
-		res.soak, err = b.soakRun(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("bench: interrupted during soak: %w", ctx.Err())
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("soak: %w", err))
-		} else {
-			writeSoak(stdout, res.soak)
+		if res.soak, err = phase(ctx, "soak", "soak", &errs, b.soakRun, stdout, writeSoak); err != nil {
+			return nil, err
 		}
 	}
 	writeTargets(stdout, opts, res.rows, res.mem, res.soak)
@@ -289,6 +277,24 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 		return res, fmt.Errorf("bench: %d phase(s) failed: %w", len(errs), errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// phase runs one of the phases after the load rows and writes its report.
+// Its own failure is appended to errs (prefixed with name) and leaves the
+// report out, so the other phases still run; an ended ctx (during names
+// the phase) is the error, since the whole run stops. The result is what
+// the phase returned, even alongside its failure, for the targets table.
+func phase[R any](ctx context.Context, during, name string, errs *[]error, run func(context.Context) (*R, error), stdout io.Writer, write func(io.Writer, *R)) (*R, error) {
+	r, err := run(ctx)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("bench: interrupted during %s: %w", during, ctx.Err())
+	}
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s: %w", name, err))
+	} else {
+		write(stdout, r)
+	}
+	return r, nil
 }
 
 // runScenarios runs the load scenarios in order into res.rows, pacing a

@@ -21,7 +21,7 @@ type memResult struct {
 // envoy-rls (many descriptors per call, to spend the time on keys rather
 // than on RPCs) and reads its RSS.
 func (b *bench) memoryCheck(ctx context.Context) (*memResult, error) {
-	s, err := b.startServer(ctx, memoryName, false, false, rulesMemory)
+	s, err := b.startServer(ctx, memoryName, false, false, userRule("bench-mem", memoryLimit))
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ type soakResult struct {
 // envoy-rls for opts.soak and samples its RSS: with keys expiring 10 s
 // after use, a bounded store must level off.
 func (b *bench) soakRun(ctx context.Context) (*soakResult, error) {
-	s, err := b.startServer(ctx, soakName, false, false, rulesSoak)
+	s, err := b.startServer(ctx, soakName, false, false, userRule("bench-soak", soakLimit))
 	if err != nil {
 		return nil, err
 	}

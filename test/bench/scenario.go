@@ -27,19 +27,18 @@ type scenario struct {
 	pacedLike string
 }
 
+// userRule is a rule file of domain with one limit, the rate_limit
+// fields given, on the user entry: the rule every one-entry scenario uses.
+func userRule(domain, limit string) string {
+	return "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {" + limit + "}\n"
+}
+
 // Limits high enough that nothing is ever denied, so every call does the
 // full work of an admitted request.
 const (
-	rulesTokenBucket = `domain: bench-tb
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket}
-`
-	rulesSlidingWindow = `domain: bench-sw
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: sliding_window}
-`
+	openTokenBucket   = "unit: second, requests_per_unit: 1000000, algorithm: token_bucket"
+	openSlidingWindow = "unit: second, requests_per_unit: 1000000, algorithm: sliding_window"
+
 	rulesThree = `domain: bench-3d
 descriptors:
   - key: user
@@ -63,18 +62,10 @@ descriptors:
 `
 	// One hit leaves a day-long bucket short of a token for 2.4 h: every
 	// key stays live through the memory check.
-	rulesMemory = `domain: bench-mem
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 10, algorithm: token_bucket}
-`
+	memoryLimit = "unit: day, requests_per_unit: 10, algorithm: token_bucket"
 	// One hit refills in 10 s: random keys expire soon after their only
 	// use, so a bounded store must plateau.
-	rulesSoak = `domain: bench-soak
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 6, algorithm: token_bucket}
-`
+	soakLimit = "unit: minute, requests_per_unit: 6, algorithm: token_bucket"
 )
 
 // loadScenarios lists the load scenarios in the order they run; the floor
@@ -83,9 +74,9 @@ func loadScenarios() []scenario {
 	return []scenario{
 		{name: "floor", title: "floor (no-work gRPC server)", floor: true,
 			workload: perUser("bench-floor")},
-		{name: "inproc", title: "in-process store, token_bucket", rules: rulesTokenBucket,
+		{name: "inproc", title: "in-process store, token_bucket", rules: userRule("bench-tb", openTokenBucket),
 			workload: perUser("bench-tb")},
-		{name: "redis-token-bucket", title: "Redis, token_bucket", redis: true, rules: rulesTokenBucket,
+		{name: "redis-token-bucket", title: "Redis, token_bucket", redis: true, rules: userRule("bench-tb", openTokenBucket),
 			workload: perUser("bench-tb")},
 		// The floor at Redis token_bucket's throughput: on a saturated
 		// machine a gRPC server's CPU per call grows as its throughput
@@ -93,7 +84,7 @@ func loadScenarios() []scenario {
 		// throughput costs any server.
 		{name: floorPacedName, title: "floor paced to Redis token_bucket's decisions/s", floor: true, pacedLike: "redis-token-bucket",
 			workload: perUser("bench-floor")},
-		{name: "redis-sliding-window", title: "Redis, sliding_window", redis: true, rules: rulesSlidingWindow,
+		{name: "redis-sliding-window", title: "Redis, sliding_window", redis: true, rules: userRule("bench-sw", openSlidingWindow),
 			workload: perUser("bench-sw")},
 		{name: "redis-3-descriptors", title: "Redis, 3 descriptors/request", redis: true, rules: rulesThree,
 			workload: threeDescriptors},
@@ -141,18 +132,27 @@ func request(domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimit
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}
 }
 
-// perUser is the workload of domain that sends one descriptor with one
-// entry, user=<random user>: the shape of a per-user or per-IP limit.
+// oneEntry is the workload of domain that sends one descriptor with one
+// entry, key=<value>: the shape of a per-user or per-IP limit. newValue
+// makes each worker's value source, so that a source may keep a buffer.
+func oneEntry(domain, key string, newValue func() func(rnd *rand.Rand, seq int64) string) workload {
+	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
+		e := entry(key)
+		req := request(domain, descriptor(e))
+		value := newValue()
+		return func(rnd *rand.Rand, seq int64) *rlsv3.RateLimitRequest {
+			e.Value = value(rnd, seq)
+			return req
+		}
+	}}
+}
+
+// perUser is the workload of domain that sends user=<random user>.
 func perUser(domain string) func(users []string) workload {
 	return func(users []string) workload {
-		return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
-			e := entry("user")
-			req := request(domain, descriptor(e))
-			return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
-				e.Value = users[rnd.IntN(len(users))]
-				return req
-			}
-		}}
+		return oneEntry(domain, "user", func() func(*rand.Rand, int64) string {
+			return func(rnd *rand.Rand, _ int64) string { return users[rnd.IntN(len(users))] }
+		})
 	}
 }
 
@@ -201,14 +201,9 @@ func overNinety(users []string) workload {
 
 // primeOver spends every user's single "over" token, one call per user.
 func primeOver(users []string) workload {
-	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
-		over := entry("over")
-		req := request("bench-over", descriptor(over))
-		return func(_ *rand.Rand, seq int64) *rlsv3.RateLimitRequest {
-			over.Value = users[seq%int64(len(users))]
-			return req
-		}
-	}}
+	return oneEntry("bench-over", "over", func() func(*rand.Rand, int64) string {
+		return func(_ *rand.Rand, seq int64) string { return users[seq%int64(len(users))] }
+	})
 }
 
 // distinctKeys sends perReq descriptors per call, each with a user id never
@@ -235,14 +230,11 @@ func distinctKeys(perReq int) workload {
 // randomKeys sends one descriptor with a fresh random user id per call: an
 // unbounded key space, as from a scan or an attack.
 func randomKeys() workload {
-	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
-		e := entry("user")
-		req := request("bench-soak", descriptor(e))
+	return oneEntry("bench-soak", "user", func() func(*rand.Rand, int64) string {
 		buf := make([]byte, 0, 32)
-		return func(rnd *rand.Rand, _ int64) *rlsv3.RateLimitRequest {
+		return func(rnd *rand.Rand, _ int64) string {
 			buf = strconv.AppendUint(append(buf[:0], "user-"...), rnd.Uint64(), 36)
-			e.Value = string(buf)
-			return req
+			return string(buf)
 		}
-	}}
+	})
 }
