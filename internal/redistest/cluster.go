@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +33,7 @@ type ClusterSet struct {
 	// Addrs are the addresses of Nodes; any of them is a valid seed.
 	Addrs []string
 
-	mu sync.Mutex
+	changes serial
 }
 
 // StartCluster starts a cluster and waits until every node reports
@@ -47,18 +46,19 @@ type ClusterSet struct {
 // never agree); it is then torn down and made again, up to
 // clusterAttempts times.
 func StartCluster() (*ClusterSet, error) {
-	return startAttempts(clusterAttempts, startClusterOnce)
+	return startAttempts(clusterAttempts, func() (*ClusterSet, error) { return startSet(&ClusterSet{}, (*ClusterSet).start) })
 }
 
 // clusterAttempts bounds how often StartCluster makes a cluster anew.
 const clusterAttempts = 3
 
-func startClusterOnce() (*ClusterSet, error) {
+// start launches the nodes, makes them a cluster and waits until it
+// settles.
+func (c *ClusterSet) start() error {
 	_, cli, err := binaries()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c := &ClusterSet{}
 	c.Nodes, err = launchAll(6, "cluster", func(dir string, ports []int) ([]string, error) {
 		return append(baseArgs(dir, ports[0]),
 			"--cluster-enabled", "yes",
@@ -79,8 +79,7 @@ func startClusterOnce() (*ClusterSet, error) {
 		), nil
 	}, 2)
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redistest: cluster: %w", err)
+		return fmt.Errorf("redistest: cluster: %w", err)
 	}
 	c.Addrs = addrs(c.Nodes)
 
@@ -89,14 +88,9 @@ func startClusterOnce() (*ClusterSet, error) {
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out)
+		return fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s", err, out)
 	}
-	if err := c.waitStable(true, nil); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return c.waitStable(true, nil)
 }
 
 // Cluster starts a cluster for this test and stops it at cleanup.
@@ -140,7 +134,7 @@ func (c *ClusterSet) ReplicaOf(t testing.TB, master *Server) *Server {
 }
 
 // shard returns the master serving slot, as the cluster sees it, and its
-// running replica; the caller holds c.mu.
+// running replica; the caller is inside c.changes.
 func (c *ClusterSet) shard(t testing.TB, slot int) (master *clusterNode, replica *Server) {
 	t.Helper()
 	topo := c.mustTopology(t)
@@ -152,11 +146,7 @@ func (c *ClusterSet) shard(t testing.TB, slot int) (master *clusterNode, replica
 // for fails the test.
 func (c *ClusterSet) mustTopology(t testing.TB) *topology {
 	t.Helper()
-	topo, err := c.topology()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return topo
+	return must(t, c.topology)
 }
 
 // mustOwner returns the node topo says serves slot, or fails the test.
@@ -182,18 +172,16 @@ func (c *ClusterSet) mustReplica(t testing.TB, topo *topology, masterAddr string
 // Failover promotes the replica of the master serving slot with CLUSTER
 // FAILOVER (a coordinated, lossless failover) and waits until every node
 // agrees and the old master is an in-sync replica. It returns the new master.
-func (c *ClusterSet) Failover(t testing.TB, slot int) *Server {
+func (c *ClusterSet) Failover(t testing.TB, slot int) (promoted *Server) {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, r := c.shard(t, slot)
-	if err := command(r.Addr, "CLUSTER", "FAILOVER"); err != nil {
-		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", r.Addr, err)
-	}
-	if err := c.waitStable(true, func(tp *topology) bool { return ownerIs(tp, slot, r.Addr) }); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	c.changes.do(t, func() error {
+		_, promoted = c.shard(t, slot)
+		if err := command(promoted.Addr, "CLUSTER", "FAILOVER"); err != nil {
+			return fmt.Errorf("redistest: CLUSTER FAILOVER on %s: %w", promoted.Addr, err)
+		}
+		return c.waitStable(true, func(tp *topology) bool { return ownerIs(tp, slot, promoted.Addr) })
+	})
+	return promoted
 }
 
 // KillMaster kills the master serving slot (SIGKILL) and waits until its
@@ -201,27 +189,24 @@ func (c *ClusterSet) Failover(t testing.TB, slot int) *Server {
 // node and the new master. The shard has no replica until Rejoin(killed).
 func (c *ClusterSet) KillMaster(t testing.TB, slot int) (killed, promoted *Server) {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, r := c.shard(t, slot)
-	killed = c.node(m.addr)
-	killed.Kill(t)
-	if err := c.waitStable(false, func(tp *topology) bool { return ownerIs(tp, slot, r.Addr) }); err != nil {
-		t.Fatal(err)
-	}
-	return killed, r
+	c.changes.do(t, func() error {
+		var m *clusterNode
+		m, promoted = c.shard(t, slot)
+		killed = c.node(m.addr)
+		killed.Kill(t)
+		return c.waitStable(false, func(tp *topology) bool { return ownerIs(tp, slot, promoted.Addr) })
+	})
+	return killed, promoted
 }
 
 // Rejoin starts a killed node again; it rejoins as a replica of the master
 // that took over its slots. Rejoin waits until it is in sync.
 func (c *ClusterSet) Rejoin(t testing.TB, node *Server) {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	node.Start(t)
-	if err := c.waitStable(true, nil); err != nil {
-		t.Fatal(err)
-	}
+	c.changes.do(t, func() error {
+		node.Start(t)
+		return c.waitStable(true, nil)
+	})
 }
 
 func (c *ClusterSet) node(addr string) *Server {

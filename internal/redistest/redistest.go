@@ -183,6 +183,41 @@ func startAttempts[T any](attempts int, start func() (T, error)) (T, error) {
 	return zero, errors.Join(errs...)
 }
 
+// must returns what get returns, or fails t with its error.
+func must[T any](t testing.TB, get func() (T, error)) T {
+	t.Helper()
+	v, err := get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// serial runs a set's topology changes one at a time: a change waits for
+// the set to settle, and a second one meanwhile would break that wait.
+type serial struct{ mu sync.Mutex }
+
+// do runs change alone and fails t with its error.
+func (s *serial) do(t testing.TB, change func() error) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := change(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSet runs start on a new set and closes what start left running
+// when it fails, so that a failed attempt leaves no process behind.
+func startSet[T interface{ Close() }](set T, start func(T) error) (T, error) {
+	if err := start(set); err != nil {
+		set.Close()
+		var zero T
+		return zero, err
+	}
+	return set, nil
+}
+
 // startForTest starts a set for one test, fails the test if it cannot, and
 // stops the set at the test's cleanup.
 func startForTest[T interface{ Close() }](t testing.TB, start func() (T, error)) T {

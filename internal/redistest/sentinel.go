@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,14 +30,16 @@ type SentinelSet struct {
 	// SentinelAddrs are the addresses of Sentinels.
 	SentinelAddrs []string
 
-	mu sync.Mutex
+	changes serial
 }
 
 // StartSentinel starts a Sentinel set and waits until every sentinel knows
 // the master, the replica and the other two sentinels. The caller must Close
 // it. Use it from TestMain; tests use Sentinel or SharedSentinel.
 func StartSentinel() (*SentinelSet, error) {
-	return startAttempts(sentinelAttempts, startSentinelOnce)
+	return startAttempts(sentinelAttempts, func() (*SentinelSet, error) {
+		return startSet(&SentinelSet{MasterName: sentinelMaster}, (*SentinelSet).start)
+	})
 }
 
 // sentinelAttempts bounds how often StartSentinel makes a set anew.
@@ -47,13 +48,14 @@ func StartSentinel() (*SentinelSet, error) {
 // ports is the cure, once.
 const sentinelAttempts = 2
 
-func startSentinelOnce() (*SentinelSet, error) {
-	s := &SentinelSet{MasterName: sentinelMaster}
+// start launches the data nodes and the sentinels and waits until they
+// know each other.
+func (s *SentinelSet) start() error {
 	master, err := launch("sentinel-master", func(dir string, ports []int) ([]string, error) {
 		return append(baseArgs(dir, ports[0]), "--repl-diskless-sync-delay", "0"), nil
 	}, 1)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.Data = append(s.Data, master)
 	replica, err := launch("sentinel-replica", func(dir string, ports []int) ([]string, error) {
@@ -63,15 +65,13 @@ func startSentinelOnce() (*SentinelSet, error) {
 		), nil
 	}, 1)
 	if err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
 	s.Data = append(s.Data, replica)
 	// Sentinels learn the replica from the master's INFO at their first
 	// contact; a synced replica makes that contact conclusive.
 	if err := waitFor(func() error { return replicaSynced(replica.Addr, master.Port) }); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("redistest: sentinel set: %w", err)
+		return fmt.Errorf("redistest: sentinel set: %w", err)
 	}
 
 	s.Sentinels, err = launchAll(3, "sentinel", func(dir string, ports []int) ([]string, error) {
@@ -95,15 +95,10 @@ sentinel parallel-syncs %[4]s 1
 		return []string{conf, "--sentinel"}, nil
 	}, 1)
 	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("redistest: sentinel set: %w", err)
+		return fmt.Errorf("redistest: sentinel set: %w", err)
 	}
 	s.SentinelAddrs = addrs(s.Sentinels)
-	if err := s.waitStable(master, true); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return s.waitStable(master, true)
 }
 
 // Sentinel starts a Sentinel set for this test and stops it at cleanup.
@@ -127,11 +122,7 @@ func (s *SentinelSet) FailoverClient(t testing.TB) *redis.Client {
 // Master returns the data node the sentinels currently name as master.
 func (s *SentinelSet) Master(t testing.TB) *Server {
 	t.Helper()
-	m, err := s.master()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return must(t, s.master)
 }
 
 // KillMaster kills the current master (SIGKILL) and waits until every
@@ -140,17 +131,15 @@ func (s *SentinelSet) Master(t testing.TB) *Server {
 // until Rejoin(killed).
 func (s *SentinelSet) KillMaster(t testing.TB) (killed, promoted *Server) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	killed, err := s.master()
-	if err != nil {
-		t.Fatal(err)
-	}
-	promoted = s.other(killed)
-	killed.Kill(t)
-	if err := s.waitStable(promoted, false); err != nil {
-		t.Fatal(err)
-	}
+	s.changes.do(t, func() error {
+		var err error
+		if killed, err = s.master(); err != nil {
+			return err
+		}
+		promoted = s.other(killed)
+		killed.Kill(t)
+		return s.waitStable(promoted, false)
+	})
 	return killed, promoted
 }
 
@@ -158,27 +147,29 @@ func (s *SentinelSet) KillMaster(t testing.TB) (killed, promoted *Server) {
 // and waits until it is in sync and every sentinel lists it as a replica.
 func (s *SentinelSet) Rejoin(t testing.TB, node *Server) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	master := s.other(node)
-	node.Start(t)
-	// The sentinels would reconfigure it too, but only at their next INFO
-	// round (up to 10 s); telling it directly is quicker and equivalent.
-	if err := command(node.Addr, "REPLICAOF", "127.0.0.1", strconv.Itoa(master.Port)); err != nil {
-		t.Fatal(err)
-	}
-	// On a starved machine the sentinels may fail over once more (a slow
-	// PING looks like a dead master); any healthy master will do.
-	err := waitFor(func() error {
-		m, err := s.master()
-		if err != nil {
+	s.changes.do(t, func() error {
+		master := s.other(node)
+		node.Start(t)
+		// The sentinels would reconfigure it too, but only at their next
+		// INFO round (up to 10 s); telling it directly is quicker and
+		// equivalent.
+		if err := command(node.Addr, "REPLICAOF", "127.0.0.1", strconv.Itoa(master.Port)); err != nil {
 			return err
 		}
-		return s.stable(m, true)
+		// On a starved machine the sentinels may fail over once more (a
+		// slow PING looks like a dead master); any healthy master will do.
+		err := waitFor(func() error {
+			m, err := s.master()
+			if err != nil {
+				return err
+			}
+			return s.stable(m, true)
+		})
+		if err != nil {
+			return fmt.Errorf("redistest: sentinel set did not settle: %w\n%s", err, s.diagnose())
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("redistest: sentinel set did not settle: %v\n%s", err, s.diagnose())
-	}
 }
 
 func (s *SentinelSet) other(n *Server) *Server {
