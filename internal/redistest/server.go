@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -391,6 +392,16 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// DBSize returns the number of keys in c's database, or fails the test.
+func DBSize(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	n, err := c.DBSize(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("DBSIZE: %v", err)
+	}
+	return n
 }
 
 // Log returns the tail of the server's log files, for failure messages.

@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -30,28 +29,19 @@ func perSecondPolicy(a algo.Algorithm, n int64) algo.Policy {
 	return algo.Policy{Algorithm: a, Limit: n, Period: algo.Second}
 }
 
-func dbSize(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	n, err := c.DBSize(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("DBSIZE: %v", err)
-	}
-	return n
-}
-
 // TestPerSecondRouting: limits of a second or less live on the per-second
 // Redis only, longer ones on the main Redis only.
 func TestPerSecondRouting(t *testing.T) {
 	s, main, sec := perSecondStack(t)
 	now := time.Now().UnixMicro()
 	backendtest.Apply(t, s, now, backendtest.UserCheck("d", "u", perSecondPolicy(algo.FixedWindow, 5), 1))
-	if m, p := dbSize(t, main), dbSize(t, sec); m != 0 || p != 1 {
+	if m, p := redistest.DBSize(t, main), redistest.DBSize(t, sec); m != 0 || p != 1 {
 		t.Fatalf("after a per-second check: main holds %d keys, per-second %d; want 0 and 1", m, p)
 	}
 	backendtest.Apply(t, s, now,
 		backendtest.UserCheck("d", "v", backendtest.PerMinute(algo.FixedWindow, 5), 1),
 		backendtest.UserCheck("d", "v", perSecondPolicy(algo.TokenBucket, 5), 1))
-	if m, p := dbSize(t, main), dbSize(t, sec); m != 1 || p != 2 {
+	if m, p := redistest.DBSize(t, main), redistest.DBSize(t, sec); m != 1 || p != 2 {
 		t.Fatalf("after a mixed request: main holds %d keys, per-second %d; want 1 and 2", m, p)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
@@ -55,16 +54,6 @@ func startAsRatelimit(t *testing.T, env []string) *server {
 		t.Fatalf("symlink: %v", err)
 	}
 	return startProcess(t, bin, nil, env, true)
-}
-
-// dbSize is the number of keys on r.
-func dbSize(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	n, err := c.DBSize(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("DBSIZE: %v", err)
-	}
-	return n
 }
 
 // logField returns the string field of the first JSON log line with
@@ -150,7 +139,7 @@ func TestReferenceEnvOursWin(t *testing.T) {
 	if got := s.ask("ref", desc("slow", "x")).OverallCode; got != pb.RateLimitResponse_OK {
 		t.Fatalf("request: %s, want OK", got)
 	}
-	if n, m := dbSize(t, ref.Client(t)), dbSize(t, ours.Client(t)); n != 0 || m == 0 {
+	if n, m := redistest.DBSize(t, ref.Client(t)), redistest.DBSize(t, ours.Client(t)); n != 0 || m == 0 {
 		t.Errorf("keys: %d on REDIS_URL's Redis, %d on ENVOY_RLS_REDIS_URL's; want none and some", n, m)
 	}
 	if !hasLog(t, s.logs.String(), "info", "overridden", "REDIS_URL") {
@@ -169,14 +158,14 @@ func TestReferenceEnvPerSecond(t *testing.T) {
 	if got := s.ask("ref", desc("fast", "x")).OverallCode; got != pb.RateLimitResponse_OK {
 		t.Fatalf("per-second request: %s, want OK", got)
 	}
-	if n, m := dbSize(t, mainC), dbSize(t, secC); n != 0 || m == 0 {
+	if n, m := redistest.DBSize(t, mainC), redistest.DBSize(t, secC); n != 0 || m == 0 {
 		t.Fatalf("after a per-second limit: %d keys on the main Redis, %d on the per-second one; want none and some", n, m)
 	}
-	before := dbSize(t, secC)
+	before := redistest.DBSize(t, secC)
 	if got := s.ask("ref", desc("slow", "x")).OverallCode; got != pb.RateLimitResponse_OK {
 		t.Fatalf("per-minute request: %s, want OK", got)
 	}
-	if n, m := dbSize(t, mainC), dbSize(t, secC); n == 0 || m != before {
+	if n, m := redistest.DBSize(t, mainC), redistest.DBSize(t, secC); n == 0 || m != before {
 		t.Errorf("after a per-minute limit: %d keys on the main Redis, %d on the per-second one; want some and still %d", n, m, before)
 	}
 	if !hasLog(t, s.logs.String(), "info", "envoyproxy/ratelimit setting mapped", "REDIS_PERSECOND_URL") {
