@@ -32,19 +32,27 @@ func socketPath(t *testing.T) string {
 	return filepath.Join(dir, "rls.sock")
 }
 
+// listenSocket binds a Unix socket at a fresh socketPath, as another
+// process would, and returns its path and listener.
+func listenSocket(t *testing.T) (string, *net.UnixListener) {
+	t.Helper()
+	sock := socketPath(t)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sock, ln.(*net.UnixListener)
+}
+
 // TestUnixSocket serves gRPC on a Unix domain socket, as a sidecar Envoy
 // reaches its RLS, and calls the service and the health service through a
 // dialer that can only open Unix connections. A stale socket file left by
 // a killed process must not stop the next start.
 func TestUnixSocket(t *testing.T) {
 	t.Parallel()
-	sock := socketPath(t)
 	// A stale socket: bound, then abandoned without unlinking.
-	stale, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	sock, stale := listenSocket(t)
+	stale.SetUnlinkOnClose(false)
 	stale.Close()
 
 	s := startShop(t, "--grpc-addr", "unix://"+sock)
@@ -97,11 +105,7 @@ func TestUnixSocket(t *testing.T) {
 // serves on, with a message naming the flag.
 func TestUnixSocketInUse(t *testing.T) {
 	t.Parallel()
-	sock := socketPath(t)
-	busy, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock, busy := listenSocket(t)
 	defer busy.Close()
 	go func() {
 		for {
