@@ -55,27 +55,23 @@ func (a Algorithm) UsesBurst() bool { return a == TokenBucket || a == GCRA }
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 // ParseAlgorithm returns the Algorithm named s.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	if a, ok := byName(Algorithms, s); ok {
-		return a, nil
-	}
-	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownAlgorithm, s, AlgorithmNames())
-}
+func ParseAlgorithm(s string) (Algorithm, error) { return parseName(Algorithms, s, ErrUnknownAlgorithm) }
 
 // AlgorithmNames returns the names of Algorithms joined with "|"
 // ("fixed_window|sliding_window|…"), the form every error message and flag
 // help uses to list them, so that a new algorithm appears in all of them.
 func AlgorithmNames() string { return joinNames(Algorithms) }
 
-// byName returns the element of list whose String is s.
-func byName[T fmt.Stringer](list []T, s string) (T, bool) {
+// parseName returns the element of list whose String is s, or unknown
+// wrapped with s and the names of list.
+func parseName[T fmt.Stringer](list []T, s string, unknown error) (T, error) {
 	for _, v := range list {
 		if v.String() == s {
-			return v, true
+			return v, nil
 		}
 	}
 	var zero T
-	return zero, false
+	return zero, fmt.Errorf("algo: %w %q (want %s)", unknown, s, joinNames(list))
 }
 
 // joinNames returns the Strings of list joined with "|".

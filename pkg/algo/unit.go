@@ -77,12 +77,7 @@ func (u Unit) Micros() int64 {
 var ErrUnknownUnit = errors.New("unknown unit")
 
 // ParseUnit returns the Unit whose configuration name is s ("minute").
-func ParseUnit(s string) (Unit, error) {
-	if u, ok := byName(Units, s); ok {
-		return u, nil
-	}
-	return 0, fmt.Errorf("algo: %w %q (want %s)", ErrUnknownUnit, s, UnitNames())
-}
+func ParseUnit(s string) (Unit, error) { return parseName(Units, s, ErrUnknownUnit) }
 
 // UnitNames returns the configuration names of Units joined with "|"
 // ("second|minute|…"), the form error messages list them in.
