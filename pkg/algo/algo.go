@@ -55,7 +55,9 @@ func (a Algorithm) UsesBurst() bool { return a == TokenBucket || a == GCRA }
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")
 
 // ParseAlgorithm returns the Algorithm named s.
-func ParseAlgorithm(s string) (Algorithm, error) { return parseName(Algorithms, s, ErrUnknownAlgorithm) }
+func ParseAlgorithm(s string) (Algorithm, error) {
+	return parseName(Algorithms, s, ErrUnknownAlgorithm)
+}
 
 // AlgorithmNames returns the names of Algorithms joined with "|"
 // ("fixed_window|sliding_window|…"), the form every error message and flag
