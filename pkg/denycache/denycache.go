@@ -60,7 +60,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +67,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
 // Backend is the rate-limit backend contract of pkg/rls: one Decision per
@@ -81,9 +81,6 @@ const (
 	DefaultMaxEntries  = 100_000
 	DefaultMaxKeyBytes = 512
 )
-
-// shardCount is the number of independently locked maps.
-const shardCount = 64
 
 // evictSample is how many entries a full shard looks at to pick one to
 // drop, as Redis samples for its approximated LRU.
@@ -109,8 +106,7 @@ type Cache struct {
 	next     Backend
 	maxKey   int
 	perShard int
-	seed     maphash.Seed
-	shards   [shardCount]shard
+	shards   shardmap.Map[entry]
 	size     atomic.Int64
 	// epoch changes whenever a refund evicts: a request that saw it change
 	// while it was at the backend must not record a denial the refund may
@@ -121,12 +117,6 @@ type Cache struct {
 	hits, misses, bypasses atomic.Uint64
 	// Prometheus twins of the counts; nil without a Registerer.
 	hitC, missC, bypassC, evictC prometheus.Counter
-}
-
-type shard struct {
-	mu sync.Mutex
-	m  map[string]entry
-	_  [40]byte // keep neighbouring shard locks off one cache line
 }
 
 // entry says: a request of at least hits hits on this counter, under the
@@ -156,7 +146,7 @@ func New(next Backend, opts Options) (*Cache, error) {
 	if next == nil {
 		return nil, errors.New("denycache: New: nil backend")
 	}
-	c := &Cache{next: next, maxKey: opts.MaxKeyBytes, seed: maphash.MakeSeed()}
+	c := &Cache{next: next, maxKey: opts.MaxKeyBytes}
 	if c.maxKey <= 0 {
 		c.maxKey = DefaultMaxKeyBytes
 	}
@@ -164,10 +154,8 @@ func New(next Backend, opts Options) (*Cache, error) {
 	if n <= 0 {
 		n = DefaultMaxEntries
 	}
-	c.perShard = max(1, (n+shardCount-1)/shardCount)
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]entry)
-	}
+	c.perShard = max(1, (n+shardmap.Count-1)/shardmap.Count)
+	c.shards.Init()
 	c.bufs.New = func() any { return new(scratch) }
 	if opts.Registerer != nil {
 		if err := c.register(opts.Registerer); err != nil {
@@ -254,13 +242,13 @@ func (c *Cache) evictRefunds(s *scratch, checks []algo.Check) {
 		if !checks[i].Refund || s.ends[i] < 0 {
 			continue
 		}
-		sh := &c.shards[s.shards[i]]
-		sh.mu.Lock()
-		if _, ok := sh.m[string(s.key(i))]; ok {
-			delete(sh.m, string(s.key(i)))
+		sh := c.shards.Shard(s.shards[i])
+		sh.Mu.Lock()
+		if _, ok := sh.M[string(s.key(i))]; ok {
+			delete(sh.M, string(s.key(i)))
 			c.size.Add(-1)
 		}
-		sh.mu.Unlock()
+		sh.Mu.Unlock()
 	}
 }
 
@@ -279,7 +267,7 @@ func (c *Cache) keys(s *scratch, checks []algo.Check) {
 			continue
 		}
 		s.ends = append(s.ends, len(s.keys))
-		s.shards = append(s.shards, int(maphash.Bytes(c.seed, s.keys[start:])%shardCount))
+		s.shards = append(s.shards, c.shards.Index(s.keys[start:]))
 	}
 }
 
@@ -297,20 +285,20 @@ func (c *Cache) lookup(s *scratch, checks []algo.Check, now int64) (denied bool)
 			continue
 		}
 		ch := &checks[i]
-		sh := &c.shards[s.shards[i]]
+		sh := c.shards.Shard(s.shards[i])
 		k := s.key(i)
-		sh.mu.Lock()
-		e, ok := sh.m[string(k)]
+		sh.Mu.Lock()
+		e, ok := sh.M[string(k)]
 		switch {
 		case !ok:
 		case e.until <= now || e.limit != ch.Policy.Limit || e.burst != ch.Policy.Burst:
-			delete(sh.m, string(k))
+			delete(sh.M, string(k))
 			c.size.Add(-1)
 		case need(ch) >= e.hits:
 			s.until[i], s.never[i] = e.until, e.never
 			denied = true
 		}
-		sh.mu.Unlock()
+		sh.Mu.Unlock()
 	}
 	return denied
 }
@@ -347,12 +335,12 @@ func answer(s *scratch, checks []algo.Check, now int64) []algo.Decision {
 // entry for the same limit that covers more requests (fewer hits) is kept;
 // of two with equal hits the later until wins.
 func (c *Cache) record(s *scratch, i int, ch algo.Check, until int64, never bool, now int64) {
-	sh := &c.shards[s.shards[i]]
+	sh := c.shards.Shard(s.shards[i])
 	k := s.key(i)
 	ne := entry{limit: ch.Policy.Limit, burst: ch.Policy.Burst, hits: need(&ch), until: until, never: never}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e, ok := sh.m[string(k)]; ok {
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	if e, ok := sh.M[string(k)]; ok {
 		if e.until > now && e.limit == ne.limit && e.burst == ne.burst {
 			switch {
 			case e.hits < ne.hits:
@@ -361,25 +349,25 @@ func (c *Cache) record(s *scratch, i int, ch algo.Check, until int64, never bool
 				ne.until = max(ne.until, e.until)
 			}
 		}
-		sh.m[string(k)] = ne
+		sh.M[string(k)] = ne
 		return
 	}
-	if len(sh.m) >= c.perShard {
+	if len(sh.M) >= c.perShard {
 		c.evict(sh, now)
 	}
-	sh.m[string(k)] = ne
+	sh.M[string(k)] = ne
 	c.size.Add(1)
 }
 
 // evict drops expired entries among a few sampled ones, or else the one
-// expiring first. The caller holds sh.mu.
-func (c *Cache) evict(sh *shard, now int64) {
+// expiring first. The caller holds sh.Mu.
+func (c *Cache) evict(sh *shardmap.Shard[entry], now int64) {
 	var victim string
 	var soonest int64
 	n, dropped := 0, 0
-	for k, e := range sh.m {
+	for k, e := range sh.M {
 		if e.until <= now {
-			delete(sh.m, k)
+			delete(sh.M, k)
 			dropped++
 		} else if victim == "" || e.until < soonest {
 			victim, soonest = k, e.until
@@ -389,7 +377,7 @@ func (c *Cache) evict(sh *shard, now int64) {
 		}
 	}
 	if dropped == 0 && victim != "" {
-		delete(sh.m, victim)
+		delete(sh.M, victim)
 		dropped = 1
 		if c.evictC != nil {
 			c.evictC.Inc()

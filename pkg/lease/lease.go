@@ -55,7 +55,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,6 +64,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
 // Backend is the rate-limit backend contract of pkg/rls: one Decision per
@@ -129,8 +129,6 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-const shardCount = 64
-
 // Layer is a Backend that serves hot counters from leases and passes
 // everything else to the backend it wraps. It is safe for concurrent use.
 // Start runs its sweeper; Close returns the leases it holds.
@@ -139,8 +137,7 @@ type Layer struct {
 	opts   Options
 	ttl    int64 // µs
 	margin int64 // µs
-	seed   maphash.Seed
-	shards [shardCount]shard
+	shards shardmap.Map[*entry]
 	size   atomic.Int64
 	bufs   sync.Pool
 	log    *zap.Logger
@@ -153,12 +150,6 @@ type Layer struct {
 	started   atomic.Bool
 	stop      chan struct{}
 	done      chan struct{}
-}
-
-type shard struct {
-	mu sync.Mutex
-	m  map[string]*entry
-	_  [40]byte // keep neighbouring shard locks off one cache line
 }
 
 // entry is one counter's local state. Its fields are guarded by its
@@ -229,12 +220,10 @@ func New(next Backend, opts Options) (*Layer, error) {
 	}
 	l := &Layer{
 		next: next, opts: opts, ttl: opts.TTL.Microseconds(), margin: opts.ReturnMargin.Microseconds(),
-		seed: maphash.MakeSeed(), log: opts.Logger.Named("lease"),
+		log:  opts.Logger.Named("lease"),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	for i := range l.shards {
-		l.shards[i].m = make(map[string]*entry)
-	}
+	l.shards.Init()
 	l.bufs.New = func() any { return new(scratch) }
 	if opts.Registerer != nil {
 		if err := l.register(opts.Registerer); err != nil {
@@ -369,25 +358,22 @@ func (l *Layer) countLocal(n uint64) {
 	}
 }
 
-// shard returns the shard that holds key's entry.
-func (l *Layer) shard(key []byte) *shard { return &l.shards[maphash.Bytes(l.seed, key)%shardCount] }
-
 func (s *scratch) key(i int) []byte { return s.keys[s.starts[i]:s.ends[i]] }
 
 // reserve notes c's hits on its counter's entry and either serves c from
 // the lease (served, writing *d), asks for a lease (taking, with the take's
 // hits), or lets it through (tracked, or passNext when untracked).
 func (l *Layer) reserve(key []byte, c *algo.Check, now int64, d *algo.Decision) (kind uint8, hits int64, gen uint64) {
-	sh := l.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[string(key)]
+	sh := l.shards.For(key)
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	e := sh.M[string(key)]
 	if e == nil {
 		if l.size.Load() >= int64(l.opts.MaxKeys) {
 			return passNext, 0, 0
 		}
 		e = &entry{winStart: now, shared: -1}
-		sh.m[string(key)] = e
+		sh.M[string(key)] = e
 		l.size.Add(1)
 	}
 	e.lastSeen = now
@@ -427,14 +413,14 @@ func (l *Layer) reserve(key []byte, c *algo.Check, now int64, d *algo.Decision) 
 // Otherwise they count as expired.
 func (l *Layer) unreserve(s *scratch, i int) {
 	key := s.key(i)
-	sh := l.shard(key)
-	sh.mu.Lock()
-	e := sh.m[string(key)]
+	sh := l.shards.For(key)
+	sh.Mu.Lock()
+	e := sh.M[string(key)]
 	back := e != nil && e.gen == s.gen[i] && e.expires > 0
 	if back {
 		e.left += s.reserved[i]
 	}
-	sh.mu.Unlock()
+	sh.Mu.Unlock()
 	if !back {
 		l.countExpired(s.reserved[i])
 	}
@@ -444,10 +430,10 @@ func (l *Layer) unreserve(s *scratch, i int) {
 // remaining, and for a take the lease it granted.
 func (l *Layer) settle(s *scratch, i int, c *algo.Check, now int64, d algo.Decision, ok bool) {
 	key := s.key(i)
-	sh := l.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[string(key)]
+	sh := l.shards.For(key)
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	e := sh.M[string(key)]
 	if e == nil {
 		return
 	}
@@ -530,10 +516,10 @@ func (l *Layer) Sweep(all bool) {
 	now := l.opts.Now().UnixMicro()
 	var rets []ret
 	var dropped int64
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		for k, e := range sh.m {
+	for i := range shardmap.Count {
+		sh := l.shards.Shard(i)
+		sh.Mu.Lock()
+		for k, e := range sh.M {
 			if e.left > 0 && (all || e.expires <= now) {
 				switch {
 				case !e.window || now < e.windowEnd-l.margin:
@@ -552,11 +538,11 @@ func (l *Layer) Sweep(all bool) {
 				e.expires = 0
 			}
 			if e.expires == 0 && !e.taking && now-e.lastSeen > 4*l.ttl {
-				delete(sh.m, k)
+				delete(sh.M, k)
 				l.size.Add(-1)
 			}
 		}
-		sh.mu.Unlock()
+		sh.Mu.Unlock()
 	}
 	l.countExpired(dropped)
 	for _, r := range rets {

@@ -225,10 +225,10 @@ const warmHits = 99
 func leftOf(t testing.TB, l *Layer, c algo.Check) int64 {
 	t.Helper()
 	key := c.AppendIdentity(nil)
-	sh := l.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.m[string(key)]; e != nil {
+	sh := l.shards.For(key)
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	if e := sh.M[string(key)]; e != nil {
 		return e.left
 	}
 	return 0
@@ -457,10 +457,10 @@ func BenchmarkLeaseHit(b *testing.B) {
 			b.StopTimer()
 			// Keep the lease full without a Redis call.
 			key := c.AppendIdentity(nil)
-			sh := l.shard(key)
-			sh.mu.Lock()
-			sh.m[string(key)].left = 1000
-			sh.mu.Unlock()
+			sh := l.shards.For(key)
+			sh.Mu.Lock()
+			sh.M[string(key)].left = 1000
+			sh.Mu.Unlock()
 			b.StartTimer()
 		}
 		if d, err := l.Apply(context.Background(), now, checks); err != nil || !d[0].Allowed {
