@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
@@ -266,17 +267,14 @@ func TestShardProbeReleased(t *testing.T) {
 }
 
 // waitState waits until shard id's breaker is in state want. The breakers
-// run on the wall clock; the bound only stops a broken breaker from
-// hanging the test.
+// run on the wall clock; eventually's bound only stops a broken breaker
+// from hanging the test.
 func waitState(t *testing.T, b *Backend, id int, want State) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.ShardState(id) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("shard %d: %v after 10s, want %v", id, b.ShardState(id), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, fmt.Sprintf("shard %d is %v", id, want), func() (bool, string) {
+		got := b.ShardState(id)
+		return got == want, got.String()
+	})
 }
 
 // TestShardIdleLeavesState: a shard that gets no more requests (its slots
