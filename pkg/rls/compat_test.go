@@ -12,6 +12,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/upstream"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -170,24 +171,7 @@ descriptors:
 		},
 		{
 			name: "example2_nested", domain: "messaging",
-			yaml: `
-domain: messaging
-descriptors:
-  # Only allow 5 marketing messages a day
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-
-  # Only allow 100 messages a day to any unique phone number
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-`,
+			yaml: upstream.Example2,
 			steps: slices.Concat(nested, []compatStep{
 				// The marketing limit denies the sixth request.
 				// envoyproxy/ratelimit still counts it against the
@@ -327,29 +311,7 @@ descriptors:
 		},
 		{
 			name: "example7_replaces", domain: "example7",
-			yaml: `
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          name: specific_limit
-          requests_per_unit: 5
-          unit: second
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: specific_limit
-          requests_per_unit: 10
-          unit: second
-`,
+			yaml: upstream.Example7,
 			steps: slices.Concat([]compatStep{
 				// Both descriptors: the 10 per second replaces the named
 				// 5 per second, which reports no limit and is not counted.

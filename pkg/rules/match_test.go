@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/upstream"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
@@ -139,25 +140,7 @@ func TestNilSnapshot(t *testing.T) {
 // Upstream's README example 7: the names and replaces a request's rules
 // carry, which pkg/rls uses to drop replaced limits.
 func TestMatchReplaces(t *testing.T) {
-	s := mustSnapshot(t, map[string]string{"ex7.yaml": `
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces: [{name: specific_limit}]
-          requests_per_unit: 10
-          unit: second
-`})
+	s := mustSnapshot(t, map[string]string{"ex7.yaml": upstream.Example7})
 	a := s.Match("example7", entries("key_1=value_1", "user=bkthomps"))
 	b := s.Match("example7", entries("key_2=value_2", "user=bkthomps"))
 	if a == nil || b == nil {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/upstream"
 )
 
 // referenceRules mixes envoyproxy/ratelimit's wildcard and share_threshold
@@ -102,21 +104,6 @@ func TestReferenceMetricsAndRLConfig(t *testing.T) {
 // against the number's 100 a day, as the reference counts it.
 func TestCountDeniedHitsLikeReference(t *testing.T) {
 	t.Parallel()
-	const messaging = `
-domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-  - key: to_number
-    rate_limit:
-      unit: day
-      requests_per_unit: 100
-`
 	tests := []struct {
 		env  []string
 		left uint32 // the number's remaining after the denied sixth request
@@ -125,7 +112,7 @@ descriptors:
 		{[]string{"ENVOY_RLS_DEFAULT_ALGORITHM=fixed_window", "ENVOY_RLS_COUNT_DENIED_HITS=true"}, 94},
 	}
 	for _, tt := range tests {
-		s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"messaging.yaml": messaging}), Env: tt.env})
+		s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"messaging.yaml": upstream.Example2}), Env: tt.env})
 		var resp *pb.RateLimitResponse
 		for range 6 {
 			resp = s.ask("messaging", desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111"))
