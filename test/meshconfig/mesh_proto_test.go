@@ -33,10 +33,7 @@ func unmarshalYAML(data []byte, m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("yaml: %w", err)
 	}
-	if err := strictJSON.Unmarshal(js, m); err != nil {
-		return fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
-	}
-	return nil
+	return unmarshalStrict(js, m, "")
 }
 
 // unmarshalStruct decodes an Istio patch value (a google.protobuf.Struct)
@@ -46,8 +43,14 @@ func unmarshalStruct(s *structpb.Struct, m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("patch value: %w", err)
 	}
+	return unmarshalStrict(js, m, "patch value as ")
+}
+
+// unmarshalStrict decodes the JSON js into m with strictJSON; its error
+// names m's type after prefix.
+func unmarshalStrict(js []byte, m proto.Message, prefix string) error {
 	if err := strictJSON.Unmarshal(js, m); err != nil {
-		return fmt.Errorf("patch value as %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+		return fmt.Errorf("%s%s: %w", prefix, m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
 }
