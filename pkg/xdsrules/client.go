@@ -212,6 +212,8 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 	}
 	c.metrics.connected.Set(1)
 	c.log.Info("xds stream open", zap.String("server", c.cfg.Server), zap.String("node", c.cfg.NodeID))
+	// refused is the version of the last push NACKed on this stream.
+	var refused string
 	for {
 		resp, err := s.Recv()
 		if err != nil {
@@ -226,23 +228,46 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 			}
 			continue
 		}
-		if err := s.Send(c.apply(resp)); err != nil {
+		req := c.apply(resp, refused)
+		if req.ErrorDetail != nil {
+			if refused == resp.GetVersionInfo() {
+				// The server sent again the version just refused, as
+				// go-control-plane's cache does for every NACK (the NACK
+				// names an older version): answer it at a measured pace,
+				// not in a tight loop. A new version ends the wait as soon
+				// as this NACK is sent.
+				select {
+				case <-ctx.Done():
+					return got, ctx.Err()
+				case <-time.After(min(c.cfg.Backoff.Initial, time.Second)):
+				}
+			}
+			refused = resp.GetVersionInfo()
+		} else {
+			refused = ""
+		}
+		if err := s.Send(req); err != nil {
 			return got, fmt.Errorf("xdsrules: ack: %w", err)
 		}
 	}
 }
 
 // apply validates one push and, if it validates, makes it the snapshot in
-// force; it returns the ACK or NACK to send.
-func (c *Client) apply(resp *discovery.DiscoveryResponse) *discovery.DiscoveryRequest {
+// force; it returns the ACK or NACK to send. refused is the version this
+// stream last NACKed: the same version again is refused again, but
+// reported (log, OnUpdate) only once.
+func (c *Client) apply(resp *discovery.DiscoveryResponse, refused string) *discovery.DiscoveryRequest {
 	snap, err := c.decode(resp)
-	if c.cfg.OnUpdate != nil {
+	again := err != nil && resp.GetVersionInfo() == refused
+	if c.cfg.OnUpdate != nil && !again {
 		c.cfg.OnUpdate(err)
 	}
 	if err != nil {
 		c.metrics.nacks.Inc()
-		c.log.Error("xds push refused (NACK); keeping the last good rules",
-			zap.String("version", resp.GetVersionInfo()), zap.String("in_force", *c.version.Load()), zap.Error(err))
+		if !again {
+			c.log.Error("xds push refused (NACK); keeping the last good rules",
+				zap.String("version", resp.GetVersionInfo()), zap.String("in_force", *c.version.Load()), zap.Error(err))
+		}
 		return c.nack(resp, err)
 	}
 	v := resp.GetVersionInfo()

@@ -57,11 +57,10 @@ func BuildSnapshot(confs []*rlsconf.RateLimitConfig, version string, ext *Extens
 		d.Source = rules.Source{Type: rules.SourceXDS, Name: c.GetName(), Version: version}
 		domains = append(domains, d)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
+	// The resources that parsed are combined even when others did not, so
+	// that a duplicate domain is reported along with the parse errors.
 	snap, err := rules.NewSnapshot(domains...)
-	if err != nil {
+	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, err
 	}
 	if snap.NumRules() == 0 {
