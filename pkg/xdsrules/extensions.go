@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -175,15 +176,50 @@ func (d *domainExt) check(domain, path string, opts rules.Options) []error {
 		if err == nil {
 			_, err = rules.Parse(where, doc, opts)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
-		}
+		errs = append(errs, probeErrors(where, err)...)
 	}
 	probe("", path+".defaults")
 	for _, name := range slices.Sorted(maps.Keys(d.limits)) {
 		probe(name, path+".limits."+name)
 	}
 	return errs
+}
+
+// probeErrors rewrites the grammar's errors about a stand-in limit to
+// name the extensions file's own path: the stand-in's lines and
+// descriptor path mean nothing to the file's author.
+func probeErrors(where string, err error) []error {
+	if err == nil {
+		return nil
+	}
+	var list []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		list = j.Unwrap()
+	} else {
+		list = []error{err}
+	}
+	out := make([]error, 0, len(list))
+	for _, e := range list {
+		var re *rules.Error
+		if !errors.As(e, &re) {
+			out = append(out, fmt.Errorf("%s: %w", where, e))
+			continue
+		}
+		path := re.Path
+		if i := strings.Index(path, ".rate_limit"); i >= 0 {
+			path = strings.TrimPrefix(path[i+1:], "rate_limit.")
+		} else if i := strings.Index(path, "."); i >= 0 {
+			path = path[i+1:]
+		}
+		// The stand-in limit is rate_limits[0]; the file's list starts
+		// at [1] of the combined list.
+		var n int
+		if _, err := fmt.Sscanf(path, "rate_limits[%d]", &n); err == nil && n > 0 {
+			path = fmt.Sprintf("rate_limits[%d]%s", n-1, path[strings.Index(path, "]")+1:])
+		}
+		out = append(out, &rules.Error{File: where, Path: path, Msg: re.Msg})
+	}
+	return out
 }
 
 func (e *Extensions) domain(name string) *domainExt {
