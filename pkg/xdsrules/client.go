@@ -135,18 +135,28 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, log: log.Named("xds"), metrics: newMetrics(cfg.Registerer)}
 	empty := ""
 	c.version.Store(&empty)
+	if cfg.ForceStart {
+		// Serving no rules means answering OK with no limit, as for any
+		// domain the rules do not name; a nil snapshot would make the
+		// service answer UNAVAILABLE instead.
+		none, err := rules.NewSnapshot()
+		if err != nil {
+			return nil, err
+		}
+		c.cur.Store(none)
+	}
 	return c, nil
 }
 
-// Current returns the snapshot in force: the last push that validated,
-// or nil before the first.
+// Current returns the snapshot in force: the last push that validated;
+// before the first, nil, or an empty snapshot with ForceStart.
 func (c *Client) Current() *rules.Snapshot { return c.cur.Load() }
 
 // Ready reports why the service must not take traffic yet: no config has
 // arrived (unless ForceStart). Once a push has applied the client stays
 // ready, losing the server included: the last good rules keep deciding.
 func (c *Client) Ready(context.Context) error {
-	if c.cfg.ForceStart || c.cur.Load() != nil {
+	if c.cur.Load() != nil {
 		return nil
 	}
 	return fmt.Errorf("xdsrules: no rate limit config received yet from %s", c.cfg.Server)
