@@ -438,8 +438,8 @@ func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health: not draining, and check (the backend stack's Ready)
-// passing. It publishes every flip to the gRPC health server, so watchers
+// and gRPC health: not draining, and check (the rule source's first
+// config, then the backend stack's Ready) passing. It publishes every flip to the gRPC health server, so watchers
 // follow too, and logs it.
 func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
 	return readiness.New(ctx, readiness.Options{
