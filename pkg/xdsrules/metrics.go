@@ -17,31 +17,22 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_rls_xds_" + name, Help: help})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_xds_" + name, Help: help})
+	}
 	m := &metrics{
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "envoy_rls_xds_connected",
-			Help: "Whether the xDS stream to the management server is open (1) or not (0).",
-		}),
+		connected: gauge("connected", "Whether the xDS stream to the management server is open (1) or not (0)."),
 		version: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "envoy_rls_xds_config_info",
 			Help: "The version of the xDS config in force, as the version label; the value is always 1.",
 		}, []string{"version"}),
-		acks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "envoy_rls_xds_acks_total",
-			Help: "xDS pushes that validated, were applied and ACKed.",
-		}),
-		nacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "envoy_rls_xds_nacks_total",
-			Help: "xDS pushes that failed validation and were NACKed; the last good rules stayed in force.",
-		}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "envoy_rls_xds_reconnects_total",
-			Help: "Reconnection attempts to the management server after a lost or failed stream.",
-		}),
-		lastUpdate: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "envoy_rls_xds_last_update_timestamp_seconds",
-			Help: "Unix time of the last xDS push applied; time() minus it is the time since the last update.",
-		}),
+		acks:       counter("acks_total", "xDS pushes that validated, were applied and ACKed."),
+		nacks:      counter("nacks_total", "xDS pushes that failed validation and were NACKed; the last good rules stayed in force."),
+		reconnects: counter("reconnects_total", "Reconnection attempts to the management server after a lost or failed stream."),
+		lastUpdate: gauge("last_update_timestamp_seconds", "Unix time of the last xDS push applied; time() minus it is the time since the last update."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connected, m.version, m.acks, m.nacks, m.reconnects, m.lastUpdate)
