@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -198,7 +199,20 @@ func (c *Client) dialOptions() []grpc.DialOption {
 	if c.cfg.TLS != nil {
 		creds = credentials.NewTLS(c.cfg.TLS)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	b := c.cfg.Backoff
+	jitter := 0.0
+	if b.Jitter {
+		jitter = b.RandomFactor
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// The channel's own reconnection follows the same backoff as the
+		// stream's, so that neither paces the other unseen.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: b.Initial, Multiplier: 2, Jitter: jitter, MaxDelay: b.Max},
+			MinConnectTimeout: 20 * time.Second,
+		}),
+	}
 	if c.cfg.MaxMsgSize > 0 {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMsgSize)))
 	}
@@ -213,7 +227,9 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 	for k, v := range c.cfg.Headers {
 		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
 	}
-	s, err := ads.StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+	// Fail fast while the server is unreachable, so that the wait between
+	// attempts is the configured backoff, logged and counted.
+	s, err := ads.StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("xdsrules: open stream: %w", err)
 	}
