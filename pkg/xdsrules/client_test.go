@@ -212,3 +212,24 @@ func TestClientReportsARefusedVersionOnce(t *testing.T) {
 		t.Errorf("OnUpdate saw %v, want the refusal once", updates)
 	}
 }
+
+// TestClientRefusesOversizedPushes: a push above MaxMsgSize never
+// applies; the client stays without rules (and not ready).
+func TestClientRefusesOversizedPushes(t *testing.T) {
+	srv := xdstest.Start(t, nil)
+	var descs []*rlsconf.RateLimitDescriptor
+	for i := range 64 {
+		descs = append(descs, xdstest.Limit("path", strings.Repeat("x", 32)+string(rune('a'+i%26))+strings.Repeat("y", i), rlsconf.RateLimitUnit_MINUTE, 5))
+	}
+	srv.Set(node, "big", xdstest.Config("api-rules", "api", descs...))
+	c := startClient(t, srv, xdsrules.Config{MaxMsgSize: 1024})
+	// Each attempt opens a stream whose push is refused by the transport;
+	// after several, none has applied.
+	eventually.Holds(t, "three subscriptions", func() bool { return len(srv.Requests()) >= 3 })
+	if c.Current() != nil {
+		t.Errorf("a push above MaxMsgSize applied: %d domains", len(c.Current().Domains()))
+	}
+	if _, acked := srv.Find(func(r xdstest.Request) bool { return r.GetResponseNonce() != "" }); acked {
+		t.Error("a push above MaxMsgSize was answered")
+	}
+}
