@@ -105,7 +105,7 @@ func descriptors(ds []*rlsconf.RateLimitDescriptor, ext *domainExt) []yamlMap {
 			m = append(m, kv{"detailed_metric", true})
 		}
 		if rl := d.GetRateLimit(); rl != nil {
-			m = append(m, ext.limit(rateLimit(rl), rl.GetName())...)
+			m = append(m, ext.limit(rateLimit(rl), rl.GetName(), rl.GetUnlimited())...)
 		}
 		if len(d.GetDescriptors()) > 0 {
 			m = append(m, kv{"descriptors", descriptors(d.GetDescriptors(), ext)})

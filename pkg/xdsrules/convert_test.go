@@ -124,7 +124,8 @@ func TestExtensionsApply(t *testing.T) {
 	}
 	conf := xdstest.Config("api-rules", "api",
 		&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 100, Name: "per_user"}},
-		xdstest.Limit("path", "", rlsconf.RateLimitUnit_MINUTE, 5))
+		xdstest.Limit("path", "", rlsconf.RateLimitUnit_MINUTE, 5),
+		&rlsconf.RateLimitDescriptor{Key: "internal", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true}})
 	other := xdstest.Config("web-rules", "web", xdstest.Limit("path", "", rlsconf.RateLimitUnit_MINUTE, 5))
 	snap, err := xdsrules.BuildSnapshot([]*rlsconf.RateLimitConfig{conf, other}, "1", ext, opts)
 	if err != nil {
@@ -139,9 +140,16 @@ func TestExtensionsApply(t *testing.T) {
 		{"named limit", "api", "user", []algo.Algorithm{algo.GCRA, algo.FixedWindow}, 150, 0},
 		{"domain default", "api", "path", []algo.Algorithm{algo.TokenBucket}, 5, -1},
 		{"other domain untouched", "web", "path", []algo.Algorithm{algo.FixedWindow}, 0, -1},
+		{"unlimited untouched by defaults", "api", "internal", nil, 0, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := snap.Match(tc.domain, []algo.Entry{{Key: tc.key, Value: "x"}})
+			if tc.key == "internal" {
+				if r == nil || !r.Unlimited {
+					t.Fatalf("rule %+v, want unlimited, the defaults left out", r)
+				}
+				return
+			}
 			if r == nil || len(r.Limits) != len(tc.algos) {
 				t.Fatalf("rule %+v, want %d limits", r, len(tc.algos))
 			}

@@ -171,7 +171,7 @@ func (d *domainExt) check(domain, path string, opts rules.Options) []error {
 		if name != "" {
 			rl = append(rl, kv{"name", name})
 		}
-		desc := append(yamlMap{{"key", key}}, d.limit(rl, name)...)
+		desc := append(yamlMap{{"key", key}}, d.limit(rl, name, false)...)
 		doc, err := yaml.Marshal(yamlMap{{"domain", domain}, {"descriptors", []yamlMap{desc}}}.node())
 		if err == nil {
 			_, err = rules.Parse(where, doc, opts)
@@ -230,13 +230,16 @@ func (e *Extensions) domain(name string) *domainExt {
 }
 
 // limit returns the descriptor fields for a pushed rate_limit rl named
-// name: rl with the domain's defaults and the named limit's fields, and
-// the named limit's hash_tag and extra rate_limits.
-func (d *domainExt) limit(rl yamlMap, name string) yamlMap {
+// name: rl with the domain's defaults (unless it is unlimited, which they
+// cannot apply to) and the named limit's fields, and the named limit's
+// hash_tag and extra rate_limits.
+func (d *domainExt) limit(rl yamlMap, name string, unlimited bool) yamlMap {
 	if d == nil {
 		return yamlMap{{"rate_limit", rl}}
 	}
-	rl = withFields(rl, d.defaults)
+	if !unlimited {
+		rl = withFields(rl, d.defaults)
+	}
 	l := d.limits[name]
 	if name == "" || l == nil {
 		return yamlMap{{"rate_limit", rl}}
