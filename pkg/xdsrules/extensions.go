@@ -21,7 +21,7 @@ import (
 //
 //	domains:
 //	  api:
-//	    defaults:            # every rate_limit of the domain
+//	    defaults:            # every rate_limit of the domain but unlimited ones
 //	      algorithm: token_bucket
 //	    limits:              # the rate_limit with this name; wins over defaults
 //	      per_user:
