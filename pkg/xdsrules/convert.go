@@ -75,17 +75,17 @@ func Convert(c *rlsconf.RateLimitConfig, ext *Extensions, opts rules.Options) (*
 	if c.GetName() == "" {
 		return nil, errors.New("xdsrules: a RateLimitConfig has no name (want a unique resource name)")
 	}
-	doc, err := Render(c, ext)
+	doc, err := render(c, ext)
 	if err != nil {
 		return nil, fmt.Errorf("xdsrules: %s: %w", sourceName(c.GetName()), err)
 	}
 	return rules.Parse(sourceName(c.GetName()), doc, opts)
 }
 
-// Render returns the rule file that c, with the extensions of its domain,
-// stands for: what envoy-rls parses, and what /debug/config's source
-// refers to.
-func Render(c *rlsconf.RateLimitConfig, ext *Extensions) ([]byte, error) {
+// render returns the rule file that c, with the extensions of its domain,
+// stands for: what the grammar parses, so that its errors' paths
+// (descriptors[0].rate_limit.unit) name the resource's own fields.
+func render(c *rlsconf.RateLimitConfig, ext *Extensions) ([]byte, error) {
 	root := yamlMap{{"domain", c.GetDomain()}}
 	root = append(root, kv{"descriptors", descriptors(c.GetDescriptors(), ext.domain(c.GetDomain()))})
 	return yaml.Marshal(root.node())
