@@ -113,6 +113,23 @@ var refMappings = []refMapping{
 		detail: "used by the reference's counters, which --reference-metrics exports"},
 	{vars: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, flag: "count-denied-hits", conv: countDenied,
 		detail: "envoy-rls counts no denied hits unless --count-denied-hits; the reference counts them unless this is true"},
+	{vars: []string{"CONFIG_TYPE"}, flag: "config-source", conv: configType},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_URL"}, flag: "xds-server"},
+	{vars: []string{"CONFIG_GRPC_XDS_NODE_ID"}, flag: "xds-node-id"},
+	{vars: []string{"CONFIG_GRPC_XDS_NODE_METADATA"}, flag: "xds-node-metadata"},
+	{vars: []string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"}, flag: "xds-headers"},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS"}, flag: "xds-tls"},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"}, flag: "xds-tls-ca", conv: ifTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"}, flag: "xds-tls-cert", conv: ifTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"}, flag: "xds-tls-key", conv: ifTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")},
+	{vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}, flag: "xds-tls-san", conv: ifTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_SAN")},
+	{vars: []string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"}, flag: "xds-backoff-initial"},
+	{vars: []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL"}, flag: "xds-backoff-max"},
+	{vars: []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}, flag: "xds-backoff-random-factor"},
+	{vars: []string{"XDS_CLIENT_BACKOFF_JITTER"}, flag: "xds-backoff-jitter"},
+	{vars: []string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, flag: "xds-max-msg-size"},
+	{vars: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG"}, flag: "xds-force-start",
+		detail: "only the xDS source (CONFIG_TYPE=GRPC_XDS_SOTW) starts without rules; a rule directory must load at start"},
 	{vars: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, flag: "redis-deny-cache-entries", conv: denyCacheEntries,
 		detail: "converted at about 256 bytes per entry; 0 turns the deny cache off, as it turns off the reference's local cache"},
 }
@@ -141,10 +158,6 @@ var refUnsupportedVars = []refUnsupported{
 	{"REDIS_POOL_ON_EMPTY_", "envoy-rls's pool waits up to --redis-timeout for a connection"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "every key's TTL is the time its state takes to equal no key; there is nothing to jitter"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "nothing to set: envoy-rls serves only once its rules have loaded"},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "envoy-rls reads its rules directory (--config-dir) at start"},
-	{"CONFIG_TYPE", "envoy-rls reads rules from --config-dir; xDS (GRPC_XDS_SOTW) is not supported by this build"},
-	{"CONFIG_GRPC_XDS_", "xDS rule sources are not supported by this build; use --config-dir"},
-	{"XDS_CLIENT_BACKOFF_", "xDS rule sources are not supported by this build; use --config-dir"},
 	{"RUNTIME_WATCH_ROOT", "--config-dir is always watched, including the Kubernetes ConfigMap ..data swap"},
 	{"RUNTIME_IGNOREDOTFILES", "nothing to set: files whose names start with a dot are always skipped, and only *.yaml and *.yml files of --config-dir are read"},
 	{"GRPC_CLIENT_TLS_SAN", "--grpc-tls-client-ca verifies the client certificate's chain, not its SAN"},
@@ -476,4 +489,16 @@ func countDenied(get lookupFunc) (string, bool, error) {
 		return "", false, err
 	}
 	return strconv.FormatBool(!stop), true, nil
+}
+
+// configType maps the reference's CONFIG_TYPE onto --config-source.
+func configType(get lookupFunc) (string, bool, error) {
+	v, _ := get("CONFIG_TYPE")
+	switch strings.ToUpper(v) {
+	case "", "FILE":
+		return sourceFile, true, nil
+	case "GRPC_XDS_SOTW":
+		return sourceXDS, true, nil
+	}
+	return "", false, fmt.Errorf("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", v)
 }

@@ -86,6 +86,21 @@ func TestRefEnvMapping(t *testing.T) {
 			map[string]string{"response-headers": "legacy", "legacy-header-names": "RateLimit-Limit,RateLimit-Remaining,X-Reset"}},
 		{"grpc server TLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c", "GRPC_SERVER_TLS_KEY": "/k", "GRPC_CLIENT_TLS_CACERT": "/ca"}, nil,
 			map[string]string{"grpc-tls-cert": "/c", "grpc-tls-key": "/k", "grpc-tls-client-ca": "/ca"}},
+		{"xds source", map[string]string{
+			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "cp:18000", "CONFIG_GRPC_XDS_NODE_ID": "rls",
+			"CONFIG_GRPC_XDS_NODE_METADATA": "zone:a", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-token:t",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "cp.local",
+			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0.2",
+			"XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1024", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		}, nil, map[string]string{
+			"config-source": "xds", "xds-server": "cp:18000", "xds-node-id": "rls", "xds-node-metadata": "zone:a", "xds-headers": "x-token:t",
+			"xds-tls": "true", "xds-tls-ca": "/ca", "xds-tls-cert": "/c", "xds-tls-key": "/k", "xds-tls-san": "cp.local",
+			"xds-backoff-initial": "2s", "xds-backoff-max": "20s", "xds-backoff-random-factor": "0.2", "xds-backoff-jitter": "false",
+			"xds-max-msg-size": "1024", "xds-force-start": "true",
+		}},
+		{"xds TLS files need USE_TLS", map[string]string{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca"}, nil, map[string]string{"xds-tls-ca": ""}},
+		{"file source", map[string]string{"CONFIG_TYPE": "FILE"}, nil, map[string]string{"config-source": "file"}},
 		{"our command line wins", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "ref:1", "LOG_LEVEL": "debug"}, []string{"--redis-url", "redis://ours:2"},
 			map[string]string{"redis-url": "redis://ours:2", "log-level": "debug"}},
 		{"our env twin wins", map[string]string{"LOG_LEVEL": "debug", "ENVOY_RLS_LOG_LEVEL": "error"}, nil,
@@ -165,6 +180,8 @@ func TestRefEnvErrors(t *testing.T) {
 		{map[string]string{"SHADOW_MODE": "maybe"}, "SHADOW_MODE"},
 		{map[string]string{"REDIS_POOL_SIZE": "ten"}, "REDIS_POOL_SIZE"},
 		{map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, "LOCAL_CACHE_SIZE_IN_BYTES"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, "CONFIG_TYPE"},
+		{map[string]string{"XDS_CLIENT_BACKOFF_JITTER": "often"}, "XDS_CLIENT_BACKOFF_JITTER"},
 	} {
 		if _, _, err := refEnvRun(t, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("env %v: error %v, want one naming %s", tc.env, err, tc.want)

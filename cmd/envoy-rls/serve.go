@@ -64,6 +64,7 @@ type serveConfig struct {
 	refNotes          []refNote
 	metrics           metricsFlags
 	grpc              grpcFlags
+	xds               xdsFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -109,6 +110,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.http.register(fs)
 	c.metrics.register(fs)
 	c.grpc.register(fs)
+	c.xds.register(fs)
 	return c, fs
 }
 
@@ -236,6 +238,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.grpc.validate(); err != nil {
 		return o, err
 	}
+	if err := c.xds.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -254,22 +259,17 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
-	loader, err := loadRules(cfg.configDir, opts.rules, log, reg)
+	src, err := startRules(ctx, cfg, opts.rules, log, reg)
 	if err != nil {
 		return err
 	}
-	go func() {
-		if err := loader.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("rule watcher stopped; rules will no longer reload", zap.Error(err))
-		}
-	}()
 	backend, closeBackend, err := newBackend(ctx, cfg, opts.failureMode, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeBackend()
 	svc, err := rls.New(rls.Config{
-		Rules:            loader.Current,
+		Rules:            src.current,
 		Backend:          backend,
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
@@ -286,7 +286,13 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	if err != nil {
 		return err
 	}
-	srv, err := newServers(ctx, cfg, svc, backend.Ready, loader.Current, reg, log)
+	ready := func(ctx context.Context) error {
+		if err := src.ready(ctx); err != nil {
+			return err
+		}
+		return backend.Ready(ctx)
+	}
+	srv, err := newServers(ctx, cfg, svc, ready, src.current, reg, log)
 	if err != nil {
 		return err
 	}
@@ -432,8 +438,8 @@ func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health: not draining, and check (the backend stack's Ready)
-// passing. It publishes every flip to the gRPC health server, so watchers
+// and gRPC health: not draining, and check (the rule source's first
+// config, then the backend stack's Ready) passing. It publishes every flip to the gRPC health server, so watchers
 // follow too, and logs it.
 func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
 	return readiness.New(ctx, readiness.Options{

@@ -9,7 +9,8 @@
 // The rules are deliberately not part of the answer: a Loader never serves
 // an empty rule set and keeps the last good rules when a push is bad, so a
 // config push (the same push reaches every replica at once) can never take
-// all replicas out together.
+// all replicas out together. The one exception is made by the caller's
+// check: an xDS config source that has received no config yet.
 package readiness
 
 import (

@@ -24,9 +24,37 @@ type Domain struct {
 	File string
 	// Line is the line of the domain field.
 	Line int
+	// Source says where the domain came from, for /debug/config and
+	// explain: Parse records its file; a config source that parses what
+	// it receives (xDS) replaces it with its own before building a
+	// snapshot.
+	Source Source
 
 	root  node
 	rules []*Rule
+}
+
+// Source types.
+const (
+	SourceFile = "file"
+	SourceXDS  = "xds"
+)
+
+// Source is where a domain's rules came from: a file, or an xDS resource
+// at the version the management server gave the push that carried it.
+type Source struct {
+	Type    string `json:"type"`
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+// String renders the source for logs and explain: "file:/etc/x.yaml",
+// "xds:name@v3".
+func (s Source) String() string {
+	if s.Version == "" {
+		return s.Type + ":" + s.Name
+	}
+	return s.Type + ":" + s.Name + "@" + s.Version
 }
 
 // Rules returns the domain's rules in file order. The caller must not
@@ -74,7 +102,7 @@ func (p *parser) parse(data []byte) *Domain {
 		return nil
 	}
 	f := p.fields(root, "", rootFields)
-	d := &Domain{File: p.file, Line: root.Line}
+	d := &Domain{File: p.file, Line: root.Line, Source: Source{Type: SourceFile, Name: p.file}}
 	if n, ok := f["domain"]; ok {
 		d.Line = n.Line
 		if s, ok := p.str(n, "domain"); ok {

@@ -27,7 +27,7 @@ func mergeDomains(domains []*Domain) ([]*Domain, error) {
 		}
 		m, seen := byName[d.Name]
 		if !seen {
-			m = &Domain{Name: d.Name, File: d.File, Line: d.Line, rules: append([]*Rule(nil), d.rules...)}
+			m = &Domain{Name: d.Name, File: d.File, Line: d.Line, Source: d.Source, rules: append([]*Rule(nil), d.rules...)}
 			m.root = node{
 				exact: maps.Clone(d.root.exact),
 				keys:  maps.Clone(d.root.keys),

@@ -162,6 +162,19 @@ func (s *Snapshot) Domains() []*Domain {
 	return out
 }
 
+// Source returns where domain's rules came from, and whether domain is
+// configured.
+func (s *Snapshot) Source(domain string) (Source, bool) {
+	if s == nil {
+		return Source{}, false
+	}
+	d, ok := s.domains[domain]
+	if !ok {
+		return Source{}, false
+	}
+	return d.Source, true
+}
+
 // NumRules returns the number of rules in all domains.
 func (s *Snapshot) NumRules() int {
 	if s == nil {
@@ -200,13 +213,14 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 	type domainJSON struct {
 		Domain string     `json:"domain"`
 		File   string     `json:"file"`
+		Source Source     `json:"source"`
 		Rules  []ruleJSON `json:"rules"`
 	}
 	out := struct {
 		Domains []domainJSON `json:"domains"`
 	}{Domains: []domainJSON{}}
 	for _, d := range s.Domains() {
-		dj := domainJSON{Domain: d.Name, File: d.File, Rules: []ruleJSON{}}
+		dj := domainJSON{Domain: d.Name, File: d.File, Source: d.Source, Rules: []ruleJSON{}}
 		for _, r := range d.rules {
 			rj := ruleJSON{
 				ID: r.ID, Path: r.Path, Line: r.Line, Unlimited: r.Unlimited,
