@@ -62,6 +62,7 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: DUMP %q: %v", a, key, err)
 			}
+			ttl := client.PTTL(ctx, key).Val()
 			p, err := b.Peek(ctx, t0, []algo.Check{c})
 			if err != nil {
 				t.Fatalf("%s: Peek: %v", a, err)
@@ -71,6 +72,10 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			}
 			if after := client.Dump(ctx, key).Val(); after != before {
 				t.Errorf("%s: the peek changed the value of %q", a, key)
+			}
+			// DUMP leaves the expiry out; a TTL only ever counts down.
+			if after := client.PTTL(ctx, key).Val(); after > ttl || after <= 0 {
+				t.Errorf("%s: the peek moved the expiry of %q from %v to %v", a, key, ttl, after)
 			}
 		}
 	})
