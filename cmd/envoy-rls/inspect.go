@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,18 +65,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 1
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = inspect.WriteText(stdout, rep)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "envoy-rls inspect: write: %v\n", err)
-		return 1
-	}
-	return 0
+	return printReport(stdout, stderr, "inspect", asJSON, rep, func(w io.Writer) error { return inspect.WriteText(w, rep) })
 }
 
 // checkInspect checks inspect's flags and loads the rules when
