@@ -7,9 +7,10 @@
 // counter's state now (remaining, reset, TTL).
 //
 // It only reads: it never applies a check, so an explanation consumes no
-// hit and writes to no store. It must not import gRPC, parse flags or
-// listen; envoy-rls explain (offline) and the debug listener's
-// /debug/explain (live) wire it.
+// hit and writes to no store. It must not see gRPC types (the service's
+// adjusted limits reach it as rls.Effective), parse flags or listen;
+// envoy-rls explain (offline) and the debug listener's /debug/explain
+// (live) wire it.
 package explain
 
 import (

@@ -5,8 +5,8 @@
 // and by size and use.
 //
 // It only reads. It sends SCAN with a COUNT (never KEYS), so the server
-// never blocks for more than one SCAN step, and per key only GET or ZCARD,
-// PTTL, MEMORY USAGE and, under an LFU policy, OBJECT FREQ. It must never
+// never blocks for more than one SCAN step, and per key only GET (ZCARD and
+// ZCOUNT for a sliding log), PTTL, MEMORY USAGE and, under an LFU policy, OBJECT FREQ. It must never
 // send a command that writes, and it leaves keys that are not envoy-rls's
 // alone (they are only counted, as foreign).
 package inspect
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -233,12 +234,16 @@ func lfuPolicy(ctx context.Context, c *redis.Client) (bool, error) {
 	return false, nil
 }
 
-// read is the pipelined replies for one of our keys.
+// read is the pipelined replies for one of our keys: value for a string
+// state, logged and live (the entries of the last period) for a sliding
+// log, which is counted rather than read, since it may hold as many
+// entries as its limit.
 type read struct {
-	key   redisalgo.Key
-	name  string
-	value redis.Cmder
-	ttl   *redis.DurationCmd
+	key          redisalgo.Key
+	name         string
+	value        *redis.StringCmd
+	logged, live *redis.IntCmd
+	ttl          *redis.DurationCmd
 	mem   *redis.IntCmd
 	freq  *redis.IntCmd
 }
@@ -256,7 +261,8 @@ func (w *walk) batch(ctx context.Context, c *redis.Client, names []string, now i
 		}
 		rd := read{key: k, name: n, ttl: pipe.PTTL(ctx, n), mem: pipe.MemoryUsage(ctx, n)}
 		if k.Algorithm == algo.SlidingLog {
-			rd.value = pipe.ZRangeWithScores(ctx, n, 0, -1)
+			rd.logged = pipe.ZCard(ctx, n)
+			rd.live = pipe.ZCount(ctx, n, "("+strconv.FormatInt(now-k.Period, 10), "+inf")
 		} else {
 			rd.value = pipe.Get(ctx, n)
 		}
@@ -305,15 +311,29 @@ func (w *walk) add(rd read, now int64) {
 	}
 	pol := algo.Policy{Algorithm: rd.key.Algorithm, Period: rd.key.Period}
 	ruleName := w.match(&k, rd.key, &pol)
-	st, ok := decode(rd, pol)
-	if !ok {
-		w.r.Unreadable++
-		k.State = "unreadable"
-	} else {
+	switch {
+	case rd.logged != nil && rd.logged.Err() == nil && rd.live.Err() == nil:
+		k.Value = rd.live.Val()
+		k.State = fmt.Sprintf("%d logged hits, %d in the last period", rd.logged.Val(), k.Value)
+		if k.Rule != "" {
+			k.Remaining = max(pol.Limit-k.Value, 0)
+		}
+	case rd.value != nil && rd.value.Err() == nil:
+		st, err := redisalgo.DecodeState(pol, rd.value.Val())
+		if err != nil {
+			k.State = "unreadable"
+			break
+		}
 		k.State, k.Value = describeState(pol, st, now, k.Rule != "")
 		if k.Rule != "" {
 			k.Remaining = algo.Peeked{State: st, Now: now}.Decision(pol).Remaining
 		}
+	default:
+		// Expired since SCAN, or another type than its algorithm's.
+		k.State = "unreadable"
+	}
+	if k.State == "unreadable" {
+		w.r.Unreadable++
 	}
 	w.r.Ours++
 	w.r.MemoryBytes += k.MemoryBytes
@@ -354,21 +374,6 @@ func (w *walk) match(k *Key, dk redisalgo.Key, pol *algo.Policy) string {
 	return shape + " (no limit of rule " + r.ID + ")"
 }
 
-// decode reads a key's state from its reply.
-func decode(rd read, pol algo.Policy) (algo.State, bool) {
-	switch v := rd.value.(type) {
-	case *redis.ZSliceCmd:
-		return redisalgo.LogState(v.Val()), v.Err() == nil
-	case *redis.StringCmd:
-		if v.Err() != nil {
-			return algo.State{}, false
-		}
-		st, err := redisalgo.DecodeState(pol, v.Val())
-		return st, err == nil
-	}
-	return algo.State{}, false
-}
-
 // describeState says what a state holds, and the hits it counts.
 func describeState(pol algo.Policy, st algo.State, now int64, known bool) (string, int64) {
 	switch pol.Algorithm {
@@ -376,14 +381,6 @@ func describeState(pol algo.Policy, st algo.State, now int64, known bool) (strin
 		return fmt.Sprintf("window at %s: %d hits", us(st.Time), st.Count), st.Count
 	case algo.SlidingWindow:
 		return fmt.Sprintf("window at %s: %d hits, previous %d", us(st.Time), st.Count, st.Prev), st.Count
-	case algo.SlidingLog:
-		live := 0
-		for _, t := range st.Log {
-			if t > now-pol.Period {
-				live++
-			}
-		}
-		return fmt.Sprintf("%d logged hits, %d in the last period", len(st.Log), live), int64(live)
 	}
 	wait := max(st.Time-now, 0)
 	used := int64(0)
