@@ -244,8 +244,8 @@ type read struct {
 	value        *redis.StringCmd
 	logged, live *redis.IntCmd
 	ttl          *redis.DurationCmd
-	mem   *redis.IntCmd
-	freq  *redis.IntCmd
+	mem          *redis.IntCmd
+	freq         *redis.IntCmd
 }
 
 // batch reads one SCAN step's keys of ours in one pipeline.
