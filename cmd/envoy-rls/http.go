@@ -40,7 +40,7 @@ type httpFlags struct {
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.debugAddr, "debug-addr", defaultDebugAddr, "debug listen address (/debug/config, /debug/pprof with --pprof); loopback by default, empty turns it off")
+	fs.StringVar(&h.debugAddr, "debug-addr", defaultDebugAddr, "debug listen address (/debug/config, /debug/explain, /debug/pprof with --pprof); loopback by default, empty turns it off")
 	fs.DurationVar(&h.readTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest time to read one HTTP request, headers and body; a client that sends slower is cut off")
 	fs.DurationVar(&h.idleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long a kept-alive HTTP connection may wait for its next request")
 	fs.IntVar(&h.maxHeaderBytes, "http-max-header-bytes", defaultHTTPMaxHeaderBytes, "largest HTTP request header block in bytes (larger gets 431)")

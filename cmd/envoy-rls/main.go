@@ -18,6 +18,10 @@ commands:
   serve      run the rate-limit service (the default when no command is given)
   validate   check a rules directory: envoy-rls validate DIR
   check      ask a running service for a decision
+  explain    why a request is limited: the matched rule, limits, Redis keys,
+             and live (--addr) each counter's state, consuming nothing
+  inspect    what is in Redis: envoy-rls's keys decoded and summarised,
+             read-only
   version    print the version
 
 Run "envoy-rls <command> -h" for a command's flags. Every flag has an
@@ -48,6 +52,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args, stdout, stderr)
 	case "check":
 		return check(args, stdout, stderr)
+	case "explain":
+		return explainCmd(args, stdout, stderr)
+	case "inspect":
+		return inspectCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "envoy-rls", version)
 		return 0

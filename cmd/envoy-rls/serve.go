@@ -292,7 +292,8 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		}
 		return backend.Ready(ctx)
 	}
-	srv, err := newServers(ctx, cfg, svc, ready, src.current, reg, log)
+	explainer := explainHandler(cfg, svc, backend, src.current)
+	srv, err := newServers(ctx, cfg, svc, ready, src.current, explainer, reg, log)
 	if err != nil {
 		return err
 	}
@@ -329,9 +330,10 @@ type servers struct {
 }
 
 // newServers builds the gRPC server (the service, health, reflection), the
-// HTTP server and the debug server; ready is the backend's readiness and
-// rulesNow the rules /debug/config and /rlconfig show.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+// HTTP server and the debug server; ready is the backend's readiness,
+// rulesNow the rules /debug/config and /rlconfig show, and explainer
+// serves /debug/explain.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, explainer http.Handler, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
 	creds, err := cfg.tls.serverOption(log)
 	if err != nil {
 		return nil, err
@@ -356,6 +358,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		Config:   func() any { return rulesNow() },
 		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
 		Pprof:    cfg.pprof,
+		Explain:  explainer,
 	}), log)
 	return s, nil
 }

@@ -19,10 +19,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	cfg, fs := serveFlagSet("validate", stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: envoy-rls validate [serve flags] [DIR]\n\nDIR defaults to --config-dir; of the flags, the rule flags matter:\n")
-		for _, name := range []string{"config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config"} {
-			f := fs.Lookup(name)
-			fmt.Fprintf(fs.Output(), "  --%s (default %q, env %s)\n    \t%s\n", f.Name, f.DefValue, envName(f.Name), f.Usage)
-		}
+		printFlags(fs, "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config")
 	}
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

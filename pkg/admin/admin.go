@@ -55,10 +55,13 @@ type DebugOptions struct {
 	RLConfig func(w io.Writer) error
 	// Pprof mounts /debug/pprof/.
 	Pprof bool
+	// Explain serves POST /debug/explain, which explains a request
+	// against the running rules and counters and changes nothing.
+	Explain http.Handler
 }
 
-// NewDebug returns the debug handler for opts: /debug/config, /rlconfig
-// and, with Pprof, /debug/pprof/. It belongs on a listener apart from the service
+// NewDebug returns the debug handler for opts: /debug/config, /rlconfig,
+// /debug/explain and, with Pprof, /debug/pprof/. It belongs on a listener apart from the service
 // handler's: a profile or the full rule set is not for every client that
 // can reach /metrics.
 func NewDebug(opts DebugOptions) http.Handler {
@@ -68,6 +71,9 @@ func NewDebug(opts DebugOptions) http.Handler {
 	}
 	if opts.RLConfig != nil {
 		mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) { rlconfig(w, opts.RLConfig) })
+	}
+	if opts.Explain != nil {
+		mux.Handle("POST /debug/explain", opts.Explain)
 	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

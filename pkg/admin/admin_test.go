@@ -43,6 +43,8 @@ func TestEndpointsByListener(t *testing.T) {
 		{"debug with pprof", NewDebug(DebugOptions{Config: cfg, Pprof: true}), "/debug/pprof/", http.StatusOK},
 		{"debug hides /metrics", NewDebug(DebugOptions{Config: cfg, Pprof: true}), "/metrics", http.StatusNotFound},
 		{"debug hides /json", NewDebug(DebugOptions{Config: cfg, Pprof: true}), "/json", http.StatusNotFound},
+		{"service hides /debug/explain", svc, "/debug/explain", http.StatusNotFound},
+		{"debug /debug/explain takes a POST", NewDebug(DebugOptions{Explain: ok}), "/debug/explain", http.StatusMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,6 +55,11 @@ func TestEndpointsByListener(t *testing.T) {
 	}
 	if _, body := get(t, NewDebug(DebugOptions{Config: cfg}), "/debug/config"); !strings.Contains(body, `"domain": "shop"`) {
 		t.Errorf("/debug/config = %q, want the config as JSON", body)
+	}
+	rec := httptest.NewRecorder()
+	NewDebug(DebugOptions{Explain: ok}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/debug/explain", strings.NewReader("{}")))
+	if rec.Code != http.StatusOK || rec.Body.String() != "handled" {
+		t.Errorf("POST /debug/explain: %d %q, want the Explain handler's answer", rec.Code, rec.Body.String())
 	}
 }
 

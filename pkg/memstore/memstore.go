@@ -387,3 +387,34 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// Peek reads the state of each check's counter at at without changing it,
+// for tools (the live explain endpoint): it takes each shard's lock only to
+// copy an entry, drops nothing and counts nothing. The TTL is the state's
+// algo.Expiry, which is what the store keeps it for.
+func (s *Store) Peek(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Peeked, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := at.UnixMicro()
+	out := make([]algo.Peeked, len(checks))
+	var id []byte
+	for i := range checks {
+		id = checks[i].AppendIdentity(id[:0])
+		k := s.key(id)
+		sh := &s.shards[k[0]&s.mask]
+		sh.mu.Lock()
+		e, ok := sh.m[k]
+		var st algo.State
+		if ok && e.until >= now {
+			st = e.state(checks[i].Policy, slices.Clone(sh.logs[k]))
+		}
+		sh.mu.Unlock()
+		p := &out[i]
+		p.Now, p.State = now, st
+		if p.TTL = algo.Expiry(checks[i].Policy, st, now); p.TTL > 0 {
+			p.Exists = true
+		}
+	}
+	return out, nil
+}

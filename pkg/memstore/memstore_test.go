@@ -19,6 +19,20 @@ func TestBackendSuite(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Backend {
 		return newStore(t, Options{})
 	})
+	t.Run("Peek", func(t *testing.T) {
+		backendtest.RunPeek(t, func(t *testing.T) backendtest.Peeker { return newStore(t, Options{}) })
+	})
+}
+
+// TestPeekStoresNothing: peeking at counters the store does not hold adds
+// no key.
+func TestPeekStoresNothing(t *testing.T) {
+	s := newStore(t, Options{})
+	c := algo.Check{Domain: "d", HashTag: -1, Entries: []algo.Entry{{Key: "k", Value: "v"}}, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Second}}
+	p, err := s.Peek(context.Background(), time.UnixMicro(backendtest.Start), []algo.Check{c})
+	if err != nil || len(p) != 1 || p[0].Exists || s.Len() != 0 {
+		t.Fatalf("Peek = %+v, %v; store holds %d keys, want none", p, err, s.Len())
+	}
 }
 
 // newStore returns New(opts), failing t on an error.

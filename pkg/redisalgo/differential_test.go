@@ -305,7 +305,7 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 		}
 	case algo.FixedWindow, algo.SlidingWindow:
 		// One spelling per state, so the value must round-trip.
-		if s, err = parseWindow(a, p.Period, strs[0]); err != nil {
+		if s, err = DecodeState(p, strs[0]); err != nil {
 			return s, true, fmt.Errorf("%s: %w", key, err)
 		}
 		if want := windowValue(a, p.Period, s); strs[0] != want {
@@ -314,19 +314,11 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 	default:
 		// One spelling per state, so the value must round-trip:
 		// token_bucket and gcra "<t>", or "<t>:<f>" with f > 0.
-		parts := strings.Split(strs[0], ":")
-		nums := make([]int64, len(parts))
-		for i, part := range parts {
-			if nums[i], err = integer(fmt.Sprintf("value part %d", i+1), part); err != nil {
-				return s, true, err
-			}
-		}
-		s.Time = nums[0]
-		if len(nums) == 2 {
-			s.Frac = nums[1]
+		if s, err = DecodeState(p, strs[0]); err != nil {
+			return s, true, fmt.Errorf("%s: %w", key, err)
 		}
 		want := strconv.FormatInt(s.Time, 10)
-		if s.Frac != 0 || len(nums) > 2 {
+		if s.Frac != 0 {
 			want += ":" + strconv.FormatInt(s.Frac, 10)
 		}
 		if strs[0] != want {
@@ -362,58 +354,6 @@ func windowValue(a algo.Algorithm, period int64, s algo.State) string {
 		lengths += strconv.Itoa(len(d))
 	}
 	return i + digits + lengths
-}
-
-// parseWindow reads a windowValue back.
-func parseWindow(a algo.Algorithm, period int64, v string) (algo.State, error) {
-	var s algo.State
-	n := 1
-	if a == algo.SlidingWindow {
-		n = 2
-	}
-	nums := make([]int64, 0, 1+n)
-	if strings.Contains(v, ":") {
-		for _, part := range strings.Split(v, ":") {
-			x, err := strconv.ParseInt(part, 10, 64)
-			if err != nil {
-				return s, fmt.Errorf("%v value %q: part %q is not an integer", a, v, part)
-			}
-			nums = append(nums, x)
-		}
-		if len(nums) != 1+n {
-			return s, fmt.Errorf("%v value %q: %d parts, want %d", a, v, len(nums), 1+n)
-		}
-	} else {
-		if len(v) < n+1 {
-			return s, fmt.Errorf("%v value %q: too short for %d length digits", a, v, n)
-		}
-		rest, lengths := v[:len(v)-n], v[len(v)-n:]
-		counts := make([]int64, n)
-		for k := n - 1; k >= 0; k-- {
-			l := int(lengths[k] - '0')
-			if l < 0 || l > 9 || l > len(rest) {
-				return s, fmt.Errorf("%v value %q: bad length digit %q", a, v, lengths[k])
-			}
-			if l > 0 {
-				c, err := strconv.ParseInt(rest[len(rest)-l:], 10, 64)
-				if err != nil {
-					return s, fmt.Errorf("%v value %q: count %q is not an integer", a, v, rest[len(rest)-l:])
-				}
-				counts[k] = c
-			}
-			rest = rest[:len(rest)-l]
-		}
-		i, err := strconv.ParseInt(rest, 10, 64)
-		if err != nil {
-			return s, fmt.Errorf("%v value %q: window index %q is not an integer", a, v, rest)
-		}
-		nums = append(append(nums, i), counts...)
-	}
-	s.Time, s.Count = nums[0]*period, nums[1]
-	if a == algo.SlidingWindow {
-		s.Prev = nums[2]
-	}
-	return s, nil
 }
 
 // sameState compares the fields algorithm a stores.

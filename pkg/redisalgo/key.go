@@ -3,7 +3,12 @@ package redisalgo
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -224,3 +229,227 @@ var crc16Table = func() (t [256]uint16) {
 	}
 	return t
 }()
+
+// Part is one client-supplied part of a key read back by ParseKey: the
+// original text, or, for a part longer than 64 bytes, the hex digest that
+// stands in for it.
+type Part struct {
+	Text   string
+	Digest bool
+}
+
+// String returns the text, or "#<hex>" for a digest.
+func (p Part) String() string {
+	if p.Digest {
+		return "#" + p.Text
+	}
+	return p.Text
+}
+
+// KeyEntry is one descriptor entry read back from a key.
+type KeyEntry struct{ Key, Value Part }
+
+// Key is what a key names, read back from its name by ParseKey: AppendKey's
+// arguments, but for the numbers a key leaves out (Limit, Burst) and the
+// text of the parts replaced by their digest.
+type Key struct {
+	Domain  Part
+	Entries []KeyEntry
+	// HashTag is the index of the entry that is the key's hash tag, or -1.
+	HashTag   int
+	Algorithm algo.Algorithm
+	// Period is in µs.
+	Period int64
+}
+
+// ErrNotOurs is wrapped by ParseKey's errors: the name is not one that
+// AppendKey (after the deployment's prefix) writes.
+var ErrNotOurs = errors.New("not an envoy-rls key")
+
+// ParseKey reads a key name back into what it names: the inverse of
+// AppendKey after prefix (Options.KeyPrefix). It accepts only the one
+// spelling AppendKey writes, so every name it accepts names one counter,
+// and it accepts every name AppendKey writes (the key tests and a fuzz
+// target hold both directions). Any other name is refused with an error
+// wrapping ErrNotOurs that says why.
+func ParseKey(name, prefix string) (Key, error) {
+	k, err := parseKey(name, prefix)
+	if err != nil {
+		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %w: %w", ErrNotOurs, err)
+	}
+	return k, nil
+}
+
+func parseKey(name, prefix string) (Key, error) {
+	k := Key{HashTag: -1}
+	rest, ok := strings.CutPrefix(name, prefix+KeyPrefix+"{")
+	if !ok {
+		return k, fmt.Errorf("no %q prefix", prefix+KeyPrefix+"{")
+	}
+	if strings.IndexByte(name, '{') != len(prefix)+len(KeyPrefix) {
+		return k, errors.New("the first '{' is not the hash tag's")
+	}
+	// Split where Redis does: at the first '}' after the first '{'.
+	tag, after, ok := strings.Cut(rest, "}")
+	if !ok || tag == "" {
+		return k, errors.New("no hash tag")
+	}
+	if after == "" {
+		return k, k.parseDefault(strings.Split(tag, ":"))
+	}
+	return k, k.parseTagged(strings.Split(tag, ":"), strings.Split(after, ":"))
+}
+
+// parseDefault reads the fields of r2{<domain>:<k1>:<v1>…:<ap>}.
+func (k *Key) parseDefault(f []string) error {
+	if len(f) < 2 || len(f)%2 != 0 {
+		return fmt.Errorf("%d fields in the hash tag (want the domain, key and value pairs, and the policy)", len(f))
+	}
+	var err error
+	if k.Domain, err = parsePart(f[0]); err != nil {
+		return fmt.Errorf("domain: %w", err)
+	}
+	last := len(f) - 1
+	for i := 1; i < last; i += 2 {
+		if err := k.appendEntry(f[i], f[i+1]); err != nil {
+			return err
+		}
+	}
+	return k.parsePolicy(f[last])
+}
+
+// parseTagged reads r2{<domain>:<kt>:<vt>}<k1>:<v1>:#:…:<ap>.
+func (k *Key) parseTagged(tag, f []string) error {
+	if len(tag) != 3 {
+		return fmt.Errorf("%d fields in the hash tag (want the domain and the tagged entry)", len(tag))
+	}
+	var err error
+	if k.Domain, err = parsePart(tag[0]); err != nil {
+		return fmt.Errorf("domain: %w", err)
+	}
+	tagged, err := parseEntry(tag[1], tag[2])
+	if err != nil {
+		return fmt.Errorf("tagged entry: %w", err)
+	}
+	last := len(f) - 1
+	for i := 0; i < last; i++ {
+		if f[i] == "#" {
+			if k.HashTag >= 0 {
+				return errors.New("two '#' fields after the hash tag")
+			}
+			k.HashTag = len(k.Entries)
+			k.Entries = append(k.Entries, tagged)
+			continue
+		}
+		if i+1 >= last {
+			return fmt.Errorf("entry key %q has no value", f[i])
+		}
+		if err := k.appendEntry(f[i], f[i+1]); err != nil {
+			return err
+		}
+		i++
+	}
+	if k.HashTag < 0 {
+		return errors.New("no '#' field marks the tagged entry")
+	}
+	return k.parsePolicy(f[last])
+}
+
+func (k *Key) appendEntry(key, value string) error {
+	e, err := parseEntry(key, value)
+	if err != nil {
+		return fmt.Errorf("entry %d: %w", len(k.Entries), err)
+	}
+	k.Entries = append(k.Entries, e)
+	return nil
+}
+
+func parseEntry(key, value string) (KeyEntry, error) {
+	k, err := parsePart(key)
+	if err != nil {
+		return KeyEntry{}, fmt.Errorf("key: %w", err)
+	}
+	v, err := parsePart(value)
+	if err != nil {
+		return KeyEntry{}, fmt.Errorf("value: %w", err)
+	}
+	return KeyEntry{Key: k, Value: v}, nil
+}
+
+// parsePart is the inverse of appendPart. It refuses what appendPart would
+// not write: an unescaped byte of mustEscape, a needless or lowercase
+// escape, a digest not in lowercase hex.
+func parsePart(s string) (Part, error) {
+	if d, ok := strings.CutPrefix(s, "#"); ok {
+		if len(d) != 2*digestBytes || strings.Trim(d, "0123456789abcdef") != "" {
+			return Part{}, fmt.Errorf("bad digest %q (want '#' and %d lowercase hex digits)", s, 2*digestBytes)
+		}
+		return Part{Text: d, Digest: true}, nil
+	}
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '%' {
+			if mustEscape[c] {
+				return Part{}, fmt.Errorf("unescaped byte %#x in %q", c, s)
+			}
+			b = append(b, c)
+			continue
+		}
+		if i+2 >= len(s) {
+			return Part{}, fmt.Errorf("truncated escape in %q", s)
+		}
+		hi, lo := strings.IndexByte(hexDigits, s[i+1]), strings.IndexByte(hexDigits, s[i+2])
+		if hi < 0 || lo < 0 {
+			return Part{}, fmt.Errorf("bad escape %q in %q (want %% and two uppercase hex digits)", s[i:i+3], s)
+		}
+		v := byte(hi<<4 | lo)
+		if !mustEscape[v] {
+			return Part{}, fmt.Errorf("needless escape of %#x in %q", v, s)
+		}
+		b = append(b, v)
+		i += 2
+	}
+	return Part{Text: string(b)}, nil
+}
+
+// parsePolicy is the inverse of appendPolicy: the algorithm's letter (or
+// 'x' and its number in uppercase hex for one without a letter), then the
+// period in base 36, in seconds or after a '.' in µs.
+func (k *Key) parsePolicy(s string) error {
+	if s == "" {
+		return errors.New("no algorithm and period")
+	}
+	if s[0] == 'x' {
+		hi, lo := -1, -1
+		if len(s) >= 3 {
+			hi, lo = strings.IndexByte(hexDigits, s[1]), strings.IndexByte(hexDigits, s[2])
+		}
+		a := algo.Algorithm(hi<<4 | lo)
+		if hi < 0 || lo < 0 || int(a) < len(algCodes) && algCodes[a] != 0 {
+			return fmt.Errorf("bad algorithm number in %q", s)
+		}
+		k.Algorithm, s = a, s[3:]
+	} else {
+		a := slices.Index(algCodes[:], s[0])
+		if a <= 0 {
+			return fmt.Errorf("unknown algorithm letter in %q", s)
+		}
+		k.Algorithm, s = algo.Algorithm(a), s[1:]
+	}
+	us, micro := strings.CutPrefix(s, ".")
+	v, err := strconv.ParseInt(us, 36, 64)
+	if err != nil || strconv.FormatInt(v, 36) != us {
+		return fmt.Errorf("bad period %q", s)
+	}
+	switch {
+	case !micro && (v > math.MaxInt64/algo.Second || v < math.MinInt64/algo.Second):
+		return fmt.Errorf("period %q overflows", s)
+	case !micro:
+		v *= algo.Second
+	case v%algo.Second == 0:
+		return fmt.Errorf("whole seconds %q spelt in µs", s)
+	}
+	k.Period = v
+	return nil
+}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+	"errors"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,234 +14,35 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// part is one key component as the encoding should carry it: the raw value,
-// or the digest of a long one.
-type part struct {
-	digest bool
-	s      string
-}
-
-// identity is what a key must identify; decodeKey and wantIdentity build it
-// independently, so a round trip proves the encoding injective.
-type identity struct {
-	domain  part
-	tag     []part // key, value of the hash-tag entry; nil by default
-	tagAt   int    // index of the hash-tag entry; -1 by default
-	entries []part // alternating keys and values
-	alg     algo.Algorithm
-	period  int64
-}
-
-func wantPart(s string) part {
+// wantPart is the Part a key must carry for s: s itself, or the digest of a
+// long s, computed here apart from key.go so that a round trip through
+// ParseKey proves the encoding injective.
+func wantPart(s string) Part {
 	if len(s) > maxPart {
 		sum := sha256.Sum256([]byte(s))
-		return part{digest: true, s: hex.EncodeToString(sum[:digestBytes])}
+		return Part{Digest: true, Text: hex.EncodeToString(sum[:digestBytes])}
 	}
-	return part{s: s}
+	return Part{Text: s}
 }
 
-func wantIdentity(c algo.Check) identity {
-	id := identity{domain: wantPart(c.Domain), tagAt: c.TagIndex(), alg: c.Policy.Algorithm, period: c.Policy.Period}
-	if c.HashTag >= 0 && c.HashTag < len(c.Entries) {
-		e := c.Entries[c.HashTag]
-		id.tag = []part{wantPart(e.Key), wantPart(e.Value)}
-	}
+// wantKey is what ParseKey must read back from c's key.
+func wantKey(c algo.Check) Key {
+	k := Key{Domain: wantPart(c.Domain), HashTag: c.TagIndex(), Algorithm: c.Policy.Algorithm, Period: c.Policy.Period}
 	for _, e := range c.Entries {
-		id.entries = append(id.entries, wantPart(e.Key), wantPart(e.Value))
+		k.Entries = append(k.Entries, KeyEntry{Key: wantPart(e.Key), Value: wantPart(e.Value)})
 	}
-	return id
+	return k
 }
 
-// keyAlgorithms is the documented letter of each algorithm, written out
-// apart from key.go's table.
-var keyAlgorithms = map[byte]algo.Algorithm{
-	'f': algo.FixedWindow, 's': algo.SlidingWindow, 'l': algo.SlidingLog,
-	't': algo.TokenBucket, 'g': algo.GCRA,
-}
-
-// decodePolicy parses the last field, "<letter><period>", rejecting any
-// form AppendKey would not write, so that one policy has one spelling.
-func decodePolicy(s string) (algo.Algorithm, int64, error) {
-	if s == "" {
-		return 0, 0, fmt.Errorf("empty algorithm and period")
-	}
-	var a algo.Algorithm
-	if s[0] == 'x' {
-		if len(s) < 3 || strings.ToUpper(s[1:3]) != s[1:3] {
-			return 0, 0, fmt.Errorf("bad algorithm number in %q", s)
-		}
-		v, err := strconv.ParseUint(s[1:3], 16, 8)
-		if err != nil {
-			return 0, 0, fmt.Errorf("bad algorithm number in %q: %v", s, err)
-		}
-		a, s = algo.Algorithm(v), s[3:]
-		for _, known := range keyAlgorithms {
-			if a == known {
-				return 0, 0, fmt.Errorf("known algorithm %d spelt as a number", v)
-			}
-		}
-	} else {
-		var ok bool
-		if a, ok = keyAlgorithms[s[0]]; !ok {
-			return 0, 0, fmt.Errorf("unknown algorithm letter in %q", s)
-		}
-		s = s[1:]
-	}
-	us, micro := strings.CutPrefix(s, ".")
-	v, err := strconv.ParseInt(us, 36, 64)
-	if err != nil || strconv.FormatInt(v, 36) != us {
-		return 0, 0, fmt.Errorf("bad period %q", s)
-	}
-	if micro {
-		if v%algo.Second == 0 {
-			return 0, 0, fmt.Errorf("whole seconds %q spelt in µs", s)
-		}
-		return a, v, nil
-	}
-	return a, v * algo.Second, nil
-}
-
-// decodePart reverses appendPart, rejecting any byte that should have been
-// escaped.
-func decodePart(s string) (part, error) {
-	if h, ok := strings.CutPrefix(s, "#"); ok {
-		if len(h) != 2*digestBytes || strings.ToLower(h) != h {
-			return part{}, fmt.Errorf("bad digest %q", s)
-		}
-		if _, err := hex.DecodeString(h); err != nil {
-			return part{}, fmt.Errorf("bad digest %q: %v", s, err)
-		}
-		return part{digest: true, s: h}, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '%' {
-			if i+2 >= len(s) {
-				return part{}, fmt.Errorf("truncated escape in %q", s)
-			}
-			v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-			if err != nil || strings.ToUpper(s[i+1:i+3]) != s[i+1:i+3] {
-				return part{}, fmt.Errorf("bad escape in %q", s)
-			}
-			if !mustEscape[v] {
-				return part{}, fmt.Errorf("needless escape of %#x in %q", v, s)
-			}
-			b.WriteByte(byte(v))
-			i += 2
-			continue
-		}
-		if mustEscape[c] {
-			return part{}, fmt.Errorf("unescaped %q in %q", c, s)
-		}
-		b.WriteByte(c)
-	}
-	return part{s: b.String()}, nil
-}
-
-// decodeKey parses a key by the documented layout, splitting the tag where
-// Redis would: at the first '}' after the first '{'.
-func decodeKey(key string) (identity, error) {
-	id := identity{tagAt: -1}
-	rest, ok := strings.CutPrefix(key, KeyPrefix+"{")
-	if !ok {
-		return id, fmt.Errorf("no %q prefix", KeyPrefix+"{")
-	}
-	if strings.IndexByte(key, '{') != len(KeyPrefix) {
-		return id, fmt.Errorf("first '{' is not the tag's")
-	}
-	tag, after, ok := strings.Cut(rest, "}")
-	if !ok || tag == "" {
-		return id, fmt.Errorf("no hash tag")
-	}
-	var fields []string
-	var err error
-	if after == "" {
-		// Default: the tag is domain, key and value pairs, policy.
-		fields = strings.Split(tag, ":")
-		if id.domain, err = decodePart(fields[0]); err != nil {
-			return id, err
-		}
-		fields = fields[1:]
-	} else {
-		// Hash tag: the tag is domain, key, value; the pairs and the
-		// policy follow it.
-		tf := strings.Split(tag, ":")
-		if len(tf) != 3 {
-			return id, fmt.Errorf("hash tag %q has %d fields, want domain, key and value", tag, len(tf))
-		}
-		var parts [3]part
-		for i, f := range tf {
-			if parts[i], err = decodePart(f); err != nil {
-				return id, fmt.Errorf("hash tag: %v", err)
-			}
-		}
-		id.domain, id.tag = parts[0], []part{parts[1], parts[2]}
-		// The tagged entry stands as one '#' field among the pairs.
-		fields = strings.Split(after, ":")
-		if len(fields) == 0 {
-			return id, fmt.Errorf("nothing after the hash tag")
-		}
-		last := len(fields) - 1
-		if id.alg, id.period, err = decodePolicy(fields[last]); err != nil {
-			return id, err
-		}
-		marks := 0
-		for i := 0; i < last; i++ {
-			if fields[i] == "#" {
-				marks++
-				id.tagAt = len(id.entries) / 2
-				id.entries = append(id.entries, id.tag...)
-				continue
-			}
-			if i+1 >= last {
-				return id, fmt.Errorf("entry key %q has no value", fields[i])
-			}
-			if err := id.appendEntry(fields[i], fields[i+1]); err != nil {
-				return id, err
-			}
-			i++
-		}
-		if marks != 1 {
-			return id, fmt.Errorf("%d '#' fields after the hash tag, want 1", marks)
-		}
-		return id, nil
-	}
-	if len(fields)%2 != 1 {
-		return id, fmt.Errorf("fields %q are not key and value pairs and a policy", fields)
-	}
-	last := len(fields) - 1
-	if id.alg, id.period, err = decodePolicy(fields[last]); err != nil {
-		return id, err
-	}
-	for i := 0; i < last; i += 2 {
-		if err := id.appendEntry(fields[i], fields[i+1]); err != nil {
-			return id, err
-		}
-	}
-	return id, nil
-}
-
-// appendEntry decodes one entry's key and value.
-func (id *identity) appendEntry(k, v string) error {
-	kp, err1 := decodePart(k)
-	vp, err2 := decodePart(v)
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("entry: %v %v", err1, err2)
-	}
-	id.entries = append(id.entries, kp, vp)
-	return nil
-}
-
-// checkKey asserts that key decodes to c's identity and that its slot is
-// the slot of its intended tag.
+// checkKey proves that key, c's key, parses back to c's identity (so
+// distinct identities get distinct keys) and that its slot is its tag's.
 func checkKey(t *testing.T, c algo.Check, key []byte) {
 	t.Helper()
-	got, err := decodeKey(string(key))
+	got, err := ParseKey(string(key), "")
 	if err != nil {
 		t.Fatalf("key %q of %+v does not decode: %v", key, c, err)
 	}
-	if want := wantIdentity(c); !reflect.DeepEqual(got, want) {
+	if want := wantKey(c); !reflect.DeepEqual(got, want) {
 		t.Fatalf("key %q of %+v decodes to %+v, want %+v", key, c, got, want)
 	}
 	start := len(KeyPrefix) + 1
@@ -535,6 +335,62 @@ func TestKeyIsCounterIdentity(t *testing.T) {
 			if same := algo.SameCounter(&vs[i], &vs[j]); same != sameKey {
 				t.Errorf("variants %d and %d: SameCounter %v, same key %v", i, j, same, sameKey)
 			}
+		}
+	}
+}
+
+// FuzzParseKey: ParseKey never panics, and a name it accepts is the one
+// AppendKey writes for what it read (one spelling per counter).
+func FuzzParseKey(f *testing.F) {
+	for _, tc := range keyCases {
+		f.Add(string(AppendKey([]byte("pre:"), tc.check)))
+	}
+	f.Add("pre:r2{d:a:b:x0A1o}")
+	f.Add("pre:r2{d:a:%3a:f1o}")
+	f.Fuzz(func(t *testing.T, name string) {
+		k, err := ParseKey(name, "pre:")
+		if err != nil {
+			if !errors.Is(err, ErrNotOurs) {
+				t.Fatalf("ParseKey(%q) error %v does not wrap ErrNotOurs", name, err)
+			}
+			return
+		}
+		c := algo.Check{Domain: k.Domain.Text, HashTag: k.HashTag, Policy: algo.Policy{Algorithm: k.Algorithm, Period: k.Period}}
+		digest := k.Domain.Digest
+		for _, e := range k.Entries {
+			c.Entries = append(c.Entries, algo.Entry{Key: e.Key.Text, Value: e.Value.Text})
+			digest = digest || e.Key.Digest || e.Value.Digest
+		}
+		if digest {
+			return // the text behind a digest is gone
+		}
+		if got := string(AppendKey([]byte("pre:"), c)); got != name {
+			t.Fatalf("ParseKey(%q) = %+v, which encodes as %q", name, k, got)
+		}
+	})
+}
+
+func TestParseKeyRefuses(t *testing.T) {
+	for _, name := range []string{
+		"", "r2{d:a:b:f1o}", // no deployment prefix
+		"pre:r2", "pre:r2{", "pre:r2{}", "pre:r2{d:a:b:f1o", // no tag
+		"pre:r2{d:a:f1o}",              // a key without its value
+		"pre:r2{d:a:b:q1o}",            // unknown letter
+		"pre:r2{d:a:b:f}",              // no period
+		"pre:r2{d:a:b:f01o}",           // non-canonical period
+		"pre:r2{d:a:b:f.lfls}",         // whole seconds spelt in µs
+		"pre:r2{d:a:b%3a:f1o}",         // lowercase escape
+		"pre:r2{d:a:b%41:f1o}",         // needless escape
+		"pre:r2{d:a:b c:f1o}",          // unescaped space
+		"pre:r2{d:a:#abc:f1o}",         // short digest
+		"pre:r2{d:a:b}c:d:f1o",         // hash-tag layout without '#'
+		"pre:r2{d:a:b}#:#:f1o",         // two '#'
+		"pre:r2{d:a}#:f1o",             // tag without the entry
+		"pre:r2{d:a:b:x01f1o}",         // a known algorithm as a number
+		"pre:r2{d:a:b:fzzzzzzzzzzzzz}", // overflowing period
+	} {
+		if k, err := ParseKey(name, "pre:"); err == nil || !errors.Is(err, ErrNotOurs) {
+			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotOurs", name, k, err)
 		}
 	}
 }

@@ -28,6 +28,11 @@ func TestBackendSuite(t *testing.T) {
 				}
 				return b
 			})
+			t.Run("Peek", func(t *testing.T) {
+				backendtest.RunPeek(t, func(t *testing.T) backendtest.Peeker {
+					return newBackend(t, client, Options{CallerTime: true})
+				})
+			})
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +67,54 @@ descriptors:
 				}
 			})
 		}
+	}
+}
+
+// TestEffectiveLimit: the effective limit is the request path's, and it
+// names the adjusters that changed it or were ignored.
+func TestEffectiveLimit(t *testing.T) {
+	s := mustSnapshot(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 8, algorithm: token_bucket}
+`)
+	r := s.Match("d", []algo.Entry{{Key: "k", Value: "v"}})
+	l := &r.Limits[0]
+	tests := []struct {
+		name    string
+		adjust  []LimitAdjuster
+		limit   int64
+		rpu     uint32
+		sources []string
+	}{
+		{"as configured", nil, 8, 8, nil},
+		{"unchanged by a factor of 1", []LimitAdjuster{scaleLimit{factor: 1}}, 8, 8, nil},
+		{"halved", []LimitAdjuster{scaleLimit{factor: 0.5}}, 4, 4, []string{"rls.scaleLimit:4"}},
+		{"period change ignored", []LimitAdjuster{scaleLimit{factor: 0.5}, scaleLimit{badPeriod: true}}, 4, 4,
+			[]string{"rls.scaleLimit:4", "rls.scaleLimit:1:ignored"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := EffectiveLimit(tc.adjust, time.Now(), "d", r, l)
+			pol, rpu := adjustLimit(tc.adjust, time.Now(), "d", r, l)
+			if e.Policy != pol || e.RequestsPerUnit != rpu {
+				t.Errorf("EffectiveLimit = %+v/%d, request path %+v/%d", e.Policy, e.RequestsPerUnit, pol, rpu)
+			}
+			if e.Policy.Limit != tc.limit || e.RequestsPerUnit != tc.rpu {
+				t.Errorf("limit %d rpu %d, want %d %d", e.Policy.Limit, e.RequestsPerUnit, tc.limit, tc.rpu)
+			}
+			var got []string
+			for _, src := range e.Sources {
+				s := fmt.Sprintf("%s:%d", src.Name, src.Limit)
+				if src.Ignored {
+					s += ":ignored"
+				}
+				got = append(got, s)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.sources, " ") {
+				t.Errorf("sources = %v, want %v", got, tc.sources)
+			}
+		})
 	}
 }

@@ -167,7 +167,7 @@ func (p *parser) descriptor(item *yaml.Node, path string, parent *node, anc []an
 	f := p.fields(n, path, descriptorFields)
 	h := p.descriptorHead(f, item.Line, path)
 
-	child := &node{line: n.Line}
+	child := &node{line: n.Line, file: p.file}
 	if h.keyOK {
 		p.insert(parent, child, h.key, h.value, path)
 	}

@@ -126,6 +126,10 @@ func TestMatch(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("Match(%s, %v) = %q, want %q", tt.domain, tt.entries, got, tt.want)
 			}
+			// Explain must agree with Match on every case.
+			if ex := s.Explain(tt.domain, tt.entries); ex.Rule != s.Match(tt.domain, tt.entries) || (ex.Rule == nil) != (ex.Reason != "") {
+				t.Errorf("Explain(%s, %v) = rule %v, reason %q; Match says %q", tt.domain, tt.entries, ex.Rule, ex.Reason, got)
+			}
 		})
 	}
 }

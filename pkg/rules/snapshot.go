@@ -19,6 +19,7 @@ type node struct {
 	keys  map[string]*node     // key alone
 	rule  *Rule
 	line  int
+	file  string // where the descriptor is, for Explain
 }
 
 type wildcard struct {

@@ -140,3 +140,38 @@ func allAllowed(d []algo.Decision) bool {
 	}
 	return true
 }
+
+// peekFunc is one side's Peek.
+type peekFunc func(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Peeked, error)
+
+// peekPerSecond peeks at each check on the Redis that holds it, routed as
+// perSecond routes Apply.
+func peekPerSecond(main, sec peekFunc) peekFunc {
+	return func(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Peeked, error) {
+		var secIdx, mainIdx []int
+		for i, c := range checks {
+			if isPerSecond(c) {
+				secIdx = append(secIdx, i)
+			} else {
+				mainIdx = append(mainIdx, i)
+			}
+		}
+		out := make([]algo.Peeked, len(checks))
+		for _, side := range []struct {
+			peek peekFunc
+			idx  []int
+		}{{main, mainIdx}, {sec, secIdx}} {
+			if len(side.idx) == 0 {
+				continue
+			}
+			got, err := side.peek(ctx, now, pick(checks, side.idx))
+			if err != nil {
+				return nil, err
+			}
+			for j, i := range side.idx {
+				out[i] = got[j]
+			}
+		}
+		return out, nil
+	}
+}

@@ -81,3 +81,30 @@ func TestPerSecondAllOrNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPerSecondPeek: a peek reads each counter from the Redis that holds
+// it, in request order, and writes to neither.
+func TestPerSecondPeek(t *testing.T) {
+	s, main, sec := perSecondStack(t)
+	now := time.Now().UnixMicro()
+	minute := backendtest.UserCheck("d", "u", backendtest.PerMinute(algo.FixedWindow, 5), 2)
+	second := backendtest.UserCheck("d", "u", perSecondPolicy(algo.FixedWindow, 5), 2)
+	unused := backendtest.UserCheck("d", "w", perSecondPolicy(algo.TokenBucket, 5), 2)
+	backendtest.Apply(t, s, now, minute, second)
+	got, err := s.Peek(context.Background(), time.UnixMicro(now), []algo.Check{second, unused, minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []algo.Check{second, unused, minute} {
+		want := int64(3)
+		if i == 1 {
+			want = 5
+		}
+		if r := got[i].Decision(c.Policy).Remaining; r != want || got[i].Exists != (i != 1) {
+			t.Errorf("peek %d: %+v (remaining %d), want remaining %d", i, got[i], r, want)
+		}
+	}
+	if m, p := dbSize(t, main), dbSize(t, sec); m != 1 || p != 1 {
+		t.Fatalf("after the peek: main holds %d keys, per-second %d; want 1 and 1", m, p)
+	}
+}

@@ -85,6 +85,7 @@ type Config struct {
 // Stack is a built backend. Its Apply is the pkg/rls Backend contract.
 type Stack struct {
 	apply func(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
+	peek  peekFunc
 	ready func(ctx context.Context) error
 	name  string
 	close []func()
@@ -102,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stack: in-process store: %w", err)
 		}
-		return &Stack{apply: store.Apply, name: "memory", close: []func(){stop}}, nil
+		return &Stack{apply: store.Apply, peek: store.Peek, name: "memory", close: []func(){stop}}, nil
 	}
 	return newRedis(ctx, cfg)
 }
@@ -110,6 +111,15 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 // Apply applies checks at now on the stack's backend.
 func (s *Stack) Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	return s.apply(ctx, now, checks)
+}
+
+// Peek reads the state of each check's counter at now without changing
+// it, from the store that holds it (the in-process store, or the Redis of
+// its period), past the failure policy, the lease layer and the deny
+// cache: those decide requests, a peek only reads. Hits a replica holds in
+// a lease are debited from the state already.
+func (s *Stack) Peek(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Peeked, error) {
+	return s.peek(ctx, now, checks)
 }
 
 // Ready reports whether the stack can decide, for readiness probes: the
@@ -163,6 +173,7 @@ func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	return &Stack{
 		apply: perSecond{main: main.apply, sec: sec.apply, log: cfg.Logger}.Apply,
+		peek:  peekPerSecond(main.peek, sec.peek),
 		ready: func(ctx context.Context) error {
 			if err := main.ready(ctx); err != nil {
 				return err
@@ -188,7 +199,7 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{name: "redis", close: []func(){b.Close}}
+	s := &Stack{name: "redis", peek: b.Peek, close: []func(){b.Close}}
 	lctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	if err := b.LoadScript(lctx); err != nil {
 		log.Warn("redis not reachable at start; answering with the failure mode until it is",

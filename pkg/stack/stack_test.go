@@ -57,7 +57,12 @@ func TestBackendSuite(t *testing.T) {
 			return &redisclient.Client{Single: redistest.SharedSentinel(t).FailoverClient(t)}
 		})},
 	} {
-		t.Run(tc.name, func(t *testing.T) { backendtest.Run(t, tc.f) })
+		t.Run(tc.name, func(t *testing.T) {
+			backendtest.Run(t, tc.f)
+			t.Run("Peek", func(t *testing.T) {
+				backendtest.RunPeek(t, func(t *testing.T) backendtest.Peeker { return tc.f(t).(*Stack) })
+			})
+		})
 	}
 }
 

@@ -1,0 +1,135 @@
+package explain
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// WriteText writes r for people: per descriptor the match, then each
+// limit with its effective value, key and (live) state.
+func WriteText(w io.Writer, r *Report) error {
+	tw := &textWriter{w: w}
+	mode := "offline: counters not read"
+	if r.Live {
+		mode = "live"
+	}
+	tw.printf("domain %q at %s (%s)\n", r.Domain, r.At, mode)
+	for i, d := range r.Descriptors {
+		tw.printf("\ndescriptor %d: %s\n", i, entriesText(d.Entries))
+		tw.levels(d.Levels)
+		switch {
+		case d.Rule == nil:
+			tw.printf("  no limit: %s\n", d.NoMatch)
+			continue
+		case d.Rule.Unlimited:
+			tw.printf("  rule %s (%s:%d): unlimited\n", d.Rule.ID, d.Rule.File, d.Rule.Line)
+			continue
+		}
+		tw.printf("  rule %s (%s:%d)%s\n", d.Rule.ID, d.Rule.File, d.Rule.Line, ruleFlags(d.Rule))
+		for _, l := range d.Limits {
+			tw.limit(l)
+		}
+	}
+	return tw.err
+}
+
+type textWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *textWriter) printf(format string, args ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format, args...)
+	}
+}
+
+func (t *textWriter) levels(levels []Level) {
+	for i, lv := range levels {
+		t.printf("  level %d %s=%s:", i+1, lv.Entry.Key, lv.Entry.Value)
+		if len(lv.Candidates) == 0 {
+			t.printf(" no descriptor matches\n")
+			continue
+		}
+		t.printf("\n")
+		for _, c := range lv.Candidates {
+			mark := "  beaten"
+			if c.Chosen {
+				mark = "* chosen"
+			}
+			pattern := c.Key
+			if c.Kind != "key" {
+				pattern += "=" + c.Value
+			}
+			t.printf("    %s %-8s %s (%s:%d)\n", mark, c.Kind, pattern, c.File, c.Line)
+		}
+	}
+}
+
+func (t *textWriter) limit(l Limit) {
+	name := l.Label
+	period := l.Unit
+	if l.UnitMultiplier > 1 {
+		period = fmt.Sprintf("%d %ss", l.UnitMultiplier, l.Unit)
+	}
+	t.printf("  limit %s: %s, %d per %s", name, l.Algorithm, l.RequestsPerUnit, period)
+	if l.Burst > 0 {
+		t.printf(", burst %d", l.Burst)
+	}
+	t.printf("\n    effective: %d per %s", l.Effective.Limit, period)
+	if l.Effective.Burst > 0 {
+		t.printf(", burst %d", l.Effective.Burst)
+	}
+	t.printf(" (source: %s)\n", l.Effective.Source)
+	for _, s := range l.Effective.Sources {
+		if s.Ignored {
+			t.printf("    ignored: %s (it changed the algorithm or period)\n", s.Name)
+		}
+	}
+	if l.ReplacedBy != "" {
+		t.printf("    replaced by rule %s: not applied to this request\n", l.ReplacedBy)
+	}
+	t.printf("    redis key: %s (slot %d", l.Key, l.Slot)
+	if l.HashTag != "" {
+		t.printf(", hash tag %s", l.HashTag)
+	}
+	t.printf(")\n")
+	if s := l.State; s != nil {
+		if !s.Exists {
+			t.printf("    state: no counter yet; remaining %d\n", s.Remaining)
+			return
+		}
+		t.printf("    state: remaining %d, resets in %s, ttl %s\n", s.Remaining, ms(s.ResetAfterMS), ms(s.TTLMS))
+	}
+}
+
+func ms(v float64) string {
+	if v < 0 {
+		return "none"
+	}
+	return time.Duration(v * float64(time.Millisecond)).Round(time.Millisecond).String()
+}
+
+func ruleFlags(r *RuleRef) string {
+	var f []string
+	if r.ShadowMode {
+		f = append(f, "shadow_mode")
+	}
+	if r.QuotaMode {
+		f = append(f, "quota_mode")
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(f, ", ") + "]"
+}
+
+func entriesText(es []Entry) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Key + "=" + e.Value
+	}
+	return strings.Join(parts, ", ")
+}
