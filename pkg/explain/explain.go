@@ -79,6 +79,9 @@ type Explainer struct {
 // Report is an explanation of one request.
 type Report struct {
 	Domain string `json:"domain"`
+	// Source is where the domain's rules came from: a file, or an xDS
+	// resource at its version (rules.Source); empty for an unknown domain.
+	Source string `json:"source,omitempty"`
 	// Live reports whether counter states were read from a running store.
 	Live bool `json:"live"`
 	// At is when the limits were evaluated (RFC 3339).
@@ -208,6 +211,9 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 	}
 	snap := e.Rules()
 	rep := &Report{Domain: req.Domain, Live: e.Peeker != nil, At: now.UTC().Format(time.RFC3339Nano)}
+	if src, ok := snap.Source(req.Domain); ok {
+		rep.Source = src.String()
+	}
 	replaced := map[string]string{}
 	var checks []algo.Check
 	var where [][2]int // descriptor and limit of checks[i]

@@ -84,7 +84,7 @@ func TestExplainOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Live || len(rep.Descriptors) != 4 {
+	if rep.Live || len(rep.Descriptors) != 4 || rep.Source != "file:api.yaml" {
 		t.Fatalf("report %+v", rep)
 	}
 	alice := rep.Descriptors[0]
@@ -114,7 +114,7 @@ func TestExplainOffline(t *testing.T) {
 	if err := WriteText(&text, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"rule api.user_a* (api.yaml:6)", "* chosen wildcard user=a*", "beaten key      user (api.yaml:10)", "redis key: " + wantKey, "no limit: no descriptor matches"} {
+	for _, want := range []string{"rules from file:api.yaml", "rule api.user_a* (api.yaml:6)", "* chosen wildcard user=a*", "beaten key      user (api.yaml:10)", "redis key: " + wantKey, "no limit: no descriptor matches"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, text.String())
 		}

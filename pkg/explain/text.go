@@ -16,6 +16,9 @@ func WriteText(w io.Writer, r *Report) error {
 		mode = "live"
 	}
 	tw.printf("domain %q at %s (%s)\n", r.Domain, r.At, mode)
+	if r.Source != "" {
+		tw.printf("rules from %s\n", r.Source)
+	}
 	for i, d := range r.Descriptors {
 		tw.printf("\ndescriptor %d: %s\n", i, entriesText(d.Entries))
 		tw.levels(d.Levels)

@@ -23,6 +23,7 @@ descriptors:
 // explainReport is the part of `envoy-rls explain --json` the tests read.
 type explainReport struct {
 	Domain      string
+	Source      string
 	Live        bool
 	Descriptors []struct {
 		Rule *struct {

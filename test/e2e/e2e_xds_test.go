@@ -143,6 +143,10 @@ func TestXDSUpdateChangesDecisions(t *testing.T) {
 	if src := s.debugSource(t, "api"); src.Version != "v2" {
 		t.Errorf("/debug/config version %q, want v2", src.Version)
 	}
+	// explain names the domain's source at the version deciding.
+	if rep := explainJSON(t, "--addr", s.DebugAddr, "--domain", "api", "-d", "path=/a"); rep.Source != "xds:api-rules@v2" {
+		t.Errorf("explain source %q, want xds:api-rules@v2", rep.Source)
+	}
 }
 
 func TestXDSInvalidPushIsNACKed(t *testing.T) {
