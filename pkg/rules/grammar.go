@@ -341,6 +341,11 @@ func (p *parser) finishRule(r *Rule, path []ancestor) {
 	if r.ID == "" {
 		r.ID = r.Path
 	}
+	for i := range r.Limits {
+		if w := r.Limits[i].Warmup; w != nil {
+			w.Anchor = anchorID(r, &r.Limits[i])
+		}
+	}
 }
 
 // metadata converts a metadata mapping to plain Go values that both JSON and

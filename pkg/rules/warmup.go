@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -22,6 +24,11 @@ type Warmup struct {
 	// Start is the ramp's fixed start (the sale's opening), or the zero
 	// time when the ramp starts on first sight of the limit.
 	Start time.Time
+	// Anchor names the ramp's start when there is no Start: a digest of
+	// the limit's place (domain, rule path, label), its definition and the
+	// ramp, so that replicas loading one definition share one anchor and a
+	// changed limit gets a new one (its ramp starts again). It is hex.
+	Anchor string
 }
 
 // MaxWarmupPeriod bounds a ramp: a longer one is a typo (10h for 10m)
@@ -119,4 +126,15 @@ func (p *parser) warmupStart(n *yaml.Node, path string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return t, true
+}
+
+// anchorID is Warmup.Anchor for limit l of rule r.
+func anchorID(r *Rule, l *Limit) string {
+	w := l.Warmup
+	h := sha256.New()
+	// %q keeps the client-visible names apart however they are spelled.
+	fmt.Fprintf(h, "%q %q %q %s %d %d %d %d %d %d %s %g %d",
+		r.Domain, r.Path, l.Label, l.Policy.Algorithm, l.Policy.Limit, l.Policy.Period, l.Policy.Burst,
+		l.Unit, l.UnitMultiplier, l.RequestsPerUnit, w.Period, w.From, w.Start.UnixMicro())
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
