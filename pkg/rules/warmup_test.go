@@ -63,7 +63,80 @@ func TestParseWarmup(t *testing.T) {
 				if len(got.Anchor) != 32 {
 					t.Errorf("Anchor %q, want 32 hex digits", got.Anchor)
 				}
-				got.Anchor = "" // TestWarmupAnchor: the anchor ID stays when only the file around the
+				got.Anchor = "" // TestWarmupAnchor checks it
+				if tt.want != nil && got.Start.Equal(tt.want.Start) {
+					got.Start = tt.want.Start // same instant, another zone
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Warmup = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseWarmupPlaces: warmup goes on each entry of rate_limits, and
+// never with unlimited.
+func TestParseWarmupPlaces(t *testing.T) {
+	d := mustParse(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 8, warmup: {period: 1m}}
+      - {unit: day, requests_per_unit: 80}
+`, Options{})
+	ls := d.Rules()[0].Limits
+	if ls[0].Warmup == nil || ls[0].Warmup.Period != time.Minute || ls[1].Warmup != nil {
+		t.Errorf("warmups %+v, %+v; want a 1m ramp on the first limit only", ls[0].Warmup, ls[1].Warmup)
+	}
+	_, err := Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unlimited: true, warmup: {period: 1m}}}\n"), Options{})
+	want := "rules.yaml:3: descriptors[0].rate_limit.warmup: set together with unlimited: true (want either unlimited or a limit)"
+	if err == nil || err.Error() != want {
+		t.Errorf("unlimited with warmup: %v, want %s", err, want)
+	}
+}
+
+// TestDumpWarmup: /debug/config's dump shows the warmup block and, with an
+// EffectiveLimit, each limit's value in force.
+func TestDumpWarmup(t *testing.T) {
+	s := mustSnapshot(t, map[string]string{"d.yaml": `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 8, warmup: {period: 4s, from: 0.25, start: "2026-12-24T10:00:00Z"}}
+`})
+	eff := func(domain string, r *Rule, l *Limit) uint32 { return l.RequestsPerUnit / 4 }
+	tests := []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"as configured", s, `"burst":0,`},
+		{"effective", s.Dump(eff), `"effective_requests_per_unit":2,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw, err := json.Marshal(tt.v)
+			if err != nil {
+				t.Fatalf("marshal: %v", err)
+			}
+			const block = `"warmup":{"period":"4s","from":0.25,"start":"2026-12-24T10:00:00Z"}`
+			if !strings.Contains(string(raw), block) {
+				t.Errorf("dump %s lacks %s", raw, block)
+			}
+			hasEff := strings.Contains(string(raw), "effective_requests_per_unit")
+			if hasEff != strings.Contains(tt.want, "effective") {
+				t.Errorf("dump %s: effective_requests_per_unit shown = %v", raw, hasEff)
+			}
+			if hasEff && !strings.Contains(string(raw), tt.want) {
+				t.Errorf("dump %s lacks %s", raw, tt.want)
+			}
+		})
+	}
+}
+
+// TestWarmupAnchor: the anchor ID stays when only the file around the
 // limit changes (a reload of the same limit keeps its ramp) and changes
 // with the limit, its place or the ramp (which then starts again).
 func TestWarmupAnchor(t *testing.T) {
