@@ -47,3 +47,12 @@ func adjustLimit(adjust []LimitAdjuster, now time.Time, domain string, r *rules.
 	}
 	return pol, uint32(min(pol.Limit, math.MaxUint32))
 }
+
+// EffectiveLimit returns the requests_per_unit that limit l of rule r has
+// now (Config.Now) after the service's adjusters: what a status would
+// report for it. It is a rules.EffectiveLimit, for /debug/config
+// (rules.Snapshot.Dump).
+func (s *Service) EffectiveLimit(domain string, r *rules.Rule, l *rules.Limit) uint32 {
+	_, rpu := adjustLimit(s.cfg.Adjust, s.cfg.Now(), domain, r, l)
+	return rpu
+}
