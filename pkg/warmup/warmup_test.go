@@ -192,3 +192,39 @@ func admitted(t *testing.T, svc *rls.Service, value string, n int) uint32 {
 	}
 	return ok
 }
+
+// TestRampRestartsOnChange: without a start, a reload that keeps a limit
+// as it was keeps its ramp; one that changes the limit starts it again.
+func TestRampRestartsOnChange(t *testing.T) {
+	limitOf := func(rpu int) *rules.Limit {
+		t.Helper()
+		y := fmt.Sprintf("domain: w\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, warmup: {period: 4s, from: 0.25}}}\n", rpu)
+		d, err := rules.Parse("w.yaml", []byte(y), rules.Options{})
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		return &d.Rules()[0].Limits[0]
+	}
+	adj := New(context.Background(), Options{})
+	at := func(d time.Duration, l *rules.Limit) int64 {
+		return adj.AdjustLimit(t0.Add(d), "w", nil, l, l.Policy).Limit
+	}
+	first := limitOf(8)
+	steps := []struct {
+		name string
+		at   time.Duration
+		l    *rules.Limit
+		want int64
+	}{
+		{"first sight", 0, first, 2},
+		{"same limit reloaded", 2 * time.Second, limitOf(8), 5},
+		{"limit changed", 2 * time.Second, limitOf(12), 3},
+		{"changed limit ramps from its own start", 4 * time.Second, limitOf(12), 7},
+		{"the old definition keeps its ramp", 4 * time.Second, first, 8},
+	}
+	for _, s := range steps {
+		if got := at(s.at, s.l); got != s.want {
+			t.Errorf("%s: limit %d at %s, want %d", s.name, got, s.at, s.want)
+		}
+	}
+}

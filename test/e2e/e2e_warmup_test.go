@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,6 +120,58 @@ func TestWarmupTwoReplicas(t *testing.T) {
 	}
 }
 
+// TestWarmupRestartsOnReload: a reload that changes a ramped limit starts
+// its ramp again from a new anchor, while the old one stays as it was.
+func TestWarmupRestartsOnReload(t *testing.T) {
+	t.Parallel()
+	ramp := func(rpu int, period string) string {
+		return fmt.Sprintf("domain: warm\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: %d, algorithm: fixed_window, warmup: {period: %s, from: 0.25}}\n", rpu, period)
+	}
+	r := redistest.Standalone(t)
+	dir := rulesDir(t, map[string]string{"warm.yaml": ramp(20, "1s")})
+	s := startServer(t, serveOpts{ConfigDir: dir, Args: []string{"--redis-url", "redis://" + r.Addr}})
+	limitNow := func() uint32 {
+		return s.ask("warm", checkOnly(desc("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	// The first ramp (1 s) ends: the full 20.
+	awaitLimit(t, limitNow, func(l uint32) bool { return l == 20 }, "the first ramp to end at 20")
+	// The limit changes to 24, ramping over an hour: it starts again at 6,
+	// from an anchor set after the change.
+	first := warmAnchor(t, r)
+	changed := time.Now()
+	writeFile(t, filepath.Join(dir, "warm.yaml"), ramp(24, "1h"))
+	if l := awaitLimit(t, limitNow, func(l uint32) bool { return l != 20 }, "the reload"); l != 6 {
+		t.Errorf("current_limit %d after the reload, want the new ramp's start 6", l)
+	}
+	keys := r.Client(t).Keys(context.Background(), "r2w{warm:*").Val()
+	if len(keys) != 2 {
+		t.Fatalf("anchor keys %q, want one per definition", keys)
+	}
+	for _, k := range keys {
+		us, _ := strconv.ParseInt(r.Client(t).Get(context.Background(), k).Val(), 10, 64)
+		if a := time.UnixMicro(us); !a.Equal(first) && a.Before(changed) {
+			t.Errorf("anchor %s is %v, before the change at %v: want the new ramp anchored after it", k, a, changed)
+		}
+	}
+}
+
+// awaitLimit polls limit until done accepts it, within pollTimeout (a
+// liveness bound: reloads and anchor fetches take milliseconds).
+func awaitLimit(t *testing.T, limit func() uint32, done func(uint32) bool, what string) uint32 {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		l := limit()
+		if done(l) {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s; current_limit is %d", pollTimeout, what, l)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
 // warmAnchor waits for the ramp's anchor key in Redis and returns it.
 func warmAnchor(t *testing.T, r *redistest.Server) time.Time {
 	t.Helper()
@@ -178,15 +231,10 @@ func checkWarmStatus(t *testing.T, resp *pb.RateLimitResponse, anchor, sent, got
 // the limit for the ramp's length.
 func checkLaterReplica(t *testing.T, s *server) {
 	t.Helper()
-	start := warmBound(time.Time{}, time.Time{})
-	deadline := time.Now().Add(pollTimeout)
-	cur := start
-	for cur == start && time.Now().Before(deadline) {
-		cur = int(s.ask("warm", checkOnly(desc("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
-		if cur == start {
-			time.Sleep(pollInterval)
-		}
-	}
+	start := uint32(warmBound(time.Time{}, time.Time{}))
+	cur := awaitLimit(t, func() uint32 {
+		return s.ask("warm", checkOnly(desc("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}, func(l uint32) bool { return l != start }, "the later replica to fetch the anchor")
 	if cur != warmLimit {
 		t.Fatalf("later replica: current_limit %d once it had the anchor, want the full %d", cur, warmLimit)
 	}
