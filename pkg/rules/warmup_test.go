@@ -78,14 +78,8 @@ func TestParseWarmup(t *testing.T) {
 // TestParseWarmupPlaces: warmup goes on each entry of rate_limits, and
 // never with unlimited.
 func TestParseWarmupPlaces(t *testing.T) {
-	d := mustParse(t, `
-domain: d
-descriptors:
-  - key: k
-    rate_limits:
-      - {unit: second, requests_per_unit: 8, warmup: {period: 1m}}
-      - {unit: day, requests_per_unit: 80}
-`, Options{})
+	d := mustParse(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n"+
+		"      - {unit: second, requests_per_unit: 8, warmup: {period: 1m}}\n      - {unit: day, requests_per_unit: 80}\n", Options{})
 	ls := d.Rules()[0].Limits
 	if ls[0].Warmup == nil || ls[0].Warmup.Period != time.Minute || ls[1].Warmup != nil {
 		t.Errorf("warmups %+v, %+v; want a 1m ramp on the first limit only", ls[0].Warmup, ls[1].Warmup)

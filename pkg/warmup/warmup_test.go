@@ -24,20 +24,6 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // boundary falls inside a step.
 var t0 = time.Date(2026, 12, 24, 10, 0, 0, 0, time.UTC)
 
-// clock is a settable clock.
-type clock struct{ us atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *clock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
-// Set puts the clock d after t0.
-func (c *clock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
-
 func TestFraction(t *testing.T) {
 	w := &rules.Warmup{Period: 4 * time.Second, From: 0.25}
 	tests := []struct {
@@ -125,10 +111,12 @@ func TestRampEveryAlgorithm(t *testing.T) {
 			for _, r := range ramps {
 				t.Run(b.name+"/"+a.String()+"/"+r.name, func(t *testing.T) {
 					y := fmt.Sprintf("domain: w\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 8, algorithm: %s, warmup: %s}}\n", a, r.warmup)
-					clk := newClock()
-					svc := newService(t, y, b.new(t), clk, New(context.Background(), Options{}))
+					// The service's clock reads t0 plus the current step's offset.
+					var offset atomic.Int64
+					now := func() time.Time { return t0.Add(time.Duration(offset.Load())) }
+					svc := newService(t, y, b.new(t), now, New(context.Background(), Options{}))
 					for i, st := range r.steps {
-						clk.Set(st.at)
+						offset.Store(int64(st.at))
 						if got := admitted(t, svc, fmt.Sprintf("v%d", i), 10); got != st.want {
 							t.Errorf("at %s: admitted %d at one instant, want %d", st.at, got, st.want)
 						}
@@ -149,8 +137,8 @@ func newStack(t *testing.T, cfg stack.Config) *stack.Stack {
 	return s
 }
 
-// newService serves the rule file y on backend with adj.
-func newService(t *testing.T, y string, backend rls.Backend, clk *clock, adj ...rls.LimitAdjuster) *rls.Service {
+// newService serves the rule file y on backend at now with adj.
+func newService(t *testing.T, y string, backend rls.Backend, now func() time.Time, adj ...rls.LimitAdjuster) *rls.Service {
 	t.Helper()
 	d, err := rules.Parse("w.yaml", []byte(y), rules.Options{})
 	if err != nil {
@@ -160,7 +148,7 @@ func newService(t *testing.T, y string, backend rls.Backend, clk *clock, adj ...
 	if err != nil {
 		t.Fatalf("NewSnapshot: %v", err)
 	}
-	svc, err := rls.New(rls.Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend, Now: clk.Now, Adjust: adj})
+	svc, err := rls.New(rls.Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend, Now: now, Adjust: adj})
 	if err != nil {
 		t.Fatalf("rls.New: %v", err)
 	}
