@@ -34,6 +34,15 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 20, algorithm: fixed_window, warmup: {period: 4s, from: 0.25}}
 `}
 
+// warmSkew is how far a replica's view of the anchor may be from Redis's.
+// A replica reads the anchor on its own clock, corrected by Redis TIME read
+// in the same call; that correction errs by up to half the call's round
+// trip, so near a step of the ramp (one every 4s/15) a replica may already
+// be one request ahead of the bound Redis's anchor gives. This machine's
+// clocks are one, but the estimate still errs; 100 ms covers a loaded
+// machine's round trips and never allows more than one request.
+const warmSkew = 100 * time.Millisecond
+
 // warmBound is the ramp's limit at t: what no window ending at t may
 // exceed.
 func warmBound(anchor, t time.Time) int {
@@ -59,7 +68,7 @@ func TestWarmupTwoReplicas(t *testing.T) {
 	// While the ramp runs, /debug/config shows the limit in force.
 	before := time.Now()
 	eff := debugEffective(t, replicas[0])
-	if lo, hi := warmBound(anchor, before), warmBound(anchor, time.Now()); eff != warmBound(anchor, anchor) && (eff < lo || eff > hi) {
+	if lo, hi := warmBound(anchor, before.Add(-warmSkew)), warmBound(anchor, time.Now().Add(warmSkew)); eff != warmBound(anchor, anchor) && (eff < lo || eff > hi) {
 		t.Errorf("/debug/config: effective limit %d, want the ramp's %d..%d", eff, lo, hi)
 	}
 
@@ -98,7 +107,7 @@ func TestWarmupTwoReplicas(t *testing.T) {
 	full := false
 	t.Logf("admitted per window (end's offset from the anchor → count): %s", windowsLog(anchor, perWindow))
 	for w, n := range perWindow {
-		b := warmBound(anchor, time.Unix(w, 0))
+		b := warmBound(anchor, time.Unix(w, 0).Add(warmSkew))
 		if n > b {
 			t.Errorf("window ending %s (%.2fs into the ramp): %d admitted, above the ramp's %d",
 				time.Unix(w, 0).UTC().Format(time.TimeOnly), time.Unix(w, 0).Sub(anchor).Seconds(), n, b)
@@ -214,7 +223,7 @@ func windowEnd(got time.Time, reset time.Duration) int64 {
 func checkWarmStatus(t *testing.T, resp *pb.RateLimitResponse, anchor, sent, got time.Time) {
 	t.Helper()
 	cur := int(resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit())
-	lo, hi := warmBound(anchor, sent), warmBound(anchor, got)
+	lo, hi := warmBound(anchor, sent.Add(-warmSkew)), warmBound(anchor, got.Add(warmSkew))
 	if cur != warmBound(anchor, anchor) && (cur < lo || cur > hi) {
 		t.Errorf("current_limit %d, want the ramp's %d..%d", cur, lo, hi)
 	}
@@ -284,7 +293,7 @@ func windowsLog(anchor time.Time, perWindow map[int64]int) string {
 	slices.Sort(ends)
 	var b strings.Builder
 	for _, w := range ends {
-		fmt.Fprintf(&b, " %+.2fs→%d (bound %d)", time.Unix(w, 0).Sub(anchor).Seconds(), perWindow[w], warmBound(anchor, time.Unix(w, 0)))
+		fmt.Fprintf(&b, " %+.2fs→%d (bound %d)", time.Unix(w, 0).Sub(anchor).Seconds(), perWindow[w], warmBound(anchor, time.Unix(w, 0).Add(warmSkew)))
 	}
 	return b.String()
 }
