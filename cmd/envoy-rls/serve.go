@@ -269,6 +269,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	}
 	defer closeBackend()
 	svc, err := rls.New(rls.Config{
+		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log)},
 		Rules:            src.current,
 		Backend:          backend,
 		DefaultAlgorithm: opts.defaultAlgorithm,
@@ -355,7 +356,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		JSON:    svc.JSONHandler(),
 	}), log)
 	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
-		Config:   func() any { return rulesNow() },
+		Config:   func() any { return rulesNow().Dump(svc.CurrentLimit) },
 		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
 		Pprof:    cfg.pprof,
 		Explain:  explainer,

@@ -13,8 +13,15 @@ import (
 // logRulesDir writes a rules directory with one sliding_log limit of 50.
 func logRulesDir(t *testing.T) string {
 	t.Helper()
+	return oneLimitDir(t, "{unit: second, requests_per_unit: 50, algorithm: sliding_log}")
+}
+
+// oneLimitDir writes a rules directory with domain d, whose descriptor k
+// has the rate_limit rl.
+func oneLimitDir(t *testing.T, rl string) string {
+	t.Helper()
 	dir := t.TempDir()
-	rule := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 50, algorithm: sliding_log}\n"
+	rule := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: " + rl + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(rule), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +131,34 @@ func TestValidateMergeDomainConfig(t *testing.T) {
 			}
 			var stdout, stderr bytes.Buffer
 			code := validate(append(tc.args, dir), &stdout, &stderr)
+			out := stderr.String()
+			if tc.code == 0 {
+				out = stdout.String()
+			}
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
+			}
+		})
+	}
+}
+
+// TestValidateWarmup: validate accepts and refuses warmup blocks as serve
+// loads them (one parser), naming the bad field.
+func TestValidateWarmup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		warmup string
+		code   int
+		want   string // in stderr, or in stdout when code is 0
+	}{
+		{"good", `{period: 10m, from: 0.33, start: "2026-12-24T10:00:00Z"}`, 0, "1 domain, 1 rule, 1 limit OK"},
+		{"bad from", `{period: 10m, from: 0}`, 1, "d.yaml:4: descriptors[0].rate_limit.warmup.from: 0 is out of range"},
+		{"bad start", `{period: 10m, start: tomorrow}`, 1, `descriptors[0].rate_limit.warmup.start: "tomorrow" is not a time`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := oneLimitDir(t, "{unit: second, requests_per_unit: 8, warmup: "+tc.warmup+"}")
+			var stdout, stderr bytes.Buffer
+			code := validate([]string{dir}, &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()

@@ -23,6 +23,28 @@ import (
 // Redis memory (see AppendKey).
 const KeyPrefix = "r2"
 
+// AnchorPrefix starts the key of a warm-up ramp's anchor (pkg/warmup),
+// after the deployment's key prefix. A counter key has '{' where this has
+// 'w', so no anchor is ever read as a counter or the other way round.
+const AnchorPrefix = KeyPrefix + "w"
+
+// AppendAnchorKey appends the key of a warm-up anchor to dst:
+//
+//	r2w{<domain>:<anchor>}
+//
+// where domain is escaped as in counter keys (so tools can group anchors
+// by domain) and anchor is rules.Warmup.Anchor, hex digits naming the
+// limit and its definition. The whole name is the hash tag: one key, one
+// slot.
+func AppendAnchorKey(dst []byte, domain, anchor string) []byte {
+	dst = append(dst, AnchorPrefix...)
+	dst = append(dst, '{')
+	dst = appendPart(dst, domain)
+	dst = append(dst, ':')
+	dst = appendPart(dst, anchor)
+	return append(dst, '}')
+}
+
 // maxPart is the longest client-supplied part (domain, entry key or value)
 // kept verbatim; longer parts become a digest so keys stay bounded.
 const maxPart = 64

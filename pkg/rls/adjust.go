@@ -118,3 +118,12 @@ func adjusterName(a LimitAdjuster) string {
 	}
 	return fmt.Sprintf("%T", a)
 }
+
+// CurrentLimit returns the requests_per_unit that limit l of rule r has
+// now (Config.Now) after the service's adjusters: what a status would
+// report for it. It is a rules.EffectiveLimit, for /debug/config
+// (rules.Snapshot.Dump).
+func (s *Service) CurrentLimit(domain string, r *rules.Rule, l *rules.Limit) uint32 {
+	_, rpu := adjustLimit(s.cfg.Adjust, s.cfg.Now(), domain, r, l)
+	return rpu
+}

@@ -53,7 +53,13 @@ descriptors:
 	for _, a := range algo.Algorithms {
 		for _, tc := range tests {
 			t.Run(a.String()+"/"+tc.name, func(t *testing.T) {
-				s, _ := newTestService(t, strings.Replace(rule, "ALGO", a.String(), 1), func(c *Config) { c.Adjust = tc.adjust })
+				y := strings.Replace(rule, "ALGO", a.String(), 1)
+				s, _ := newTestService(t, y, func(c *Config) { c.Adjust = tc.adjust })
+				// /debug/config's effective limit is the one statuses report.
+				d := mustSnapshot(t, y).Domains()[0]
+				if got := s.CurrentLimit("d", d.Rules()[0], &d.Rules()[0].Limits[0]); got != tc.want {
+					t.Fatalf("CurrentLimit %d, want %d", got, tc.want)
+				}
 				req := request("d", desc("k=v"))
 				for i := range tc.want {
 					resp := call(t, s, req)

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"io"
+	"strconv"
 )
 
 // WriteRLConfig writes the rules in the text form of envoyproxy/ratelimit's
@@ -15,8 +16,12 @@ import (
 // requests_per_unit=0, as there. Domains come in name order and rules in
 // file order, where the reference's order is that of Go map iteration.
 // The form has no room for our extensions (unit_multiplier, algorithm,
-// burst): /debug/config shows them. A rule with several limits has one
-// line for each. A nil *Snapshot writes nothing.
+// burst): /debug/config shows them. The one exception is a warm-up ramp,
+// appended as ", warmup: period=10m0s from=0.33 start=…" (start only when
+// fixed) after shadow_mode, where a script reading the reference's fields
+// still finds them: a limit that will change by itself must say so. A rule
+// with several limits has one line for each. A nil *Snapshot writes
+// nothing.
 func (s *Snapshot) WriteRLConfig(w io.Writer) error {
 	for _, d := range s.Domains() {
 		for _, r := range d.rules {
@@ -27,12 +32,25 @@ func (s *Snapshot) WriteRLConfig(w io.Writer) error {
 				continue
 			}
 			for _, l := range r.Limits {
-				if _, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t\n",
-					r.Path, l.Unit.EnvoyName(), l.RequestsPerUnit, r.ShadowMode); err != nil {
+				if _, err := fmt.Fprintf(w, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t%s\n",
+					r.Path, l.Unit.EnvoyName(), l.RequestsPerUnit, r.ShadowMode, rlconfigWarmup(l.Warmup)); err != nil {
 					return fmt.Errorf("rules: write rlconfig: %w", err)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// rlconfigWarmup is the /rlconfig suffix of a warm-up ramp, "" for none.
+func rlconfigWarmup(w *Warmup) string {
+	j := newWarmupJSON(w)
+	if j == nil {
+		return ""
+	}
+	s := fmt.Sprintf(", warmup: period=%s from=%s", j.Period, strconv.FormatFloat(j.From, 'g', -1, 64))
+	if j.Start != "" {
+		s += " start=" + j.Start
+	}
+	return s
 }

@@ -128,7 +128,7 @@ var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "hash_tag", "metadata"}
 	rateLimitFields = []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst",
-		"unlimited", "name", "replaces", "lease"}
+		"unlimited", "name", "replaces", "lease", "warmup"}
 	replacesFields = []string{"name"}
 )
 
@@ -368,6 +368,11 @@ func (p *parser) finishRule(r *Rule, path []ancestor) {
 	r.depth = len(path)
 	if r.ID == "" {
 		r.ID = r.Path
+	}
+	for i := range r.Limits {
+		if w := r.Limits[i].Warmup; w != nil {
+			w.Anchor = anchorID(r, &r.Limits[i])
+		}
 	}
 }
 

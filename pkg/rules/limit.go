@@ -26,7 +26,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease", "warmup"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -129,8 +129,9 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	alg, algOK := p.limitAlgorithm(f, path)
 	burst, burstOK := p.burst(f, path, alg)
 	lease, leaseOK := p.lease(f, path, alg)
-	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK) {
+	warmup, warmupOK := p.warmup(f, path)
+	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup}
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK && warmupOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {

@@ -166,6 +166,10 @@ func TestExamples(t *testing.T) {
 		{"internal", entries("tenant=acme"), "tenant_monthly", []string{"tenant_monthly"}, false},
 		{"internal", entries("tenant=trial-42"), "trial_pool", []string{"trial_pool"}, false},
 		{"internal", entries("generic_key=reports", "tenant=acme"), "reports_per_week", []string{"reports_per_week"}, false},
+		{"versions", entries("version=stable"), "stable", []string{"stable"}, false},
+		{"versions", entries("version=canary"), "canary", []string{"canary"}, false},
+		{"versions", entries("version=unrouted"), "unrouted", []string{"unrouted"}, false},
+		{"versions", entries("version=v3"), "other_version", []string{"other_version"}, false},
 	}
 	for _, tt := range tests {
 		r := snap.Match(tt.domain, tt.entries)

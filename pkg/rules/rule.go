@@ -173,4 +173,7 @@ type Limit struct {
 	// Lease is `lease: auto`: replicas may serve this limit's hot counters
 	// from leases (pkg/lease). Off by default.
 	Lease bool
+	// Warmup is the limit's warm-up ramp, nil for none. Only a
+	// LimitAdjuster (pkg/warmup) applies it: Policy is the ramp's target.
+	Warmup *Warmup
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -184,8 +185,45 @@ func (s *Snapshot) NumRules() int {
 	return s.rules
 }
 
-// MarshalJSON dumps the loaded rules, for /debug/config.
-func (s *Snapshot) MarshalJSON() ([]byte, error) {
+// MarshalJSON dumps the loaded rules as configured; /debug/config shows
+// Dump's form, which adds each limit's effective value.
+func (s *Snapshot) MarshalJSON() ([]byte, error) { return s.marshal(nil) }
+
+// EffectiveLimit returns the requests_per_unit limit l of rule r has now,
+// after warm-up ramps and overrides (rls.Service.CurrentLimit).
+type EffectiveLimit func(domain string, r *Rule, l *Limit) uint32
+
+// Dump returns the rules in MarshalJSON's form with each limit's
+// effective_requests_per_unit from eff, for /debug/config: while a ramp or
+// an override runs, that is the limit requests get.
+func (s *Snapshot) Dump(eff EffectiveLimit) json.Marshaler { return dump{s, eff} }
+
+type dump struct {
+	s   *Snapshot
+	eff EffectiveLimit
+}
+
+func (d dump) MarshalJSON() ([]byte, error) { return d.s.marshal(d.eff) }
+
+// warmupJSON is a warmup block as the rule file writes it.
+type warmupJSON struct {
+	Period string  `json:"period"`
+	From   float64 `json:"from"`
+	Start  string  `json:"start,omitempty"`
+}
+
+func newWarmupJSON(w *Warmup) *warmupJSON {
+	if w == nil {
+		return nil
+	}
+	j := &warmupJSON{Period: w.Period.String(), From: w.From}
+	if !w.Start.IsZero() {
+		j.Start = w.Start.Format(time.RFC3339)
+	}
+	return j
+}
+
+func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
 	type limitJSON struct {
 		Name            string `json:"name,omitempty"`
 		Unit            string `json:"unit"`
@@ -195,6 +233,9 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 		PeriodUS        int64  `json:"period_us"`
 		Burst           int64  `json:"burst,omitempty"`
 		Lease           bool   `json:"lease,omitempty"`
+		// Effective is set by Dump: the requests_per_unit in force now.
+		Effective *uint32     `json:"effective_requests_per_unit,omitempty"`
+		Warmup    *warmupJSON `json:"warmup,omitempty"`
 	}
 	type ruleJSON struct {
 		ID             string         `json:"id"`
@@ -229,12 +270,18 @@ func (s *Snapshot) MarshalJSON() ([]byte, error) {
 				DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
 				HashTag: r.HashTag, Replaces: r.Replaces, Metadata: r.Metadata,
 			}
-			for _, l := range r.Limits {
-				rj.Limits = append(rj.Limits, limitJSON{
+			for i := range r.Limits {
+				l := &r.Limits[i]
+				lj := limitJSON{
 					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
 					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst,
-					Lease: l.Lease,
-				})
+					Lease: l.Lease, Warmup: newWarmupJSON(l.Warmup),
+				}
+				if eff != nil {
+					v := eff(d.Name, r, l)
+					lj.Effective = &v
+				}
+				rj.Limits = append(rj.Limits, lj)
 			}
 			dj.Rules = append(dj.Rules, rj)
 		}

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func TestPerSecondPeek(t *testing.T) {
 			t.Errorf("peek %d: %+v (remaining %d), want remaining %d", i, got[i], r, want)
 		}
 	}
-	if m, p := dbSize(t, main), dbSize(t, sec); m != 1 || p != 1 {
+	if m, p := redistest.DBSize(t, main), redistest.DBSize(t, sec); m != 1 || p != 1 {
 		t.Fatalf("after the peek: main holds %d keys, per-second %d; want 1 and 1", m, p)
 	}
 }

@@ -89,6 +89,8 @@ type Stack struct {
 	ready func(ctx context.Context) error
 	name  string
 	close []func()
+	// redis is Config.Redis, nil for the in-process store.
+	redis *redisclient.Client
 }
 
 // New builds the stack cfg describes. With Redis it does not fail when
@@ -130,6 +132,12 @@ func (s *Stack) Ready(ctx context.Context) error {
 	}
 	return s.ready(ctx)
 }
+
+// Redis returns the client of the shared store (Config.Redis, not the
+// per-second one), or nil when the stack is the in-process store: state
+// beside the counters that replicas must share (warm-up anchors) lives
+// there.
+func (s *Stack) Redis() *redisclient.Client { return s.redis }
 
 // Name is "memory" or "redis", for the start-up log line.
 func (s *Stack) Name() string { return s.name }
@@ -185,6 +193,7 @@ func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 		},
 		name:  "redis",
 		close: append(main.close, sec.close...),
+		redis: cfg.Redis,
 	}, nil
 }
 
@@ -199,7 +208,7 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{name: "redis", peek: b.Peek, close: []func(){b.Close}}
+	s := &Stack{name: "redis", peek: b.Peek, close: []func(){b.Close}, redis: client}
 	lctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	if err := b.LoadScript(lctx); err != nil {
 		log.Warn("redis not reachable at start; answering with the failure mode until it is",

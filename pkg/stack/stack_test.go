@@ -172,3 +172,26 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("an unknown failure mode: %v, want an error", err)
 	}
 }
+
+// TestRedisClient: the stack hands out the main Redis client, for state
+// replicas share beside the counters (warm-up anchors), and nil for the
+// in-process store.
+func TestRedisClient(t *testing.T) {
+	main := &redisclient.Client{Single: redistest.SharedStandalone(t).Client(t)}
+	persec := &redisclient.Client{Single: redistest.SharedStandalone(t).Client(t)}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want *redisclient.Client
+	}{
+		{"memory", Config{}, nil},
+		{"redis", Config{Redis: main, Timeout: 10 * time.Second}, main},
+		{"with per-second redis", Config{Redis: main, PerSecondRedis: persec, Timeout: 10 * time.Second}, main},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newStack(t, tc.cfg).Redis(); got != tc.want {
+				t.Errorf("Redis() = %p, want %p", got, tc.want)
+			}
+		})
+	}
+}

@@ -84,7 +84,7 @@ func checkEnvoyConfigs(t *testing.T, o overrides) error {
 // sidecar component, decodes every object strictly, runs the cross-object
 // checks, validates each EnvoyFilter and simulates its descriptors.
 func checkManifests(t *testing.T, o overrides) error {
-	_, errs := checkBuild(t, "manifests", variantFS(t, []string{"components/sidecar"}, o.manifestOverrides()), o)
+	_, errs := checkBuild(t, "manifests", variantFS(t, []string{"components/sidecar", versionsComponent}, o.manifestOverrides()), o)
 	return errors.Join(errs...)
 }
 

@@ -427,6 +427,8 @@ func samplesFor(domain string) ([]sample, error) {
 		return edgeSamples(), nil
 	case "internal":
 		return internalSamples(), nil
+	case "versions":
+		return versionSamples(), nil
 	}
 	return nil, fmt.Errorf("no sample requests for domain %q: add them before shipping a filter for it", domain)
 }

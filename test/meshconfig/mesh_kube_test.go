@@ -166,7 +166,8 @@ var manifestVariants = []struct {
 	{"sidecar", []string{"components/sidecar"}},
 	{"sidecar-uds", []string{"components/sidecar", udsComponent}},
 	{"managed-redis", []string{"components/managed-redis"}},
-	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis"}},
+	{"per-version", []string{versionsComponent}},
+	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis", versionsComponent}},
 }
 
 // variantFS returns the manifests with the variant's components enabled.
@@ -199,6 +200,7 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 			sidecar := slices.Contains(v.components, "components/sidecar")
 			managed := slices.Contains(v.components, "components/managed-redis")
 			uds := slices.Contains(v.components, udsComponent)
+			versions := slices.Contains(v.components, versionsComponent)
 			for _, want := range []struct {
 				kind, ns, name string
 				present        bool
@@ -210,6 +212,7 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 				{"ConfigMap", "envoy-rls", "envoy-rls-config", true},
 				{"EnvoyFilter", "istio-system", "envoy-rls-gateway", true},
 				{"EnvoyFilter", "default", "envoy-rls-sidecar", sidecar},
+				{"EnvoyFilter", "default", "envoy-rls-versions", versions},
 				{"ConfigMap", "default", "envoy-rls-config", uds},
 				{"Deployment", "envoy-rls", "redis", !managed},
 				{"Service", "envoy-rls", "redis", !managed},
