@@ -105,6 +105,9 @@ func New(ctx context.Context, opts Options) *Adjuster {
 	return &Adjuster{ctx: ctx, opts: opts, log: log}
 }
 
+// String names the adjuster where a limit's source is shown (explain).
+func (a *Adjuster) String() string { return "warm-up" }
+
 // AdjustLimit implements rls.LimitAdjuster: it scales p's limit and burst
 // by the ramp's fraction at now (Fraction). Limits without a warmup block,
 // and limits of 0, are returned as they are.

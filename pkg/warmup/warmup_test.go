@@ -216,3 +216,18 @@ func TestRampRestartsOnChange(t *testing.T) {
 		}
 	}
 }
+
+// TestNamedInEffectiveLimit: explain and /debug/config name the warm-up as
+// the source of a ramping limit.
+func TestNamedInEffectiveLimit(t *testing.T) {
+	y := "domain: w\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 8, warmup: {period: 4s, from: 0.25, start: \"2026-12-24T10:00:00Z\"}}}\n"
+	d, err := rules.Parse("w.yaml", []byte(y), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := d.Rules()[0]
+	e := rls.EffectiveLimit([]rls.LimitAdjuster{New(context.Background(), Options{})}, t0, "w", r, &r.Limits[0])
+	if len(e.Sources) != 1 || e.Sources[0].Name != "warm-up" || e.RequestsPerUnit != 2 {
+		t.Fatalf("effective %+v, want 2 from the warm-up", e)
+	}
+}
