@@ -18,6 +18,7 @@ commands:
   serve      run the rate-limit service (the default when no command is given)
   validate   check a rules directory: envoy-rls validate DIR
   check      ask a running service for a decision
+  override   set, list or clear runtime limit overrides: envoy-rls override set|list|clear
   version    print the version
 
 Run "envoy-rls <command> -h" for a command's flags. Every flag has an
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args, stdout, stderr)
 	case "check":
 		return check(args, stdout, stderr)
+	case "override":
+		return overrideCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "envoy-rls", version)
 		return 0

@@ -27,6 +27,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/override"
 	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -64,6 +65,7 @@ type serveConfig struct {
 	refNotes          []refNote
 	metrics           metricsFlags
 	grpc              grpcFlags
+	override          overrideFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -109,6 +111,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.http.register(fs)
 	c.metrics.register(fs)
 	c.grpc.register(fs)
+	c.override.register(fs)
 	return c, fs
 }
 
@@ -236,6 +239,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.grpc.validate(); err != nil {
 		return o, err
 	}
+	if err := c.override.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -268,6 +274,11 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return err
 	}
 	defer closeBackend()
+	overrides, closeOverrides, err := newOverrides(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer closeOverrides()
 	svc, err := rls.New(rls.Config{
 		Rules:            loader.Current,
 		Backend:          backend,
@@ -282,11 +293,12 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Metrics:          rls.NewMetrics(reg),
 		ReferenceMetrics: referenceMetrics(cfg, reg),
 		Logger:           log,
+		Adjust:           []rls.LimitAdjuster{overrides},
 	})
 	if err != nil {
 		return err
 	}
-	srv, err := newServers(ctx, cfg, svc, backend.Ready, loader.Current, reg, log)
+	srv, err := newServers(ctx, cfg, svc, backend.Ready, loader.Current, overrides, reg, log)
 	if err != nil {
 		return err
 	}
@@ -323,9 +335,10 @@ type servers struct {
 }
 
 // newServers builds the gRPC server (the service, health, reflection), the
-// HTTP server and the debug server; ready is the backend's readiness and
-// rulesNow the rules /debug/config and /rlconfig show.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+// HTTP server and the debug server; ready is the backend's readiness,
+// rulesNow the rules /debug/config and /rlconfig show, and overrides the
+// runtime overrides the admin API manages.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, overrides *override.Table, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
 	creds, err := cfg.tls.serverOption(log)
 	if err != nil {
 		return nil, err
@@ -347,9 +360,11 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		JSON:    svc.JSONHandler(),
 	}), log)
 	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
-		Config:   func() any { return rulesNow() },
-		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
-		Pprof:    cfg.pprof,
+		Config:         func() any { return debugConfig(rulesNow(), overrides, svc) },
+		RLConfig:       func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
+		Pprof:          cfg.pprof,
+		Admin:          override.Handler(overrides),
+		AdminTokenFile: cfg.override.tokenFile,
 	}), log)
 	return s, nil
 }

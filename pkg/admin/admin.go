@@ -55,6 +55,13 @@ type DebugOptions struct {
 	RLConfig func(w io.Writer) error
 	// Pprof mounts /debug/pprof/.
 	Pprof bool
+	// Admin serves the admin API under /admin/ (runtime overrides), behind
+	// a bearer token read from AdminTokenFile on every request, so a
+	// rotated file takes effect without a restart. With no AdminTokenFile
+	// every /admin/ request, read or write, gets 403 saying how to enable
+	// it: the API changes limits, and its list shows operators' reasons.
+	Admin          http.Handler
+	AdminTokenFile string
 }
 
 // NewDebug returns the debug handler for opts: /debug/config, /rlconfig
@@ -68,6 +75,9 @@ func NewDebug(opts DebugOptions) http.Handler {
 	}
 	if opts.RLConfig != nil {
 		mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) { rlconfig(w, opts.RLConfig) })
+	}
+	if opts.Admin != nil {
+		mux.Handle("/admin/", RequireToken(opts.AdminTokenFile, opts.Admin))
 	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -47,3 +47,11 @@ func adjustLimit(adjust []LimitAdjuster, now time.Time, domain string, r *rules.
 	}
 	return pol, uint32(min(pol.Limit, math.MaxUint32))
 }
+
+// EffectiveLimit returns the requests_per_unit that limit l of rule r has
+// at now after the configured adjusters, as statuses would report it; for
+// /debug/config.
+func (s *Service) EffectiveLimit(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
+	_, rpu := adjustLimit(s.cfg.Adjust, now, domain, r, l)
+	return rpu
+}

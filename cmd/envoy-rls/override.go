@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/adaptive"
+	"github.com/envoy-rls/envoy-rls/pkg/override"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// overrideFlags configure runtime overrides and the adaptive controller in
+// serve.
+type overrideFlags struct {
+	tokenFile      string
+	refresh        time.Duration
+	maxTTL         time.Duration
+	adaptiveConfig string
+	prometheusURL  string
+}
+
+func (o *overrideFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token of the admin API (/admin/ on --debug-addr: runtime overrides), re-read on every call; empty disables the admin API")
+	fs.DurationVar(&o.refresh, "override-refresh", override.DefaultRefresh, "how often each replica re-reads the runtime overrides from Redis")
+	fs.DurationVar(&o.maxTTL, "override-max-ttl", override.DefaultMaxTTL, "longest TTL a runtime override may have")
+	fs.StringVar(&o.adaptiveConfig, "adaptive-config", "", "YAML file of adaptive limit controllers (PromQL signals scaling limits); empty runs none")
+	fs.StringVar(&o.prometheusURL, "prometheus-url", "", "Prometheus server the adaptive controllers query, e.g. http://prometheus:9090")
+}
+
+func (o *overrideFlags) validate() error {
+	err := errors.Join(positive("--override-refresh", o.refresh), positive("--override-max-ttl", o.maxTTL))
+	if o.adaptiveConfig != "" && o.prometheusURL == "" {
+		err = errors.Join(err, errors.New("--adaptive-config: needs --prometheus-url (the server its queries go to)"))
+	}
+	return err
+}
+
+// newOverrides builds the override table (on Redis when --redis-url is
+// set, else in-process), starts its refresh and, with --adaptive-config,
+// the adaptive controller; close releases the Redis client.
+func newOverrides(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (*override.Table, func(), error) {
+	closeStore := func() {}
+	var store override.Store = &override.MemStore{}
+	if cfg.redisURL != "" {
+		client, err := newRedisClient(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		store = override.NewRedisStore(client.Universal(), "", cfg.override.maxTTL)
+		closeStore = func() { client.Close() }
+	}
+	t, err := override.New(override.Config{Store: store, Refresh: cfg.override.refresh, MaxTTL: cfg.override.maxTTL, Logger: log, Registerer: reg})
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	if cfg.override.adaptiveConfig != "" {
+		ctl, err := adaptive.Load(cfg.override.adaptiveConfig, adaptive.Options{
+			Prometheus: cfg.override.prometheusURL, Table: t, Logger: log, Registerer: reg})
+		if err != nil {
+			closeStore()
+			return nil, nil, err
+		}
+		go ctl.Run(ctx)
+	}
+	go t.Run(ctx)
+	return t, closeStore, nil
+}
+
+// debugConfig is /debug/config: the loaded rules, as before, and under
+// "limits" every limit's effective value and its source.
+func debugConfig(snap *rules.Snapshot, t *override.Table, svc *rls.Service) any {
+	b, err := json.Marshal(snap)
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	out["limits"] = t.Describe(snap, time.Now(), svc.EffectiveLimit)
+	return out
+}
+
+// overrideCmd is `envoy-rls override set|list|clear`: the admin API's
+// client.
+func overrideCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || isHelp(args[0]) {
+		fmt.Fprint(stderr, overrideUsage)
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	fs := newFlagSet("override "+sub, stderr)
+	addr := fs.String("addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
+	tokenFile := fs.String("token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
+	f := override.Filter{}
+	fs.StringVar(&f.Domain, "domain", "", "the limit's domain")
+	fs.StringVar(&f.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
+	by := fs.String("by", currentUser(), "who makes the change, for the log")
+	reason := fs.String("reason", "", "why, for the log (required for set and clear)")
+	// Each subcommand's own flags; the numbers are strings so that "not
+	// given" and "0" stay apart (setRequest parses them).
+	var factor, ttl, rpu, source *string
+	var all, asJSON *bool
+	switch sub {
+	case "set":
+		factor = fs.String("factor", "", "multiply the limit by this factor, e.g. 0.5")
+		rpu = fs.String("requests-per-unit", "", "replace the limit by this requests_per_unit (0 blocks)")
+		ttl = fs.String("ttl", "", "how long the override lasts, e.g. 15m (required; it expires by itself)")
+	case "list":
+		asJSON = fs.Bool("json", false, "print JSON instead of a table")
+	case "clear":
+		source = fs.String("source", "", "clear only overrides of this source: manual|adaptive")
+		all = fs.Bool("all", false, "with no --domain, clear every override")
+	default:
+		fmt.Fprintf(stderr, "envoy-rls override: unknown subcommand %q\n\n%s", sub, overrideUsage)
+		return 2
+	}
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 2
+	}
+	c := &override.Client{Base: "http://" + *addr}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "envoy-rls override %s: --token-file: %v\n", sub, err)
+			return 2
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	ctx := context.Background()
+	var list []override.Override
+	var err error
+	switch sub {
+	case "set":
+		var req override.SetRequest
+		if req, err = setRequest(f, *by, *reason, *factor, *rpu, *ttl); err == nil {
+			var o override.Override
+			o, err = c.Set(ctx, req)
+			list = []override.Override{o}
+		}
+	case "list":
+		list, err = c.List(ctx)
+		if err == nil && *asJSON {
+			err = json.NewEncoder(stdout).Encode(list)
+			list = nil
+			if err == nil {
+				return 0
+			}
+		}
+	case "clear":
+		f.Source = override.Source(*source)
+		if f.Domain == "" && !*all {
+			err = errors.New("want --domain (and optionally --limit), or --all to clear every override")
+		} else {
+			list, err = c.Clear(ctx, f, *by, *reason)
+		}
+	}
+	if err == nil {
+		err = override.WriteTable(stdout, list)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
+
+  set    --domain D --limit NAME (--factor 0.5 | --requests-per-unit N) --ttl 15m --reason "..."
+  list   [--json]
+  clear  --domain D [--limit NAME] [--source manual|adaptive] --reason "..."  (or --all)
+
+Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F.
+`
+
+// setRequest builds the API request of override set from its flags.
+func setRequest(f override.Filter, by, reason, factor, rpu, ttl string) (override.SetRequest, error) {
+	req := override.SetRequest{Domain: f.Domain, Limit: f.Limit, TTL: ttl, Reason: reason, By: by}
+	var errs []error
+	if factor != "" {
+		var v float64
+		if _, err := fmt.Sscan(factor, &v); err != nil {
+			errs = append(errs, fmt.Errorf("--factor: %q is not a number", factor))
+		}
+		req.Factor = &v
+	}
+	if rpu != "" {
+		var v uint32
+		if _, err := fmt.Sscan(rpu, &v); err != nil {
+			errs = append(errs, fmt.Errorf("--requests-per-unit: %q is not a whole number", rpu))
+		}
+		req.RequestsPerUnit = &v
+	}
+	if (factor == "") == (rpu == "") {
+		errs = append(errs, errors.New("want exactly one of --factor and --requests-per-unit"))
+	}
+	if ttl == "" {
+		errs = append(errs, errors.New("--ttl: required (an override expires by itself)"))
+	}
+	return req, errors.Join(errs...)
+}
+
+// currentUser names the operator for --by's default.
+func currentUser() string {
+	u, err := user.Current()
+	if err != nil {
+		return ""
+	}
+	h, _ := os.Hostname()
+	return u.Username + "@" + h
+}
