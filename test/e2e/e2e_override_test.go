@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+const overrideRules = `
+domain: ovr
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, name: per_user}
+`
+
+// tokenFile writes an admin token file and returns its path.
+func tokenFile(t *testing.T, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "admin-token")
+	writeFile(t, p, token+"\n")
+	return p
+}
+
+// overrideCLI runs `envoy-rls override <args>` against s's admin listener.
+func (s *server) overrideCLI(t *testing.T, token string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	full := append([]string{"override", args[0], "--addr", s.DebugAddr}, args[1:]...)
+	if token != "" {
+		full = append(full, "--token-file", token)
+	}
+	return runCLI(t, nil, full...)
+}
+
+// currentLimit asks s, consuming nothing, for the limit user=u runs under.
+func (s *server) currentLimit(u string) uint32 {
+	s.t.Helper()
+	resp := s.ask("ovr", checkOnly(desc("user", u)))
+	return resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+// awaitLimit waits until every server reports limit for user=u.
+func awaitLimit(t *testing.T, why string, u string, limit uint32, servers ...*server) {
+	t.Helper()
+	for i, s := range servers {
+		eventually.True(t, fmt.Sprintf("%s: replica %d reports limit %d", why, i, limit), func() (bool, string) {
+			got := s.currentLimit(u)
+			return got == limit, fmt.Sprintf("limit %d", got)
+		})
+	}
+}
+
+// TestOverrideReplicas: an override set through one replica's admin API
+// applies on both replicas (they share it through Redis), admits exactly
+// the overridden count, shows in /debug/config and the log with its
+// reason, is counted, expires by itself, and a clear through the other
+// replica lifts it everywhere.
+func TestOverrideReplicas(t *testing.T) {
+	t.Parallel()
+	r := redistest.Standalone(t)
+	tok := tokenFile(t, "e2e-token")
+	dir := rulesDir(t, map[string]string{"ovr.yaml": overrideRules})
+	args := []string{"--redis-url", "redis://" + r.Addr, "--admin-token-file", tok}
+	a := startServer(t, serveOpts{ConfigDir: dir, Args: args})
+	b := startServer(t, serveOpts{ConfigDir: dir, Args: args})
+
+	out, stderr, code := a.overrideCLI(t, tok, "set", "--domain", "ovr", "--limit", "per_user", "--factor", "0.5", "--ttl", "3s", "--reason", "incident 42")
+	if code != 0 || !strings.Contains(out, "factor=0.5") {
+		t.Fatalf("override set: exit %d\n%s%s", code, out, stderr)
+	}
+	awaitLimit(t, "after set on a", "u1", 5, a, b)
+	admitted := 0
+	for range 10 {
+		if b.ask("ovr", desc("user", "u1")).OverallCode == pb.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("replica b admitted %d of 10 under the halved limit, want 5", admitted)
+	}
+	_, cfg := b.getDebug("/debug/config")
+	var dc struct {
+		Limits []struct {
+			Limit, Source string
+			Effective     uint32 `json:"effective_requests_per_unit"`
+			Override      *struct{ Reason string }
+		}
+	}
+	if err := json.Unmarshal([]byte(cfg), &dc); err != nil || len(dc.Limits) != 1 {
+		t.Fatalf("/debug/config: %v\n%s", err, cfg)
+	}
+	if l := dc.Limits[0]; l.Limit != "per_user" || l.Source != "manual" || l.Effective != 5 || l.Override == nil || l.Override.Reason != "incident 42" {
+		t.Errorf("/debug/config limits[0] = %+v, want per_user manual 5 with its reason", l)
+	}
+	if n := a.scrape().get("envoy_rls_override_changes_total", map[string]string{"action": "set", "source": "manual"}); n != 1 {
+		t.Errorf("set count on a: %v, want 1", n)
+	}
+	if !strings.Contains(a.logs.String(), `"reason":"incident 42"`) {
+		t.Errorf("the set is not logged with its reason:\n%s", a.logs.String())
+	}
+
+	// Expiry: 3 s after the set, both replicas are back on the configured limit.
+	awaitLimit(t, "after expiry", "u2", 10, a, b)
+	eventually.True(t, "the expiry is counted", func() (bool, string) {
+		n := b.scrape().get("envoy_rls_override_changes_total", map[string]string{"action": "expire", "source": "manual"})
+		return n == 1, fmt.Sprintf("expire count %v", n)
+	})
+
+	if _, stderr, code := a.overrideCLI(t, tok, "set", "--domain", "ovr", "--limit", "per_user", "--requests-per-unit", "2", "--ttl", "15m", "--reason", "bots"); code != 0 {
+		t.Fatalf("second set: exit %d: %s", code, stderr)
+	}
+	awaitLimit(t, "after the absolute set", "u3", 2, a, b)
+	out, stderr, code = b.overrideCLI(t, tok, "list")
+	if code != 0 || !strings.Contains(out, "requests_per_unit=2") || !strings.Contains(out, "bots") {
+		t.Fatalf("override list on b: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, stderr, code := b.overrideCLI(t, tok, "clear", "--domain", "ovr", "--reason", "resolved"); code != 0 {
+		t.Fatalf("clear: exit %d: %s", code, stderr)
+	}
+	awaitLimit(t, "after clear on b", "u4", 10, a, b)
+}
+
+// TestOverrideAuth: on the in-process store, the admin API refuses a
+// missing or wrong token and is off without --admin-token-file; with the
+// right token an override applies at once.
+func TestOverrideAuth(t *testing.T) {
+	t.Parallel()
+	tok := tokenFile(t, "right")
+	wrong := tokenFile(t, "wrong")
+	dir := rulesDir(t, map[string]string{"ovr.yaml": overrideRules})
+	s := startServer(t, serveOpts{ConfigDir: dir, Args: []string{"--admin-token-file", tok}})
+	off := startServer(t, serveOpts{ConfigDir: dir})
+	set := []string{"set", "--domain", "ovr", "--limit", "per_user", "--factor", "0.3", "--ttl", "1m", "--reason", "test"}
+	tests := []struct {
+		name  string
+		srv   *server
+		token string
+		want  string
+	}{
+		{"no token", s, "", "401"},
+		{"wrong token", s, wrong, "401"},
+		{"api off", off, tok, "403"},
+	}
+	for _, tc := range tests {
+		for _, args := range [][]string{set, {"list"}} {
+			_, stderr, code := tc.srv.overrideCLI(t, tc.token, args...)
+			if code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: override %s: exit %d, stderr %q; want 1 and %s", tc.name, args[0], code, stderr, tc.want)
+			}
+		}
+	}
+	if got := s.currentLimit("u"); got != 10 {
+		t.Fatalf("after refused calls: limit %d, want the configured 10", got)
+	}
+	if _, stderr, code := s.overrideCLI(t, tok, set...); code != 0 {
+		t.Fatalf("override set with the right token: exit %d: %s", code, stderr)
+	}
+	if got := s.currentLimit("u"); got != 3 {
+		t.Errorf("after set on the in-process store: limit %d, want 3 at once", got)
+	}
+	_, stderr, code := s.overrideCLI(t, tok, "set", "--domain", "ovr", "--limit", "per_user", "--factor", "0.3", "--reason", "no ttl")
+	if code != 1 || !strings.Contains(stderr, "--ttl") {
+		t.Errorf("set without --ttl: exit %d, stderr %q; want 1 naming --ttl", code, stderr)
+	}
+}
