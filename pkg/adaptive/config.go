@@ -38,7 +38,7 @@ import (
 //	    floor: 0.2           # default 0.1
 //	    ceiling: 1           # default 1
 //	    min_interval: 1m     # least time between two changes (default: interval)
-//	    ttl: 10m             # lifetime of the written factor (default 10 × interval)
+//	    ttl: 10m             # lifetime of the written factor (default 10 × interval, at least 1m)
 type File struct {
 	Interval    string       `json:"interval"`
 	Controllers []Controller `json:"controllers"`
@@ -115,7 +115,7 @@ func Parse(name string, data []byte) (*File, error) {
 		}
 		seen[[2]string{c.Domain, c.Limit}] = i
 		c.minInterval = duration(c.MinInterval, interval, p+".min_interval", bad)
-		c.ttl = duration(c.TTL, 10*interval, p+".ttl", bad)
+		c.ttl = duration(c.TTL, max(10*interval, time.Minute), p+".ttl", bad)
 		c.Decrease = orDefault(c.Decrease, defaultDecrease)
 		c.Increase = orDefault(c.Increase, defaultIncrease)
 		c.Floor = orDefault(c.Floor, defaultFloor)

@@ -39,7 +39,8 @@ type Options struct {
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// HTTP queries Prometheus; nil means a client with a timeout of half
-	// the interval, at most 10 s, so a slow server cannot stack up checks.
+	// the interval, within 1 s and 10 s, so a slow server cannot stack up
+	// checks.
 	HTTP *http.Client
 }
 
@@ -72,7 +73,7 @@ func New(f *File, opts Options) (*Controllers, error) {
 		return nil, fmt.Errorf("adaptive: --prometheus-url: %q is not a URL (want http://host:port)", opts.Prometheus)
 	}
 	if opts.HTTP == nil {
-		opts.HTTP = &http.Client{Timeout: min(f.interval/2, 10*time.Second)}
+		opts.HTTP = &http.Client{Timeout: min(max(f.interval/2, time.Second), 10*time.Second)}
 	}
 	c := &Controllers{
 		file: f, opts: opts, log: zap.NewNop(),
