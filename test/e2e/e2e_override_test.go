@@ -10,6 +10,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/promtest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -168,4 +169,43 @@ func TestOverrideAuth(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--ttl") {
 		t.Errorf("set without --ttl: exit %d, stderr %q; want 1 naming --ttl", code, stderr)
 	}
+}
+
+// TestAdaptive: with a real Prometheus scraping a gauge the test controls,
+// two replicas' adaptive controller cuts the limit while the signal is
+// high, both replicas apply the factor, `override list` shows it as
+// adaptive, and a low signal brings the configured limit back.
+func TestAdaptive(t *testing.T) {
+	t.Parallel()
+	r := redistest.Standalone(t)
+	g := promtest.NewGauge(t, "e2e_load")
+	prom := promtest.Start(t, g.Addr)
+	tok := tokenFile(t, "e2e-token")
+	dir := rulesDir(t, map[string]string{"ovr.yaml": overrideRules})
+	ctl := filepath.Join(t.TempDir(), "adaptive.yaml")
+	writeFile(t, ctl, `
+interval: 200ms
+controllers:
+  - domain: ovr
+    limit: per_user
+    signals: [{name: load, query: max(e2e_load), high: 0.8, low: 0.5}]
+    decrease: 0.5
+    increase: 0.5
+    floor: 0.2
+    min_interval: 1ms
+`)
+	args := []string{"--redis-url", "redis://" + r.Addr, "--admin-token-file", tok, "--adaptive-config", ctl, "--prometheus-url", prom.URL}
+	a := startServer(t, serveOpts{ConfigDir: dir, Args: args})
+	b := startServer(t, serveOpts{ConfigDir: dir, Args: args})
+
+	g.Set(0.9)
+	prom.AwaitValue(t, g, 0.9)
+	awaitLimit(t, "high signal", "u1", 2, a, b) // 10 × 0.2, the floor
+	out, stderr, code := b.overrideCLI(t, tok, "list")
+	if code != 0 || !strings.Contains(out, "adaptive") || !strings.Contains(out, "factor=0.2") {
+		t.Fatalf("override list: exit %d\n%s%s", code, out, stderr)
+	}
+	g.Set(0.1)
+	prom.AwaitValue(t, g, 0.1)
+	awaitLimit(t, "low signal", "u2", 10, a, b)
 }
