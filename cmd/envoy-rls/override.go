@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/user"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/adaptive"
+	"github.com/envoy-rls/envoy-rls/pkg/certreload"
 	"github.com/envoy-rls/envoy-rls/pkg/override"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -29,6 +33,7 @@ type overrideFlags struct {
 	maxTTL         time.Duration
 	adaptiveConfig string
 	prometheusURL  string
+	tls            tlsFlags
 }
 
 func (o *overrideFlags) register(fs *flag.FlagSet) {
@@ -37,6 +42,26 @@ func (o *overrideFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.maxTTL, "override-max-ttl", override.DefaultMaxTTL, "longest TTL a runtime override may have")
 	fs.StringVar(&o.adaptiveConfig, "adaptive-config", "", "YAML file of adaptive limit controllers (PromQL signals scaling limits); empty runs none")
 	fs.StringVar(&o.prometheusURL, "prometheus-url", "", "Prometheus server the adaptive controllers query, e.g. http://prometheus:9090")
+	fs.StringVar(&o.tls.cert, "admin-tls-cert", "", "PEM certificate: serve the debug/admin listener (--debug-addr) over TLS; re-read when the file changes")
+	fs.StringVar(&o.tls.key, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
+	fs.StringVar(&o.tls.clientCA, "admin-tls-client-ca", "", "PEM CA bundle: every debug/admin client must present a certificate it signed (mTLS), and such a client may use the admin API without the token")
+}
+
+// debugTLS returns the debug listener's TLS configuration, or nil when
+// --admin-tls-cert is not set.
+func (o *overrideFlags) debugTLS(log *zap.Logger) (*tls.Config, error) {
+	if o.tls.cert == "" && o.tls.key == "" {
+		if o.tls.clientCA != "" {
+			return nil, errors.New("--admin-tls-client-ca needs --admin-tls-cert and --admin-tls-key")
+		}
+		return nil, nil
+	}
+	srv, err := certreload.NewServer(o.tls.cert, o.tls.key, o.tls.clientCA)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-tls-*: %w", err)
+	}
+	log.Info("debug/admin listener TLS enabled", zap.Bool("mtls", o.tls.clientCA != ""))
+	return srv.Config(), nil
 }
 
 func (o *overrideFlags) validate() error {
@@ -105,6 +130,9 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("override "+sub, stderr)
 	addr := fs.String("addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
 	tokenFile := fs.String("token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
+	cacert := fs.String("cacert", "", "PEM CA of the server's --admin-tls-cert: talk TLS to it")
+	cert := fs.String("cert", "", "PEM client certificate for mTLS (signed by the server's --admin-tls-client-ca); needs --cacert")
+	key := fs.String("key", "", "PEM private key of --cert")
 	f := override.Filter{}
 	fs.StringVar(&f.Domain, "domain", "", "the limit's domain")
 	fs.StringVar(&f.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
@@ -136,6 +164,14 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &override.Client{Base: "http://" + *addr}
+	if *cacert != "" {
+		hc, err := tlsClient(*cacert, *cert, *key)
+		if err != nil {
+			fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+			return 2
+		}
+		c.Base, c.HTTP = "https://"+*addr, hc
+	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {
@@ -188,7 +224,8 @@ const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
   list   [--json]
   clear  --domain D [--limit NAME] [--source manual|adaptive] --reason "..."  (or --all)
 
-Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F.
+Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F;
+for a TLS admin listener --cacert CA, and for mTLS --cert C --key K.
 `
 
 // setRequest builds the API request of override set from its flags.
@@ -216,6 +253,29 @@ func setRequest(f override.Filter, by, reason, factor, rpu, ttl string) (overrid
 		errs = append(errs, errors.New("--ttl: required (an override expires by itself)"))
 	}
 	return req, errors.Join(errs...)
+}
+
+// tlsClient returns an HTTP client trusting the CA in caFile and, with
+// certFile, presenting that client certificate.
+func tlsClient(caFile, certFile, keyFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--cacert: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--cacert: %s holds no PEM certificate", caFile)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	if certFile != "" || keyFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert, --key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	// The server offers only h2 (certreload), so the client must too.
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}, nil
 }
 
 // currentUser names the operator for --by's default.

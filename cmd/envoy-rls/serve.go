@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -307,9 +308,16 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return err
 	}
 	defer stopMetrics()
+	debugTLS, err := cfg.override.debugTLS(log)
+	if err != nil {
+		return err
+	}
 	gl, hl, dl, err := listen(cfg)
 	if err != nil {
 		return err
+	}
+	if dl != nil && debugTLS != nil {
+		dl = tls.NewListener(dl, debugTLS)
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)

@@ -209,3 +209,34 @@ controllers:
 	prom.AwaitValue(t, g, 0.1)
 	awaitLimit(t, "low signal", "u2", 10, a, b)
 }
+
+// TestOverrideMTLS: with the debug listener on mTLS and no token, a client
+// certificate the client CA signed authorises the admin API; a client
+// without one is refused in the handshake.
+func TestOverrideMTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	serverCA, clientCA := newCA(t, "admin-server"), newCA(t, "admin-clients")
+	files := map[string][]byte{"server-ca.pem": serverCA.PEM, "client-ca.pem": clientCA.PEM}
+	files["server.pem"], files["server-key.pem"] = issue(t, serverCA, 2, true)
+	files["client.pem"], files["client-key.pem"] = issue(t, clientCA, 3, false)
+	for name, data := range files {
+		writeBytes(t, filepath.Join(dir, name), data)
+	}
+	f := func(name string) string { return filepath.Join(dir, name) }
+	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"ovr.yaml": overrideRules}), Args: []string{
+		"--admin-tls-cert", f("server.pem"), "--admin-tls-key", f("server-key.pem"), "--admin-tls-client-ca", f("client-ca.pem")}})
+
+	set := []string{"set", "--domain", "ovr", "--limit", "per_user", "--factor", "0.5", "--ttl", "1m", "--reason", "mtls"}
+	_, stderr, code := s.overrideCLI(t, "", append(set, "--cacert", f("server-ca.pem"))...)
+	if code != 1 || !strings.Contains(stderr, "certificate") {
+		t.Errorf("without a client certificate: exit %d, stderr %q; want 1 and a TLS refusal", code, stderr)
+	}
+	out, stderr, code := s.overrideCLI(t, "", append(set, "--cacert", f("server-ca.pem"), "--cert", f("client.pem"), "--key", f("client-key.pem"))...)
+	if code != 0 || !strings.Contains(out, "factor=0.5") {
+		t.Fatalf("with the client certificate: exit %d\n%s%s", code, out, stderr)
+	}
+	if got := s.currentLimit("u"); got != 5 {
+		t.Errorf("after set over mTLS: limit %d, want 5", got)
+	}
+}
