@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -130,9 +129,9 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("override "+sub, stderr)
 	addr := fs.String("addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
 	tokenFile := fs.String("token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
-	cacert := fs.String("cacert", "", "PEM CA of the server's --admin-tls-cert: talk TLS to it")
-	cert := fs.String("cert", "", "PEM client certificate for mTLS (signed by the server's --admin-tls-client-ca); needs --cacert")
-	key := fs.String("key", "", "PEM private key of --cert")
+	caFile := fs.String("tls-ca", "", "CA bundle to verify the server's --admin-tls-cert; enables TLS")
+	certFile := fs.String("tls-cert", "", "client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
+	keyFile := fs.String("tls-key", "", "client key for mTLS")
 	f := override.Filter{}
 	fs.StringVar(&f.Domain, "domain", "", "the limit's domain")
 	fs.StringVar(&f.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
@@ -164,13 +163,15 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &override.Client{Base: "http://" + *addr}
-	if *cacert != "" {
-		hc, err := tlsClient(*cacert, *cert, *key)
-		if err != nil {
-			fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
-			return 2
-		}
-		c.Base, c.HTTP = "https://"+*addr, hc
+	tlsCfg, err := clientTLS(*caFile, *certFile, *keyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 2
+	}
+	if tlsCfg != nil {
+		// The server offers only h2 (pkg/certreload), so the client must too.
+		c.Base = "https://" + *addr
+		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
 	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
@@ -182,7 +183,6 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx := context.Background()
 	var list []override.Override
-	var err error
 	switch sub {
 	case "set":
 		var req override.SetRequest
@@ -225,7 +225,7 @@ const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
   clear  --domain D [--limit NAME] [--source manual|adaptive] --reason "..."  (or --all)
 
 Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F;
-for a TLS admin listener --cacert CA, and for mTLS --cert C --key K.
+for a TLS admin listener --tls-ca CA, and for mTLS --tls-cert C --tls-key K.
 `
 
 // setRequest builds the API request of override set from its flags.
@@ -253,29 +253,6 @@ func setRequest(f override.Filter, by, reason, factor, rpu, ttl string) (overrid
 		errs = append(errs, errors.New("--ttl: required (an override expires by itself)"))
 	}
 	return req, errors.Join(errs...)
-}
-
-// tlsClient returns an HTTP client trusting the CA in caFile and, with
-// certFile, presenting that client certificate.
-func tlsClient(caFile, certFile, keyFile string) (*http.Client, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("--cacert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--cacert: %s holds no PEM certificate", caFile)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
-	if certFile != "" || keyFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--cert, --key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	// The server offers only h2 (certreload), so the client must too.
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}, nil
 }
 
 // currentUser names the operator for --by's default.

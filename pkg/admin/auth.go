@@ -9,16 +9,22 @@ import (
 	"strings"
 )
 
-// RequireToken serves h only to requests bearing the token in tokenFile
-// ("Authorization: Bearer <token>"); others get 401, and every request gets
-// 403 when tokenFile is empty (the API is off). The file is read on each
-// request: admin calls are rare, and a rotated secret applies at once. An
-// unreadable or empty file refuses everyone (500) rather than letting an
-// empty token match.
+// RequireToken serves h only to requests that are authenticated: by a
+// client certificate the listener verified (mTLS: the debug listener with
+// a client CA), or by the token in tokenFile ("Authorization: Bearer
+// <token>"). Others get 401, and every request gets 403 when neither is
+// configured (the API is off). The file is read on each request: admin
+// calls are rare, and a rotated secret applies at once. An unreadable or
+// empty file refuses everyone (500) rather than letting an empty token
+// match.
 func RequireToken(tokenFile string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
 		if tokenFile == "" {
-			text(w, http.StatusForbidden, "admin: the admin API is disabled: start envoy-rls with --admin-token-file")
+			text(w, http.StatusForbidden, "admin: the admin API is disabled: start envoy-rls with --admin-token-file, or with --admin-tls-client-ca for mTLS")
 			return
 		}
 		b, err := os.ReadFile(tokenFile)

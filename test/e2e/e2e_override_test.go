@@ -228,11 +228,11 @@ func TestOverrideMTLS(t *testing.T) {
 		"--admin-tls-cert", f("server.pem"), "--admin-tls-key", f("server-key.pem"), "--admin-tls-client-ca", f("client-ca.pem")}})
 
 	set := []string{"set", "--domain", "ovr", "--limit", "per_user", "--factor", "0.5", "--ttl", "1m", "--reason", "mtls"}
-	_, stderr, code := s.overrideCLI(t, "", append(set, "--cacert", f("server-ca.pem"))...)
+	_, stderr, code := s.overrideCLI(t, "", append(set, "--tls-ca", f("server-ca.pem"))...)
 	if code != 1 || !strings.Contains(stderr, "certificate") {
 		t.Errorf("without a client certificate: exit %d, stderr %q; want 1 and a TLS refusal", code, stderr)
 	}
-	out, stderr, code := s.overrideCLI(t, "", append(set, "--cacert", f("server-ca.pem"), "--cert", f("client.pem"), "--key", f("client-key.pem"))...)
+	out, stderr, code := s.overrideCLI(t, "", append(set, "--tls-ca", f("server-ca.pem"), "--tls-cert", f("client.pem"), "--tls-key", f("client-key.pem"))...)
 	if code != 0 || !strings.Contains(out, "factor=0.5") {
 		t.Fatalf("with the client certificate: exit %d\n%s%s", code, out, stderr)
 	}
