@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 
@@ -184,13 +185,20 @@ func TestController(t *testing.T) {
 	}
 
 	f.prom.Stop()
-	stepOnce(t, c, "l")
-	stepOnce(t, c, "l")
-	if got := factor(t, tb, "l"); got != 0.8 {
-		t.Errorf("factor %v with Prometheus down, want 0.8 kept", got)
+	twoChecksKeep(t, "Prometheus down", c, tb, "l", c.failures.WithLabelValues("d", "l", "load"), 2)
+}
+
+// twoChecksKeep runs two checks of limit, after which its factor must
+// still be 0.8 and counter (what kept it) must read want.
+func twoChecksKeep(t *testing.T, why string, c *Controllers, tb *override.Table, limit string, counter prometheus.Counter, want float64) {
+	t.Helper()
+	stepOnce(t, c, limit)
+	stepOnce(t, c, limit)
+	if got := factor(t, tb, limit); got != 0.8 {
+		t.Errorf("%s: factor %v after two checks, want 0.8 kept", why, got)
 	}
-	if n := testutil.ToFloat64(c.failures.WithLabelValues("d", "l", "load")); n != 2 {
-		t.Errorf("query failures with Prometheus down: %v, want 2", n)
+	if n := testutil.ToFloat64(counter); n != want {
+		t.Errorf("%s: counted %v, want %v", why, n, want)
 	}
 }
 
@@ -214,14 +222,8 @@ func TestControllerReplicasAndMinInterval(t *testing.T) {
 	}
 
 	slow, stb := f.controllers(t, strings.NewReplacer("limit: l", "limit: m", "min_interval: 1ns", "min_interval: 1h").Replace(controllerYAML))
-	stepOnce(t, slow, "m")
-	stepOnce(t, slow, "m")
-	if got := factor(t, stb, "m"); got != 0.8 {
-		t.Errorf("factor %v after two checks within min_interval, want one cut to 0.8", got)
-	}
-	if n := testutil.ToFloat64(slow.steps.WithLabelValues("d", "m", "hold")); n != 1 {
-		t.Errorf("held %v times, want 1 (the second check, within min_interval)", n)
-	}
+	// The first check cuts (no factor yet), the second is within min_interval.
+	twoChecksKeep(t, "min_interval", slow, stb, "m", slow.steps.WithLabelValues("d", "m", "hold"), 1)
 }
 
 // stepOnce runs c's checks until one of limit's is not locked out by the

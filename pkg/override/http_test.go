@@ -13,7 +13,7 @@ import (
 // TestHTTP: the client and the handler agree on set, list and clear, and
 // bad requests get a 400 naming the problem.
 func TestHTTP(t *testing.T) {
-	tb, _ := newTable(t, &MemStore{}, &clock{t: time.Now()})
+	tb, _ := newTable(t, &MemStore{}, time.Now)
 	srv := httptest.NewServer(Handler(tb))
 	t.Cleanup(srv.Close)
 	c := &Client{Base: srv.URL}

@@ -3,7 +3,6 @@ package override
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,18 +18,9 @@ import (
 // the tests (redistest.Shared*).
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// clock is a settable test clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// fixedClock returns a clock that reads *t: tests move time by changing
+// *t, between calls on the test's goroutine.
+func fixedClock(t *time.Time) func() time.Time { return func() time.Time { return *t } }
 
 // stores returns a fresh store of every kind: in-process, and Redis
 // standalone, Sentinel and Cluster, each under a key of its own.
@@ -54,11 +44,11 @@ func redisKey(t *testing.T) string {
 	return "ovr:" + redistest.KeyPrefix(t) + "{overrides}"
 }
 
-// newTable returns a Table on s with the clock c and its own registry.
-func newTable(t *testing.T, s Store, c *clock) (*Table, *prometheus.Registry) {
+// newTable returns a Table on s with the clock now and its own registry.
+func newTable(t *testing.T, s Store, now func() time.Time) (*Table, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	tb, err := New(Config{Store: s, Now: c.Now, Registerer: reg, MaxTTL: time.Hour})
+	tb, err := New(Config{Store: s, Now: now, Registerer: reg, MaxTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +168,8 @@ func TestSetRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &MemStore{}
-			tb, _ := newTable(t, st, &clock{t: time.Unix(1000, 0)})
+			now := time.Unix(1000, 0)
+			tb, _ := newTable(t, st, fixedClock(&now))
 			o := good
 			tc.edit(&o)
 			_, err := tb.Set(context.Background(), o, tc.ttl)
@@ -205,9 +196,9 @@ func TestReplicas(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			st := newStore(t)
-			c := &clock{t: time.Unix(1_000_000, 0)}
-			a, _ := newTable(t, st, c)
-			b, regB := newTable(t, st, c)
+			now := time.Unix(1_000_000, 0)
+			a, _ := newTable(t, st, fixedClock(&now))
+			b, regB := newTable(t, st, fixedClock(&now))
 			if _, err := a.Set(ctx, Override{Domain: "d", Limit: "per_user", Source: Adaptive, Factor: 0.8, Reason: "cpu"}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
@@ -217,22 +208,22 @@ func TestReplicas(t *testing.T) {
 			if _, err := a.Set(ctx, Override{Domain: "d", Limit: "d.path/rate_limits[1]", Source: Manual, RequestsPerUnit: rpu(7), Reason: "bots"}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			if got := effective(b, c.Now(), r, l); got.Limit != 10 {
+			if got := effective(b, now, r, l); got.Limit != 10 {
 				t.Fatalf("replica b before its refresh: limit %d, want the configured 10", got.Limit)
 			}
 			refresh(t, b)
 			for _, tb := range []*Table{a, b} {
-				if got := effective(tb, c.Now(), r, l); got.Limit != 5 || got.Burst != 10 {
+				if got := effective(tb, now, r, l); got.Limit != 5 || got.Burst != 10 {
 					t.Errorf("manual override: %+v, want limit 5 burst 10 (manual wins over adaptive)", got)
 				}
-				if got := effective(tb, c.Now(), pr, pl); got.Limit != 7 {
+				if got := effective(tb, now, pr, pl); got.Limit != 7 {
 					t.Errorf("absolute override: limit %d, want 7", got.Limit)
 				}
 			}
 			// The manual override expires: the adaptive one shows through.
-			c.Add(time.Minute)
+			now = now.Add(time.Minute)
 			refresh(t, b)
-			if got := effective(b, c.Now(), r, l); got.Limit != 8 {
+			if got := effective(b, now, r, l); got.Limit != 8 {
 				t.Errorf("after the manual override expired: limit %d, want adaptive 8", got.Limit)
 			}
 			if n := testutil.ToFloat64(b.changes.WithLabelValues("expire", "manual")); n != 1 {
@@ -247,7 +238,7 @@ func TestReplicas(t *testing.T) {
 				t.Fatalf("Clear = %v, %v; want the adaptive override", gone, err)
 			}
 			refresh(t, a)
-			if got := effective(a, c.Now(), r, l); got.Limit != 10 {
+			if got := effective(a, now, r, l); got.Limit != 10 {
 				t.Errorf("after clear on b, a has limit %d, want the configured 10", got.Limit)
 			}
 			if n := testutil.ToFloat64(b.changes.WithLabelValues("clear", "adaptive")); n != 1 {
@@ -292,8 +283,8 @@ func TestLock(t *testing.T) {
 func TestRefreshFailureKeepsIndex(t *testing.T) {
 	srv := redistest.Standalone(t)
 	st := NewRedisStore(srv.Client(t), redisKey(t), 0)
-	c := &clock{t: time.Now()}
-	tb, _ := newTable(t, st, c)
+	now := time.Now()
+	tb, _ := newTable(t, st, fixedClock(&now))
 	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +294,7 @@ func TestRefreshFailureKeepsIndex(t *testing.T) {
 	}
 	snap := testRule(t)
 	r, l := limitOf(t, snap, "user", 0)
-	if got := effective(tb, c.Now(), r, l); got.Limit != 5 {
+	if got := effective(tb, now, r, l); got.Limit != 5 {
 		t.Errorf("after a failed refresh: limit %d, want the override's 5 kept", got.Limit)
 	}
 	if n := testutil.ToFloat64(tb.errs); n != 1 {
@@ -315,8 +306,8 @@ func TestRefreshFailureKeepsIndex(t *testing.T) {
 // and source.
 func TestDescribe(t *testing.T) {
 	snap := testRule(t)
-	c := &clock{t: time.Unix(1000, 0)}
-	tb, _ := newTable(t, &MemStore{}, c)
+	now := time.Unix(1000, 0)
+	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
 	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "d.ip", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +315,7 @@ func TestDescribe(t *testing.T) {
 		return uint32(tb.AdjustLimit(now, domain, r, l, l.Policy).Limit)
 	}
 	got := map[string]LimitView{}
-	for _, v := range tb.Describe(snap, c.Now(), eff) {
+	for _, v := range tb.Describe(snap, now, eff) {
 		got[v.Limit] = v
 	}
 	if v := got["d.ip"]; v.Source != "manual" || v.Effective != 4 || v.Configured != 8 || v.Override == nil || v.Override.Reason != "r" {
