@@ -50,9 +50,12 @@ type Table struct {
 	mu sync.Mutex
 }
 
-// index is one refresh's overrides by domain and target.
+// index is one refresh's overrides by domain and target. domains lets a
+// request of a domain without overrides return before its limit's target
+// name is built (which allocates for one of several unnamed limits).
 type index struct {
-	by map[target]slots
+	by      map[target]slots
+	domains map[string]bool
 }
 
 type target struct{ domain, limit string }
@@ -106,7 +109,7 @@ func New(cfg Config) (*Table, error) {
 // of l, else its live adaptive one, applied to p.
 func (t *Table) AdjustLimit(now time.Time, domain string, r *rules.Rule, l *rules.Limit, p algo.Policy) algo.Policy {
 	ix := t.cur.Load()
-	if len(ix.by) == 0 {
+	if !ix.domains[domain] {
 		return p
 	}
 	if o := ix.lookup(domain, Target(r, l), now); o != nil {
@@ -163,7 +166,7 @@ func (t *Table) Refresh(ctx context.Context) error {
 		return err
 	}
 	now := t.cfg.Now()
-	next := &index{by: make(map[target]slots, len(all))}
+	next := &index{by: make(map[target]slots, len(all)), domains: map[string]bool{}}
 	for i := range all {
 		o := &all[i]
 		if !o.live(now) {
@@ -177,6 +180,7 @@ func (t *Table) Refresh(ctx context.Context) error {
 			s.manual = o
 		}
 		next.by[k] = s
+		next.domains[o.Domain] = true
 	}
 	prev := t.cur.Swap(next)
 	for k, s := range prev.by {
