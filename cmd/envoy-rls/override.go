@@ -125,97 +125,117 @@ func overrideCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, overrideUsage)
 		return 2
 	}
-	sub, args := args[0], args[1:]
-	fs := newFlagSet("override "+sub, stderr)
-	addr := fs.String("addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
-	tokenFile := fs.String("token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
-	caFile := fs.String("tls-ca", "", "CA bundle to verify the server's --admin-tls-cert; enables TLS")
-	certFile := fs.String("tls-cert", "", "client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
-	keyFile := fs.String("tls-key", "", "client key for mTLS")
-	f := override.Filter{}
-	fs.StringVar(&f.Domain, "domain", "", "the limit's domain")
-	fs.StringVar(&f.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
-	by := fs.String("by", currentUser(), "who makes the change, for the log")
-	reason := fs.String("reason", "", "why, for the log (required for set and clear)")
-	// Each subcommand's own flags; the numbers are strings so that "not
-	// given" and "0" stay apart (setRequest parses them).
-	var factor, ttl, rpu, source *string
-	var all, asJSON *bool
-	switch sub {
-	case "set":
-		factor = fs.String("factor", "", "multiply the limit by this factor, e.g. 0.5")
-		rpu = fs.String("requests-per-unit", "", "replace the limit by this requests_per_unit (0 blocks)")
-		ttl = fs.String("ttl", "", "how long the override lasts, e.g. 15m (required; it expires by itself)")
-	case "list":
-		asJSON = fs.Bool("json", false, "print JSON instead of a table")
-	case "clear":
-		source = fs.String("source", "", "clear only overrides of this source: manual|adaptive")
-		all = fs.Bool("all", false, "with no --domain, clear every override")
-	default:
-		fmt.Fprintf(stderr, "envoy-rls override: unknown subcommand %q\n\n%s", sub, overrideUsage)
-		return 2
+	sub := args[0]
+	a, err := parseOverrideArgs(sub, args[1:], stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
-		return 2
-	}
-	c := &override.Client{Base: "http://" + *addr}
-	tlsCfg, err := clientTLS(*caFile, *certFile, *keyFile)
-	if err != nil {
-		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
-		return 2
-	}
-	if tlsCfg != nil {
-		// The server offers only h2 (pkg/certreload), so the client must too.
-		c.Base = "https://" + *addr
-		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
-	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "envoy-rls override %s: --token-file: %v\n", sub, err)
-			return 2
-		}
-		c.Token = strings.TrimSpace(string(b))
-	}
-	ctx := context.Background()
-	var list []override.Override
-	switch sub {
-	case "set":
-		var req override.SetRequest
-		if req, err = setRequest(f, *by, *reason, *factor, *rpu, *ttl); err == nil {
-			var o override.Override
-			o, err = c.Set(ctx, req)
-			list = []override.Override{o}
-		}
-	case "list":
-		list, err = c.List(ctx)
-		if err == nil && *asJSON {
-			err = json.NewEncoder(stdout).Encode(list)
-			list = nil
-			if err == nil {
-				return 0
-			}
-		}
-	case "clear":
-		f.Source = override.Source(*source)
-		if f.Domain == "" && !*all {
-			err = errors.New("want --domain (and optionally --limit), or --all to clear every override")
-		} else {
-			list, err = c.Clear(ctx, f, *by, *reason)
-		}
-	}
+	var c *override.Client
 	if err == nil {
-		err = override.WriteTable(stdout, list)
+		c, err = a.client()
 	}
 	if err != nil {
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 2
+	}
+	if err := a.call(context.Background(), c, stdout); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
 		return 1
 	}
 	return 0
+}
+
+// overrideArgs are the flags of one override subcommand. The numbers are
+// strings so that "not given" and "0" stay apart (setRequest parses them).
+type overrideArgs struct {
+	sub, addr, tokenFile, caFile, certFile, keyFile string
+	filter                                          override.Filter
+	by, reason, factor, rpu, ttl                    string
+	all, asJSON                                     bool
+}
+
+// parseOverrideArgs parses the flags of subcommand sub: the common ones
+// and its own.
+func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideArgs, error) {
+	a := &overrideArgs{sub: sub}
+	fs := newFlagSet("override "+sub, stderr)
+	fs.StringVar(&a.addr, "addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
+	fs.StringVar(&a.tokenFile, "token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
+	fs.StringVar(&a.caFile, "tls-ca", "", "CA bundle to verify the server's --admin-tls-cert; enables TLS")
+	fs.StringVar(&a.certFile, "tls-cert", "", "client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
+	fs.StringVar(&a.keyFile, "tls-key", "", "client key for mTLS")
+	fs.StringVar(&a.filter.Domain, "domain", "", "the limit's domain")
+	fs.StringVar(&a.filter.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
+	fs.StringVar(&a.by, "by", currentUser(), "who makes the change, for the log")
+	fs.StringVar(&a.reason, "reason", "", "why, for the log (required for set and clear)")
+	switch sub {
+	case "set":
+		fs.StringVar(&a.factor, "factor", "", "multiply the limit by this factor, e.g. 0.5")
+		fs.StringVar(&a.rpu, "requests-per-unit", "", "replace the limit by this requests_per_unit (0 blocks)")
+		fs.StringVar(&a.ttl, "ttl", "", "how long the override lasts, e.g. 15m (required; it expires by itself)")
+	case "list":
+		fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
+	case "clear":
+		fs.StringVar((*string)(&a.filter.Source), "source", "", "clear only overrides of this source: manual|adaptive")
+		fs.BoolVar(&a.all, "all", false, "with no --domain, clear every override")
+	default:
+		return nil, fmt.Errorf("unknown subcommand %q (want set, list or clear)", sub)
+	}
+	return a, parseFlags(fs, args)
+}
+
+// client returns the API client the flags describe: plain HTTP, or TLS
+// with --tls-ca (mTLS with --tls-cert), with the token of --token-file.
+func (a *overrideArgs) client() (*override.Client, error) {
+	c := &override.Client{Base: "http://" + a.addr}
+	tlsCfg, err := clientTLS(a.caFile, a.certFile, a.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		// The server offers only h2 (pkg/certreload), so the client must too.
+		c.Base = "https://" + a.addr
+		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
+	}
+	if a.tokenFile != "" {
+		b, err := os.ReadFile(a.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	return c, nil
+}
+
+// call runs the subcommand against c and prints its result: the
+// overrides set, listed or cleared, as a table (or JSON for list --json).
+func (a *overrideArgs) call(ctx context.Context, c *override.Client, stdout io.Writer) error {
+	var list []override.Override
+	var err error
+	switch a.sub {
+	case "set":
+		var req override.SetRequest
+		if req, err = setRequest(a.filter, a.by, a.reason, a.factor, a.rpu, a.ttl); err != nil {
+			return err
+		}
+		var o override.Override
+		o, err = c.Set(ctx, req)
+		list = []override.Override{o}
+	case "list":
+		list, err = c.List(ctx)
+		if err == nil && a.asJSON {
+			return json.NewEncoder(stdout).Encode(list)
+		}
+	case "clear":
+		if a.filter.Domain == "" && !a.all {
+			return errors.New("want --domain (and optionally --limit), or --all to clear every override")
+		}
+		list, err = c.Clear(ctx, a.filter, a.by, a.reason)
+	}
+	if err != nil {
+		return err
+	}
+	return override.WriteTable(stdout, list)
 }
 
 const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
