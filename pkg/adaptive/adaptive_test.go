@@ -245,3 +245,32 @@ func stepOnce(t *testing.T, c *Controllers, limit string) {
 	}
 	t.Fatal("every check was locked out")
 }
+
+// TestNext: the control law alone, at its edges.
+func TestNext(t *testing.T) {
+	ct := &Controller{Decrease: 0.8, Increase: 0.1, Floor: 0.25, Ceiling: 1.5}
+	tests := []struct {
+		name            string
+		factor          float64
+		anyHigh, allLow bool
+		want            float64
+		outcome         string
+	}{
+		{"high cuts", 1, true, false, 0.8, "decrease"},
+		{"high wins over low", 1, true, true, 0.8, "decrease"},
+		{"floor", 0.3, true, false, 0.25, "decrease"},
+		{"at the floor", 0.25, true, false, 0.25, "hold"},
+		{"low adds", 1, false, true, 1.1, "increase"},
+		{"ceiling above 1", 1.45, false, true, 1.5, "increase"},
+		{"between marks", 0.7, false, false, 0.7, "hold"},
+		{"no drift", 0.2 + 0.1, false, true, 0.4, "increase"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, outcome := ct.next(tc.factor, tc.anyHigh, tc.allLow)
+			if got != tc.want || outcome != tc.outcome {
+				t.Errorf("next(%v) = %v %s, want %v %s", tc.factor, got, outcome, tc.want, tc.outcome)
+			}
+		})
+	}
+}

@@ -154,32 +154,11 @@ func (c *Controllers) step(ctx context.Context, ct *Controller) (string, error) 
 		factor = cur.Factor
 	}
 	c.factor.WithLabelValues(ct.Domain, ct.Limit).Set(factor)
-	anyHigh, allLow := false, true
-	for _, s := range ct.Signals {
-		v, err := c.query(ctx, s.Query)
-		if err != nil {
-			c.failures.WithLabelValues(ct.Domain, ct.Limit, s.Name).Inc()
-			return "failed", fmt.Errorf("signal %q: %w", s.Name, err)
-		}
-		anyHigh = anyHigh || v > s.High
-		allLow = allLow && v < s.Low
+	anyHigh, allLow, err := c.signals(ctx, ct)
+	if err != nil {
+		return "failed", err
 	}
-	next := factor
-	switch {
-	case anyHigh:
-		next = factor * ct.Decrease
-	case allLow:
-		next = factor + ct.Increase
-	}
-	// Four decimals: repeated sums of 0.1 must not drift into 0.30000000000000004.
-	next = math.Round(min(max(next, ct.Floor), ct.Ceiling)*1e4) / 1e4
-	outcome := "hold"
-	switch {
-	case next < factor:
-		outcome = "decrease"
-	case next > factor:
-		outcome = "increase"
-	}
+	next, outcome := ct.next(factor, anyHigh, allLow)
 	now := time.Now()
 	changed := next != factor
 	if changed && cur != nil && now.Sub(cur.SetAt) < ct.minInterval {
@@ -200,6 +179,44 @@ func (c *Controllers) step(ctx context.Context, ct *Controller) (string, error) 
 	}
 	c.factor.WithLabelValues(ct.Domain, ct.Limit).Set(next)
 	return outcome, nil
+}
+
+// signals queries ct's signals: whether any is above its high mark, and
+// whether all are below their low marks. The first failure ends the check.
+func (c *Controllers) signals(ctx context.Context, ct *Controller) (anyHigh, allLow bool, err error) {
+	allLow = true
+	for _, s := range ct.Signals {
+		v, err := c.query(ctx, s.Query)
+		if err != nil {
+			c.failures.WithLabelValues(ct.Domain, ct.Limit, s.Name).Inc()
+			return false, false, fmt.Errorf("signal %q: %w", s.Name, err)
+		}
+		anyHigh = anyHigh || v > s.High
+		allLow = allLow && v < s.Low
+	}
+	return anyHigh, allLow, nil
+}
+
+// next is the factor after factor given the signals, within the floor and
+// ceiling, and the direction it moved: multiplicative decrease when any
+// signal is high, additive increase when all are low, else hold.
+func (ct *Controller) next(factor float64, anyHigh, allLow bool) (float64, string) {
+	next := factor
+	switch {
+	case anyHigh:
+		next = factor * ct.Decrease
+	case allLow:
+		next = factor + ct.Increase
+	}
+	// Four decimals: repeated sums of 0.1 must not drift into 0.30000000000000004.
+	next = math.Round(min(max(next, ct.Floor), ct.Ceiling)*1e4) / 1e4
+	switch {
+	case next < factor:
+		return next, "decrease"
+	case next > factor:
+		return next, "increase"
+	}
+	return next, "hold"
 }
 
 // current returns ct's live adaptive override (nil for none) and whether a
