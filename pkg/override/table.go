@@ -139,14 +139,22 @@ func (ix *index) lookup(domain, limit string, now time.Time) *Override {
 }
 
 // Run refreshes the index every Refresh until ctx ends. A failed read
-// keeps the last index in force; it is logged and counted.
+// keeps the last index in force; every failure is counted, but only the
+// first of a run of them is logged (and the recovery), so a Redis outage
+// does not log twice a second.
 func (t *Table) Run(ctx context.Context) {
 	tick := time.NewTicker(t.cfg.Refresh)
 	defer tick.Stop()
+	failing := false
 	for {
-		if err := t.Refresh(ctx); err != nil && ctx.Err() == nil {
+		err := t.Refresh(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
 			t.log.Warn("override refresh failed; keeping the overrides last read", zap.Error(err))
+		case err == nil && failing:
+			t.log.Info("override refresh recovered")
 		}
+		failing = err != nil
 		select {
 		case <-ctx.Done():
 			return
