@@ -82,7 +82,9 @@ func newOverrides(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg pr
 		if err != nil {
 			return nil, nil, err
 		}
-		store = override.NewRedisStore(client.Universal(), "", cfg.override.maxTTL)
+		// --redis-key-prefix keeps deployments sharing a Redis apart
+		// for overrides as for counters.
+		store = override.NewRedisStore(client.Universal(), cfg.redis.keyPrefix+override.DefaultRedisKey, cfg.override.maxTTL)
 		closeStore = func() { client.Close() }
 	}
 	t, err := override.New(override.Config{Store: store, Refresh: cfg.override.refresh, MaxTTL: cfg.override.maxTTL, Logger: log, Registerer: reg})

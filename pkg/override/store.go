@@ -106,7 +106,8 @@ type RedisStore struct {
 }
 
 // NewRedisStore returns a store in the hash key of client; "" means
-// DefaultRedisKey. maxTTL is the longest override TTL; zero means
+// DefaultRedisKey. A key of another deployment sharing the Redis must
+// differ, and keep one hash tag, so its locks share its slot. maxTTL is the longest override TTL; zero means
 // DefaultMaxTTL.
 func NewRedisStore(client redis.UniversalClient, key string, maxTTL time.Duration) *RedisStore {
 	if key == "" {

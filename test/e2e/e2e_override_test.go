@@ -240,3 +240,38 @@ func TestOverrideMTLS(t *testing.T) {
 		t.Errorf("after set over mTLS: limit %d, want 5", got)
 	}
 }
+
+// TestOverrideKeyPrefix: two deployments sharing one Redis under
+// different --redis-key-prefix values keep their overrides apart, as
+// their counters: each keeps its own override of the same limit.
+func TestOverrideKeyPrefix(t *testing.T) {
+	t.Parallel()
+	r := redistest.Standalone(t)
+	tok := tokenFile(t, "e2e-token")
+	dir := rulesDir(t, map[string]string{"ovr.yaml": overrideRules})
+	start := func(prefix string) *server {
+		return startServer(t, serveOpts{ConfigDir: dir, Args: []string{"--redis-url", "redis://" + r.Addr, "--admin-token-file", tok, "--redis-key-prefix", prefix}})
+	}
+	a, b := start("team-a:"), start("team-b:")
+	for _, set := range []struct {
+		s      *server
+		factor string
+	}{{a, "0.5"}, {b, "0.2"}} {
+		if _, stderr, code := set.s.overrideCLI(t, tok, "set", "--domain", "ovr", "--limit", "per_user", "--factor", set.factor, "--ttl", "15m", "--reason", "x"); code != 0 {
+			t.Fatalf("set: exit %d: %s", code, stderr)
+		}
+	}
+	// list reads the store itself, so it shows what a shared key would
+	// have let the second set overwrite.
+	for _, want := range []struct {
+		s         *server
+		has, hasn string
+	}{{a, "factor=0.5", "factor=0.2"}, {b, "factor=0.2", "factor=0.5"}} {
+		out, stderr, code := want.s.overrideCLI(t, tok, "list")
+		if code != 0 || !strings.Contains(out, want.has) || strings.Contains(out, want.hasn) {
+			t.Errorf("override list: exit %d, want %s and not %s:\n%s%s", code, want.has, want.hasn, out, stderr)
+		}
+	}
+	awaitLimit(t, "team a", "u", 5, a)
+	awaitLimit(t, "team b", "u", 2, b)
+}
