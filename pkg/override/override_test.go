@@ -328,3 +328,23 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("%d limits described, want 4", len(got))
 	}
 }
+
+// TestAdjustLimitAllocs: the request path allocates nothing, for a domain
+// without overrides or for a limit that has one.
+func TestAdjustLimitAllocs(t *testing.T) {
+	snap := testRule(t)
+	now := time.Unix(1000, 0)
+	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
+	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		domain, key string
+		limit       int
+	}{{"other", "path", 1}, {"d", "user", 0}} {
+		r, l := limitOf(t, snap, tc.key, tc.limit)
+		if n := testing.AllocsPerRun(100, func() { tb.AdjustLimit(now, tc.domain, r, l, l.Policy) }); n != 0 {
+			t.Errorf("AdjustLimit of %s in domain %q: %v allocations, want 0", Target(r, l), tc.domain, n)
+		}
+	}
+}

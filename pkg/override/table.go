@@ -52,7 +52,7 @@ type Table struct {
 
 // index is one refresh's overrides by domain and target. domains lets a
 // request of a domain without overrides return before its limit's target
-// name is built (which allocates for one of several unnamed limits).
+// name is built (a concatenation for one of several unnamed limits).
 type index struct {
 	by      map[target]slots
 	domains map[string]bool
