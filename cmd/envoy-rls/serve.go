@@ -371,7 +371,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		Config:         func() any { return debugConfig(rulesNow(), overrides, svc) },
 		RLConfig:       func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
 		Pprof:          cfg.pprof,
-		Admin:          override.Handler(overrides),
+		Admin:          override.Handler(overrides, rulesNow),
 		AdminTokenFile: cfg.override.tokenFile,
 	}), log)
 	return s, nil

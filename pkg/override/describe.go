@@ -1,6 +1,8 @@
 package override
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -43,4 +45,29 @@ func (t *Table) Describe(snap *rules.Snapshot, now time.Time, effective func(now
 		}
 	}
 	return out
+}
+
+// CheckTarget reports whether snap has the limit an override of domain and
+// limit would address, so a typo is refused instead of stored to change
+// nothing; the error lists the domain's limits.
+func CheckTarget(snap *rules.Snapshot, domain, limit string) error {
+	if !snap.HasDomain(domain) {
+		return fmt.Errorf("override: no domain %q in the loaded rules", domain)
+	}
+	var names []string
+	for _, d := range snap.Domains() {
+		if d.Name != domain {
+			continue
+		}
+		for _, r := range d.Rules() {
+			for i := range r.Limits {
+				name := Target(r, &r.Limits[i])
+				if name == limit {
+					return nil
+				}
+				names = append(names, name)
+			}
+		}
+	}
+	return fmt.Errorf("override: domain %q has no limit %q (want one of: %s)", domain, limit, strings.Join(names, ", "))
 }

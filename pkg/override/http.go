@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // Path is where the admin API serves overrides: GET lists, POST sets,
@@ -53,8 +55,9 @@ type listResponse struct {
 }
 
 // Handler serves the override API of t at Path. It does no
-// authentication: mount it behind the admin listener's.
-func Handler(t *Table) http.Handler {
+// authentication: mount it behind the admin listener's. With rulesNow, a
+// set naming a limit the loaded rules do not have is refused (400).
+func Handler(t *Table, rulesNow func() *rules.Snapshot) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Path, func(w http.ResponseWriter, r *http.Request) {
 		list, err := t.List(r.Context())
@@ -69,6 +72,9 @@ func Handler(t *Table) http.Handler {
 			return
 		}
 		o, ttl, err := req.toOverride()
+		if err == nil && rulesNow != nil {
+			err = CheckTarget(rulesNow(), o.Domain, o.Limit)
+		}
 		if err != nil {
 			httpError(w, http.StatusBadRequest, err)
 			return

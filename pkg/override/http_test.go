@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // TestHTTP: the client and the handler agree on set, list and clear, and
 // bad requests get a 400 naming the problem.
 func TestHTTP(t *testing.T) {
 	tb, _ := newTable(t, &MemStore{}, time.Now)
-	srv := httptest.NewServer(Handler(tb))
+	srv := httptest.NewServer(Handler(tb, func() *rules.Snapshot { return testRule(t) }))
 	t.Cleanup(srv.Close)
 	c := &Client{Base: srv.URL}
 	ctx := context.Background()
@@ -42,10 +44,12 @@ func TestHTTP(t *testing.T) {
 	bad := []struct {
 		name, method, path, body, want string
 	}{
-		{"both", http.MethodPost, Path, `{"domain":"d","limit":"l","factor":0.5,"requests_per_unit":3,"ttl":"1m","reason":"r"}`, "exactly one"},
-		{"zero factor", http.MethodPost, Path, `{"domain":"d","limit":"l","factor":0,"ttl":"1m","reason":"r"}`, "factor"},
-		{"bad ttl", http.MethodPost, Path, `{"domain":"d","limit":"l","factor":0.5,"ttl":"soon","reason":"r"}`, "ttl"},
-		{"unknown field", http.MethodPost, Path, `{"domain":"d","limit":"l","factr":0.5,"ttl":"1m","reason":"r"}`, "unknown field"},
+		{"unknown domain", http.MethodPost, Path, `{"domain":"x","limit":"per_user","factor":0.5,"ttl":"1m","reason":"r"}`, `no domain "x"`},
+		{"unknown limit", http.MethodPost, Path, `{"domain":"d","limit":"per_usr","factor":0.5,"ttl":"1m","reason":"r"}`, `no limit "per_usr" (want one of: per_user, d.ip, d.path/rate_limits[0], d.path/rate_limits[1])`},
+		{"both", http.MethodPost, Path, `{"domain":"d","limit":"per_user","factor":0.5,"requests_per_unit":3,"ttl":"1m","reason":"r"}`, "exactly one"},
+		{"zero factor", http.MethodPost, Path, `{"domain":"d","limit":"per_user","factor":0,"ttl":"1m","reason":"r"}`, "factor"},
+		{"bad ttl", http.MethodPost, Path, `{"domain":"d","limit":"per_user","factor":0.5,"ttl":"soon","reason":"r"}`, "ttl"},
+		{"unknown field", http.MethodPost, Path, `{"domain":"d","limit":"per_user","factr":0.5,"ttl":"1m","reason":"r"}`, "unknown field"},
 		{"clear nothing named", http.MethodDelete, Path + "?reason=r", "", "all=true"},
 	}
 	for _, tc := range bad {
