@@ -169,6 +169,10 @@ func TestOverrideAuth(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--ttl") {
 		t.Errorf("set without --ttl: exit %d, stderr %q; want 1 naming --ttl", code, stderr)
 	}
+	_, stderr, code = s.overrideCLI(t, tok, "set", "--domain", "ovr", "--limit", "per_usr", "--factor", "0.3", "--ttl", "1m", "--reason", "typo")
+	if code != 1 || !strings.Contains(stderr, `no limit "per_usr" (want one of: per_user)`) {
+		t.Errorf("set of a limit the rules lack: exit %d, stderr %q; want 1 listing per_user", code, stderr)
+	}
 }
 
 // TestAdaptive: with a real Prometheus scraping a gauge the test controls,
