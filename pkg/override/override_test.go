@@ -199,15 +199,9 @@ func TestReplicas(t *testing.T) {
 			now := time.Unix(1_000_000, 0)
 			a, _ := newTable(t, st, fixedClock(&now))
 			b, regB := newTable(t, st, fixedClock(&now))
-			if _, err := a.Set(ctx, Override{Domain: "d", Limit: "per_user", Source: Adaptive, Factor: 0.8, Reason: "cpu"}, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Set(ctx, Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "incident"}, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.Set(ctx, Override{Domain: "d", Limit: "d.path/rate_limits[1]", Source: Manual, RequestsPerUnit: rpu(7), Reason: "bots"}, time.Hour); err != nil {
-				t.Fatal(err)
-			}
+			mustSet(t, a, Override{Domain: "d", Limit: "per_user", Source: Adaptive, Factor: 0.8, Reason: "cpu"}, time.Hour)
+			mustSet(t, a, Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "incident"}, time.Minute)
+			mustSet(t, a, Override{Domain: "d", Limit: "d.path/rate_limits[1]", Source: Manual, RequestsPerUnit: rpu(7), Reason: "bots"}, time.Hour)
 			if got := effective(b, now, r, l); got.Limit != 10 {
 				t.Fatalf("replica b before its refresh: limit %d, want the configured 10", got.Limit)
 			}
@@ -251,6 +245,14 @@ func TestReplicas(t *testing.T) {
 	}
 }
 
+// mustSet sets o on tb for ttl, failing t if it cannot.
+func mustSet(t *testing.T, tb *Table, o Override, ttl time.Duration) {
+	t.Helper()
+	if _, err := tb.Set(context.Background(), o, ttl); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func refresh(t *testing.T, tb *Table) {
 	t.Helper()
 	if err := tb.Refresh(context.Background()); err != nil {
@@ -285,9 +287,7 @@ func TestRefreshFailureKeepsIndex(t *testing.T) {
 	st := NewRedisStore(srv.Client(t), redisKey(t), 0)
 	now := time.Now()
 	tb, _ := newTable(t, st, fixedClock(&now))
-	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, tb, Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
 	srv.Stop(t)
 	if err := tb.Refresh(context.Background()); err == nil {
 		t.Fatal("Refresh with Redis stopped: no error")
@@ -308,9 +308,7 @@ func TestDescribe(t *testing.T) {
 	snap := testRule(t)
 	now := time.Unix(1000, 0)
 	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
-	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "d.ip", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, tb, Override{Domain: "d", Limit: "d.ip", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
 	eff := func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
 		return uint32(tb.AdjustLimit(now, domain, r, l, l.Policy).Limit)
 	}
@@ -335,9 +333,7 @@ func TestAdjustLimitAllocs(t *testing.T) {
 	snap := testRule(t)
 	now := time.Unix(1000, 0)
 	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
-	if _, err := tb.Set(context.Background(), Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, tb, Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
 	for _, tc := range []struct {
 		domain, key string
 		limit       int
