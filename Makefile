@@ -1,14 +1,15 @@
 # envoy-rls developer entry points. `make run` and `make test` work on a fresh
 # Debian machine with Go: test installs what it needs (redis-server,
-# shellcheck) with apt-get when missing.
+# shellcheck, prometheus) with apt-get when missing.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/envoy-rls
 # Packages apt-get installs for the tests: real Redis (server, cli,
-# sentinel via redis-server --sentinel) and shellcheck for test/e2e.
-TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck
+# sentinel via redis-server --sentinel), shellcheck for test/e2e, and a
+# real Prometheus for the adaptive controller's tests (internal/promtest).
+TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus
 FUZZTIME ?= 10s
 
 .PHONY: run build test test-deps fuzz bench lint fmt vet staticcheck clean

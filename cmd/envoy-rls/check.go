@@ -143,11 +143,22 @@ func describe(d *ratelimitv3.RateLimitDescriptor) string {
 }
 
 func clientCredentials(caFile, certFile, keyFile string) (credentials.TransportCredentials, error) {
+	cfg, err := clientTLS(caFile, certFile, keyFile)
+	if err != nil || cfg == nil {
+		return insecure.NewCredentials(), err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// clientTLS is the client side of the --tls-ca, --tls-cert and --tls-key
+// flags of check and override: nil (plain text) without a CA, else a
+// configuration trusting it and, with a certificate, presenting it (mTLS).
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile == "" {
 		if certFile != "" || keyFile != "" {
 			return nil, errors.New("--tls-cert/--tls-key need --tls-ca")
 		}
-		return insecure.NewCredentials(), nil
+		return nil, nil
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
@@ -165,5 +176,5 @@ func clientCredentials(caFile, certFile, keyFile string) (credentials.TransportC
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
 }

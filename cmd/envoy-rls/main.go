@@ -22,6 +22,7 @@ commands:
              and live (--addr) each counter's state, consuming nothing
   inspect    what is in Redis: envoy-rls's keys decoded and summarised,
              read-only
+  override   set, list or clear runtime limit overrides: envoy-rls override set|list|clear
   version    print the version
 
 Run "envoy-rls <command> -h" for a command's flags. Every flag has an
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return explainCmd(args, stdout, stderr)
 	case "inspect":
 		return inspectCmd(args, stdout, stderr)
+	case "override":
+		return overrideCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "envoy-rls", version)
 		return 0

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/override"
 	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -65,6 +67,7 @@ type serveConfig struct {
 	metrics           metricsFlags
 	grpc              grpcFlags
 	xds               xdsFlags
+	override          overrideFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -111,6 +114,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.metrics.register(fs)
 	c.grpc.register(fs)
 	c.xds.register(fs)
+	c.override.register(fs)
 	return c, fs
 }
 
@@ -241,6 +245,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.xds.validate(); err != nil {
 		return o, err
 	}
+	if err := c.override.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -268,8 +275,15 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return err
 	}
 	defer closeBackend()
+	overrides, closeOverrides, err := newOverrides(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	defer closeOverrides()
 	svc, err := rls.New(rls.Config{
-		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log)},
+		// A warm-up ramp first, then the overrides: a factor scales the
+		// ramped limit, an absolute value replaces whatever came before.
+		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log), overrides},
 		Rules:            src.current,
 		Backend:          backend,
 		DefaultAlgorithm: opts.defaultAlgorithm,
@@ -294,7 +308,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return backend.Ready(ctx)
 	}
 	explainer := explainHandler(cfg, svc, backend, src.current)
-	srv, err := newServers(ctx, cfg, svc, ready, src.current, explainer, reg, log)
+	srv, err := newServers(ctx, cfg, svc, ready, src.current, explainer, overrides, reg, log)
 	if err != nil {
 		return err
 	}
@@ -303,9 +317,16 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return err
 	}
 	defer stopMetrics()
+	debugTLS, err := cfg.override.debugTLS(log)
+	if err != nil {
+		return err
+	}
 	gl, hl, dl, err := listen(cfg)
 	if err != nil {
 		return err
+	}
+	if dl != nil && debugTLS != nil {
+		dl = tls.NewListener(dl, debugTLS)
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
@@ -332,9 +353,10 @@ type servers struct {
 
 // newServers builds the gRPC server (the service, health, reflection), the
 // HTTP server and the debug server; ready is the backend's readiness,
-// rulesNow the rules /debug/config and /rlconfig show, and explainer
-// serves /debug/explain.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, explainer http.Handler, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
+// rulesNow the rules /debug/config and /rlconfig show, explainer serves
+// /debug/explain, and overrides are the runtime overrides the admin API
+// manages.
+func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, explainer http.Handler, overrides *override.Table, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
 	creds, err := cfg.tls.serverOption(log)
 	if err != nil {
 		return nil, err
@@ -356,10 +378,12 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 		JSON:    svc.JSONHandler(),
 	}), log)
 	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
-		Config:   func() any { return rulesNow().Dump(svc.CurrentLimit) },
-		RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
-		Pprof:    cfg.pprof,
-		Explain:  explainer,
+		Config:         func() any { return debugConfig(rulesNow(), overrides, svc) },
+		RLConfig:       func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
+		Pprof:          cfg.pprof,
+		Explain:        explainer,
+		Admin:          override.Handler(overrides, rulesNow),
+		AdminTokenFile: cfg.override.tokenFile,
 	}), log)
 	return s, nil
 }

@@ -58,6 +58,13 @@ type DebugOptions struct {
 	// Explain serves POST /debug/explain, which explains a request
 	// against the running rules and counters and changes nothing.
 	Explain http.Handler
+	// Admin serves the admin API under /admin/ (runtime overrides), behind
+	// a bearer token read from AdminTokenFile on every request, so a
+	// rotated file takes effect without a restart. With no AdminTokenFile
+	// every /admin/ request, read or write, gets 403 saying how to enable
+	// it: the API changes limits, and its list shows operators' reasons.
+	Admin          http.Handler
+	AdminTokenFile string
 }
 
 // NewDebug returns the debug handler for opts: /debug/config, /rlconfig,
@@ -74,6 +81,9 @@ func NewDebug(opts DebugOptions) http.Handler {
 	}
 	if opts.Explain != nil {
 		mux.Handle("POST /debug/explain", opts.Explain)
+	}
+	if opts.Admin != nil {
+		mux.Handle("/admin/", RequireToken(opts.AdminTokenFile, opts.Admin))
 	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -143,13 +143,13 @@ func TestWarmupRestartsOnReload(t *testing.T) {
 		return s.ask("warm", checkOnly(desc("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
 	// The first ramp (1 s) ends: the full 20.
-	awaitLimit(t, limitNow, func(l uint32) bool { return l == 20 }, "the first ramp to end at 20")
+	awaitRampLimit(t, limitNow, func(l uint32) bool { return l == 20 }, "the first ramp to end at 20")
 	// The limit changes to 24, ramping over an hour: it starts again at 6,
 	// from an anchor set after the change.
 	first := warmAnchor(t, r)
 	changed := time.Now()
 	writeFile(t, filepath.Join(dir, "warm.yaml"), ramp(24, "1h"))
-	if l := awaitLimit(t, limitNow, func(l uint32) bool { return l != 20 }, "the reload"); l != 6 {
+	if l := awaitRampLimit(t, limitNow, func(l uint32) bool { return l != 20 }, "the reload"); l != 6 {
 		t.Errorf("current_limit %d after the reload, want the new ramp's start 6", l)
 	}
 	keys := r.Client(t).Keys(context.Background(), "r2w{warm:*").Val()
@@ -164,9 +164,9 @@ func TestWarmupRestartsOnReload(t *testing.T) {
 	}
 }
 
-// awaitLimit polls limit until done accepts it, within pollTimeout (a
+// awaitRampLimit polls limit until done accepts it, within pollTimeout (a
 // liveness bound: reloads and anchor fetches take milliseconds).
-func awaitLimit(t *testing.T, limit func() uint32, done func(uint32) bool, what string) uint32 {
+func awaitRampLimit(t *testing.T, limit func() uint32, done func(uint32) bool, what string) uint32 {
 	t.Helper()
 	deadline := time.Now().Add(pollTimeout)
 	for {
@@ -245,7 +245,7 @@ func checkWarmStatus(t *testing.T, resp *pb.RateLimitResponse, anchor, sent, got
 func checkLaterReplica(t *testing.T, s *server) {
 	t.Helper()
 	start := uint32(warmBound(time.Time{}, time.Time{}))
-	cur := awaitLimit(t, func() uint32 {
+	cur := awaitRampLimit(t, func() uint32 {
 		return s.ask("warm", checkOnly(desc("k", "v"))).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
 	}, func(l uint32) bool { return l != start }, "the later replica to fetch the anchor")
 	if cur != warmLimit {

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/adaptive"
+	"github.com/envoy-rls/envoy-rls/pkg/certreload"
+	"github.com/envoy-rls/envoy-rls/pkg/override"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// overrideFlags configure runtime overrides and the adaptive controller in
+// serve.
+type overrideFlags struct {
+	tokenFile      string
+	refresh        time.Duration
+	maxTTL         time.Duration
+	adaptiveConfig string
+	prometheusURL  string
+	tls            tlsFlags
+}
+
+func (o *overrideFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.tokenFile, "admin-token-file", "", "file holding the bearer token of the admin API (/admin/ on --debug-addr: runtime overrides), re-read on every call; empty disables the admin API")
+	fs.DurationVar(&o.refresh, "override-refresh", override.DefaultRefresh, "how often each replica re-reads the runtime overrides from Redis")
+	fs.DurationVar(&o.maxTTL, "override-max-ttl", override.DefaultMaxTTL, "longest TTL a runtime override may have")
+	fs.StringVar(&o.adaptiveConfig, "adaptive-config", "", "YAML file of adaptive limit controllers (PromQL signals scaling limits); empty runs none")
+	fs.StringVar(&o.prometheusURL, "prometheus-url", "", "Prometheus server the adaptive controllers query, e.g. http://prometheus:9090")
+	fs.StringVar(&o.tls.cert, "admin-tls-cert", "", "PEM certificate: serve the debug/admin listener (--debug-addr) over TLS; re-read when the file changes")
+	fs.StringVar(&o.tls.key, "admin-tls-key", "", "PEM private key for --admin-tls-cert")
+	fs.StringVar(&o.tls.clientCA, "admin-tls-client-ca", "", "PEM CA bundle: every debug/admin client must present a certificate it signed (mTLS), and such a client may use the admin API without the token")
+}
+
+// debugTLS returns the debug listener's TLS configuration, or nil when
+// --admin-tls-cert is not set.
+func (o *overrideFlags) debugTLS(log *zap.Logger) (*tls.Config, error) {
+	if o.tls.cert == "" && o.tls.key == "" {
+		if o.tls.clientCA != "" {
+			return nil, errors.New("--admin-tls-client-ca needs --admin-tls-cert and --admin-tls-key")
+		}
+		return nil, nil
+	}
+	srv, err := certreload.NewServer(o.tls.cert, o.tls.key, o.tls.clientCA)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-tls-*: %w", err)
+	}
+	log.Info("debug/admin listener TLS enabled", zap.Bool("mtls", o.tls.clientCA != ""))
+	return srv.Config(), nil
+}
+
+func (o *overrideFlags) validate() error {
+	err := errors.Join(positive("--override-refresh", o.refresh), positive("--override-max-ttl", o.maxTTL))
+	if o.adaptiveConfig != "" && o.prometheusURL == "" {
+		err = errors.Join(err, errors.New("--adaptive-config: needs --prometheus-url (the server its queries go to)"))
+	}
+	return err
+}
+
+// newOverrides builds the override table (on Redis when --redis-url is
+// set, else in-process), starts its refresh and, with --adaptive-config,
+// the adaptive controller; close releases the Redis client.
+func newOverrides(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (*override.Table, func(), error) {
+	closeStore := func() {}
+	var store override.Store = &override.MemStore{}
+	if cfg.redisURL != "" {
+		client, err := newRedisClient(cfg, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		// --redis-key-prefix keeps deployments sharing a Redis apart
+		// for overrides as for counters.
+		store = override.NewRedisStore(client.Universal(), cfg.redis.keyPrefix+override.DefaultRedisKey, cfg.override.maxTTL)
+		closeStore = func() { client.Close() }
+	}
+	t, err := override.New(override.Config{Store: store, Refresh: cfg.override.refresh, MaxTTL: cfg.override.maxTTL, Logger: log, Registerer: reg})
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	if cfg.override.adaptiveConfig != "" {
+		ctl, err := adaptive.Load(cfg.override.adaptiveConfig, adaptive.Options{
+			Prometheus: cfg.override.prometheusURL, Table: t, Logger: log, Registerer: reg})
+		if err != nil {
+			closeStore()
+			return nil, nil, err
+		}
+		go ctl.Run(ctx)
+	}
+	go t.Run(ctx)
+	return t, closeStore, nil
+}
+
+// debugConfig is /debug/config: the loaded rules, as before, and under
+// "limits" every limit's effective value and its source.
+func debugConfig(snap *rules.Snapshot, t *override.Table, svc *rls.Service) any {
+	b, err := json.Marshal(snap.Dump(svc.CurrentLimit))
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	out["limits"] = t.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
+		return svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
+	})
+	return out
+}
+
+// overrideCmd is `envoy-rls override set|list|clear`: the admin API's
+// client.
+func overrideCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || isHelp(args[0]) {
+		fmt.Fprint(stderr, overrideUsage)
+		return 2
+	}
+	sub := args[0]
+	a, err := parseOverrideArgs(sub, args[1:], stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var c *override.Client
+	if err == nil {
+		c, err = a.client()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 2
+	}
+	if err := a.call(context.Background(), c, stdout); err != nil {
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		return 1
+	}
+	return 0
+}
+
+// overrideArgs are the flags of one override subcommand. The numbers are
+// strings so that "not given" and "0" stay apart (setRequest parses them).
+type overrideArgs struct {
+	sub, addr, tokenFile, caFile, certFile, keyFile string
+	filter                                          override.Filter
+	by, reason, factor, rpu, ttl                    string
+	all, asJSON                                     bool
+}
+
+// parseOverrideArgs parses the flags of subcommand sub: the common ones
+// and its own.
+func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideArgs, error) {
+	a := &overrideArgs{sub: sub}
+	fs := newFlagSet("override "+sub, stderr)
+	fs.StringVar(&a.addr, "addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
+	fs.StringVar(&a.tokenFile, "token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
+	fs.StringVar(&a.caFile, "tls-ca", "", "CA bundle to verify the server's --admin-tls-cert; enables TLS")
+	fs.StringVar(&a.certFile, "tls-cert", "", "client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
+	fs.StringVar(&a.keyFile, "tls-key", "", "client key for mTLS")
+	fs.StringVar(&a.filter.Domain, "domain", "", "the limit's domain")
+	fs.StringVar(&a.filter.Limit, "limit", "", "the limit's name, or its rule ID, as /debug/config lists it under limits[].limit")
+	fs.StringVar(&a.by, "by", currentUser(), "who makes the change, for the log")
+	fs.StringVar(&a.reason, "reason", "", "why, for the log (required for set and clear)")
+	switch sub {
+	case "set":
+		fs.StringVar(&a.factor, "factor", "", "multiply the limit by this factor, e.g. 0.5")
+		fs.StringVar(&a.rpu, "requests-per-unit", "", "replace the limit by this requests_per_unit (0 blocks)")
+		fs.StringVar(&a.ttl, "ttl", "", "how long the override lasts, e.g. 15m (required; it expires by itself)")
+	case "list":
+		fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
+	case "clear":
+		fs.StringVar((*string)(&a.filter.Source), "source", "", "clear only overrides of this source: manual|adaptive")
+		fs.BoolVar(&a.all, "all", false, "with no --domain, clear every override")
+	default:
+		return nil, fmt.Errorf("unknown subcommand %q (want set, list or clear)", sub)
+	}
+	return a, parseFlags(fs, args)
+}
+
+// client returns the API client the flags describe: plain HTTP, or TLS
+// with --tls-ca (mTLS with --tls-cert), with the token of --token-file.
+func (a *overrideArgs) client() (*override.Client, error) {
+	c := &override.Client{Base: "http://" + a.addr}
+	tlsCfg, err := clientTLS(a.caFile, a.certFile, a.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		// The server offers only h2 (pkg/certreload), so the client must too.
+		c.Base = "https://" + a.addr
+		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
+	}
+	if a.tokenFile != "" {
+		b, err := os.ReadFile(a.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		c.Token = strings.TrimSpace(string(b))
+	}
+	return c, nil
+}
+
+// call runs the subcommand against c and prints its result: the
+// overrides set, listed or cleared, as a table (or JSON for list --json).
+func (a *overrideArgs) call(ctx context.Context, c *override.Client, stdout io.Writer) error {
+	var list []override.Override
+	var err error
+	switch a.sub {
+	case "set":
+		var req override.SetRequest
+		if req, err = setRequest(a.filter, a.by, a.reason, a.factor, a.rpu, a.ttl); err != nil {
+			return err
+		}
+		var o override.Override
+		o, err = c.Set(ctx, req)
+		list = []override.Override{o}
+	case "list":
+		list, err = c.List(ctx)
+		if err == nil && a.asJSON {
+			return json.NewEncoder(stdout).Encode(list)
+		}
+	case "clear":
+		if a.filter.Domain == "" && !a.all {
+			return errors.New("want --domain (and optionally --limit), or --all to clear every override")
+		}
+		list, err = c.Clear(ctx, a.filter, a.by, a.reason)
+	}
+	if err != nil {
+		return err
+	}
+	return override.WriteTable(stdout, list)
+}
+
+const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
+
+  set    --domain D --limit NAME (--factor 0.5 | --requests-per-unit N) --ttl 15m --reason "..."
+  list   [--json]
+  clear  --domain D [--limit NAME] [--source manual|adaptive] --reason "..."  (or --all)
+
+Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F;
+for a TLS admin listener --tls-ca CA, and for mTLS --tls-cert C --tls-key K.
+`
+
+// setRequest builds the API request of override set from its flags.
+func setRequest(f override.Filter, by, reason, factor, rpu, ttl string) (override.SetRequest, error) {
+	req := override.SetRequest{Domain: f.Domain, Limit: f.Limit, TTL: ttl, Reason: reason, By: by}
+	var errs []error
+	if factor != "" {
+		var v float64
+		if _, err := fmt.Sscan(factor, &v); err != nil {
+			errs = append(errs, fmt.Errorf("--factor: %q is not a number", factor))
+		}
+		req.Factor = &v
+	}
+	if rpu != "" {
+		var v uint32
+		if _, err := fmt.Sscan(rpu, &v); err != nil {
+			errs = append(errs, fmt.Errorf("--requests-per-unit: %q is not a whole number", rpu))
+		}
+		req.RequestsPerUnit = &v
+	}
+	if (factor == "") == (rpu == "") {
+		errs = append(errs, errors.New("want exactly one of --factor and --requests-per-unit"))
+	}
+	if ttl == "" {
+		errs = append(errs, errors.New("--ttl: required (an override expires by itself)"))
+	}
+	return req, errors.Join(errs...)
+}
+
+// currentUser names the operator for --by's default.
+func currentUser() string {
+	u, err := user.Current()
+	if err != nil {
+		return ""
+	}
+	h, _ := os.Hostname()
+	return u.Username + "@" + h
+}
