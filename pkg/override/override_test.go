@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -324,6 +325,11 @@ func TestDescribe(t *testing.T) {
 	}
 	if len(got) != 4 {
 		t.Errorf("%d limits described, want 4", len(got))
+	}
+	// explain names the override as the source of the changed limit.
+	r, l := limitOf(t, snap, "ip", 0)
+	if e := rls.EffectiveLimit([]rls.LimitAdjuster{tb}, now, "d", r, l); len(e.Sources) != 1 || e.Sources[0].Name != "runtime override" || e.RequestsPerUnit != 4 {
+		t.Errorf("effective %+v, want 4 from the runtime override", e)
 	}
 }
 
