@@ -3,6 +3,7 @@ package xdsrules_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
@@ -112,6 +113,7 @@ domains:
       per_user:
         algorithm: gcra
         burst: 150
+        warmup: {period: 10m, from: 0.25}
         hash_tag: user
         rate_limits:
           - {unit: day, requests_per_unit: 10000, name: daily}
@@ -164,6 +166,9 @@ func TestExtensionsApply(t *testing.T) {
 			if r.HashTag != tc.hashTag {
 				t.Errorf("hash tag %d, want %d", r.HashTag, tc.hashTag)
 			}
+			if w := r.Limits[0].Warmup; (w != nil) != (tc.key == "user") || w != nil && (w.Period != 10*time.Minute || w.From != 0.25 || w.Anchor == "") {
+				t.Errorf("warmup %+v, want a 10m ramp from 0.25 on the named limit only", w)
+			}
 		})
 	}
 }
@@ -184,6 +189,8 @@ func TestExtensionsRefuseBadFiles(t *testing.T) {
 			[]string{"domains.api.limits.x", "rate_limits"}},
 		{"bad extra limit", "domains: {api: {limits: {x: {rate_limits: [{unit: fortnight, requests_per_unit: 1}]}}}}",
 			[]string{"domains.api.limits.x: rate_limits[0].unit", "fortnight"}},
+		{"bad warmup", "domains: {api: {limits: {x: {warmup: {period: 10m, from: 2}}}}}",
+			[]string{"domains.api.limits.x", "warmup.from"}},
 		{"every problem", "domains: {a: {defaults: {burst: 0, algorithm: gcra}}, b: {defaults: {unit: second}}}",
 			[]string{"domains.a.defaults", "domains.b.defaults"}},
 	} {

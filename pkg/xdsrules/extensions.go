@@ -27,12 +27,13 @@ import (
 //	      per_user:
 //	        algorithm: gcra
 //	        burst: 150
+//	        warmup: {period: 10m, from: 0.25}  # a push that changes the limit restarts it
 //	        hash_tag: user_id          # set on the limit's descriptor
 //	        rate_limits:               # more limits on that descriptor, all must pass
 //	          - {unit: day, requests_per_unit: 10000, name: daily}
 //
 // defaults and limits take the rate_limit extension fields (algorithm,
-// unit_multiplier, burst, lease); limits also take hash_tag and
+// unit_multiplier, burst, lease, warmup); limits also take hash_tag and
 // rate_limits. Each value is checked as the rule grammar checks it when
 // the file is loaded, and again in every push it applies to. The limits
 // themselves, their names and the tree stay the control plane's: the file
@@ -55,7 +56,7 @@ type limitExt struct {
 }
 
 var (
-	limitExtFields = []string{"algorithm", "unit_multiplier", "burst", "lease"}
+	limitExtFields = []string{"algorithm", "unit_multiplier", "burst", "lease", "warmup"}
 	namedExtFields = append(slices.Clone(limitExtFields), "hash_tag", "rate_limits")
 )
 
