@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -203,7 +204,7 @@ func (s *Server) start() error {
 		out.Close()
 		close(p.done)
 	}()
-	if err := waitPing(s.Addr, p.done); err != nil {
+	if err := waitPing(s.Addr, cmd.Process.Pid, p.done); err != nil {
 		signalGroup(p, syscall.SIGKILL)
 		<-p.done
 		logs := s.logTail()
@@ -216,10 +217,15 @@ func (s *Server) start() error {
 	return nil
 }
 
-// waitPing polls addr with a raw RESP PING until +PONG, the process exits or
-// startTimeout passes. It speaks RESP directly so that readiness does not
-// depend on client pool state or retries.
-func waitPing(addr string, done <-chan struct{}) error {
+// waitPing polls addr with a raw RESP INFO until the server answering is
+// our process (its process_id is pid), the process exits or startTimeout
+// passes. It speaks RESP directly so that readiness does not depend on
+// client pool state or retries. Checking the pid, not just any answer,
+// matters when tests run in parallel: a port picked as free may be taken
+// back by another test's server restarting on it, and our process, failing
+// to bind, would otherwise be mistaken for that server, whose restarts
+// would then wipe our test's data.
+func waitPing(addr string, pid int, done <-chan struct{}) error {
 	deadline := time.Now().Add(startTimeout)
 	var last error
 	for time.Now().Before(deadline) {
@@ -228,32 +234,47 @@ func waitPing(addr string, done <-chan struct{}) error {
 			return errors.New("process exited")
 		default:
 		}
-		if last = ping(addr); last == nil {
+		if last = pingPID(addr, pid); last == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("no PONG within %v: %w", startTimeout, last)
+	return fmt.Errorf("no answer from pid %d within %v: %w", pid, startTimeout, last)
 }
 
-func ping(addr string) error {
+// pingPID asks addr for INFO server and checks that process pid answers.
+func pingPID(addr string, pid int) error {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || n < 0 {
+		return fmt.Errorf("INFO answered %q", strings.TrimSpace(head))
 	}
-	return nil
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("%s is answered by another process (pid %s, ours %d)", addr, v, pid)
+			}
+			return nil
+		}
+	}
+	return errors.New("INFO server has no process_id")
 }
 
 func signalGroup(p *proc, sig syscall.Signal) {
