@@ -377,6 +377,58 @@ func TestLeaseLifecycle(t *testing.T) {
 					t.Fatalf("the new window holds %d, want %d: a lease was refunded into it", d[0].Remaining, p.Limit-1)
 				}
 			})
+			t.Run("FixedWindowReturnMargin", func(t *testing.T) {
+				// With the default ReturnMargin (1 s), a fixed_window
+				// lease ending with a second or more of its window left
+				// is returned; one ending later is kept to its window's
+				// end and then expires, so the next window is never
+				// refunded (which would let it admit more than its limit).
+				for _, tt := range []struct {
+					name     string
+					before   int64 // µs between the lease's grant and the window's end
+					returned bool
+				}{
+					{"1.5s left at the grant", 1_500_000, true},
+					{"1.1s left at the grant", 1_100_000, false},
+				} {
+					t.Run(tt.name, func(t *testing.T) {
+						var now int64
+						l := newLayer(t, dep.next(t, true), Options{
+							TTL: 200 * time.Millisecond, HotRPS: 500, MaxFraction: 0.5,
+							Now: func() time.Time { return time.UnixMicro(now) },
+						})
+						p := algo.Policy{Algorithm: algo.FixedWindow, Limit: 10_000, Period: algo.Minute}
+						hot := leasedCheck(t, p, "margin")
+						end := t0 + algo.Minute
+						at := warm(t, l, hot, end-tt.before-warmHits)
+						apply(t, l, at, hot)
+						left := leftOf(t, l, hot)
+						if l.Stats().Granted != 1 || left < 2 {
+							t.Fatalf("no lease: %+v, left %d", l.Stats(), left)
+						}
+						now = at + l.ttl
+						l.Sweep(false)
+						if got := l.Stats().Returned == uint64(left); got != tt.returned {
+							t.Fatalf("at the TTL, %dµs before the window ends: %+v; want returned %v", end-now, l.Stats(), tt.returned)
+						}
+						if tt.returned {
+							return
+						}
+						// The next window holds one hit; the late lease
+						// must expire rather than be refunded into it.
+						other := dep.next(t, true)
+						apply(t, other, end, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p, Hits: 1})
+						now = end
+						l.Sweep(false)
+						if st := l.Stats(); st.Expired != uint64(left) || st.Returned != 0 {
+							t.Fatalf("after the window: %+v, want %d expired", st, left)
+						}
+						if d := apply(t, other, end, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p}); d[0].Remaining != p.Limit-1 {
+							t.Fatalf("the next window holds %d, want %d: the late lease was refunded into it", d[0].Remaining, p.Limit-1)
+						}
+					})
+				}
+			})
 			t.Run("ColdNeverLeases", func(t *testing.T) {
 				f := newFixture(t, dep.next(t, true))
 				p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour, Burst: 1000}
