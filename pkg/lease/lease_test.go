@@ -306,6 +306,40 @@ func TestLeaseLifecycle(t *testing.T) {
 					t.Fatalf("shared remaining %d after the return, want %d", exact[0].Remaining, want)
 				}
 			})
+			t.Run("RenewsBeforeTheSweep", func(t *testing.T) {
+				// A lease past its TTL with hits left must not keep the
+				// counter from leasing again until the sweeper runs: the
+				// next request takes a new lease, and the sweep returns
+				// the old one's hits.
+				f := newFixture(t, dep.next(t, true))
+				p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour, Burst: 1000}
+				hot := leasedCheck(t, p, "renew")
+				at := warm(t, f.l, hot, t0+algo.Second)
+				// The take, then a few local hits, which keep the counter
+				// hot over the TTL.
+				for range 5 {
+					apply(t, f.l, at, hot)
+				}
+				old := leftOf(t, f.l, hot)
+				if f.l.Stats().Granted != 1 || old < 2 {
+					t.Fatalf("no lease: %+v, left %d", f.l.Stats(), old)
+				}
+				at += f.l.ttl
+				if d := apply(t, f.l, at, hot); !d[0].Allowed || f.l.Stats().Granted != 2 {
+					t.Fatalf("at the TTL, before a sweep: %+v, %+v; want a second lease", d, f.l.Stats())
+				}
+				f.now = at
+				f.l.Sweep(false)
+				if st := f.l.Stats(); st.Returned != uint64(old) || st.Expired != 0 {
+					t.Fatalf("after the sweep: %+v, want the first lease's %d hits returned", st, old)
+				}
+				exact := apply(t, dep.next(t, true), at, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p})
+				// warm's hits, the first take's own, the 4 local ones, the
+				// second take's own, and the second lease.
+				if want := p.Burst - warmHits - 6 - leftOf(t, f.l, hot); exact[0].Remaining != want {
+					t.Fatalf("shared remaining %d, want %d", exact[0].Remaining, want)
+				}
+			})
 			t.Run("TakeWithDeniedNeighbour", func(t *testing.T) {
 				// The request that takes the lease is denied by another
 				// limit: the take must leave the shared state as it was
