@@ -170,15 +170,7 @@ func (b *batcher) do(ctx context.Context, j *job) (abandoned bool, err error) {
 		b.mu.Unlock()
 		b.observe(len(j.calls))
 		b.send(ctx, j.calls)
-		b.mu.Lock()
-		if len(b.queue) > 0 {
-			// The flusher inherits this call's place in the wait group.
-			go b.flushFn()
-		} else {
-			b.running = false
-			b.wg.Done()
-		}
-		b.mu.Unlock()
+		b.handOff()
 		return false, nil
 	}
 	j.state.Store(jobQueued)
@@ -238,6 +230,13 @@ func (b *batcher) lead(j *job) {
 	clear(jobs)
 	clear(calls)
 	b.jobs, b.calls = jobs[:0], calls[:0]
+	b.handOff()
+}
+
+// handOff ends a pipeline sent by a caller (inline or leading a batch):
+// the flusher takes over what queued meanwhile, inheriting the caller's
+// place in the wait group, or nothing runs any more.
+func (b *batcher) handOff() {
 	b.mu.Lock()
 	if len(b.queue) > 0 {
 		go b.flushFn()

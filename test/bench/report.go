@@ -329,10 +329,7 @@ func writeTargets(w io.Writer, o options, rows []*row, m *memResult, s *soakResu
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### Targets (issue 6; reported, not asserted)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target | measured | |")
-	fmt.Fprintln(w, "|---|---|---|")
+	tableHead(w, "Targets (issue 6; reported, not asserted)", "target", "measured", "")
 	for _, l := range lines {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", l.target, l.measured, l.verdict)
 	}
@@ -359,10 +356,8 @@ func writeLeaseTable(w io.Writer, rows []*row) {
 	if len(lease) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### Leases and batching (issue 12)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scenario | decisions/s (× in-process hot key) | p50 µs | p99 µs | envoy-rls CPU µs/decision | Redis CPU µs/decision | Redis commands/decision | EVALSHA/decision | admitted / bound |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	tableHead(w, "Leases and batching (issue 12)", "scenario", "decisions/s (× in-process hot key)", "p50 µs", "p99 µs",
+		"envoy-rls CPU µs/decision", "Redis CPU µs/decision", "Redis commands/decision", "EVALSHA/decision", "admitted / bound")
 	for _, r := range lease {
 		rps := fmt.Sprintf("%.0f", r.rps)
 		if r.group == "hot" && inproc > 0 {
@@ -379,4 +374,11 @@ func writeLeaseTable(w io.Writer, rows []*row) {
 		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.1f | %s | %s | %s | %s |\n", r.title, rps, micros(r.p50), micros(r.p99), r.srvCPU, redisCPU, cmds, evals, bound)
 	}
 	fmt.Fprintln(w)
+}
+
+// tableHead writes a table's title (a level-3 heading) and its header rows.
+func tableHead(w io.Writer, title string, columns ...string) {
+	fmt.Fprintf(w, "### %s\n\n", title)
+	fmt.Fprintf(w, "| %s |\n", strings.Join(columns, " | "))
+	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(columns)))
 }
