@@ -33,6 +33,7 @@ type redisFlags struct {
 	denyCacheEntries int
 	perSecondURL     string
 	keyPrefix        string
+	batchLinger      time.Duration
 	lease            struct {
 		ttl         time.Duration
 		hotRPS      float64
@@ -56,6 +57,7 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.StringVar(&r.perSecondURL, "redis-persecond-url", "", "a second Redis URL for the limits whose period is a second or less (envoyproxy/ratelimit's REDIS_PERSECOND); a request spanning both Redis stays all or nothing; empty keeps every limit on --redis-url")
 	fs.StringVar(&r.keyPrefix, "redis-key-prefix", "", "prefix of every Redis key (envoyproxy/ratelimit's CACHE_KEY_PREFIX), so deployments can share a Redis; must not contain '{' or '}'")
+	fs.DurationVar(&r.batchLinger, "redis-batch-linger", 0, fmt.Sprintf("how long a request that finds no Redis round trip in flight waits for others to share its script call (0 to %v); trades latency for Redis CPU at moderate load", redisalgo.MaxBatchLinger))
 	fs.DurationVar(&r.lease.ttl, "lease-ttl", lease.DefaultTTL, "how long a lease of hits on a hot counter (rules with lease: auto) lives before its unused hits go back to Redis; 0 turns leasing off")
 	fs.Float64Var(&r.lease.hotRPS, "lease-hot-rps", lease.DefaultHotRPS, "hits per second this replica must see on a counter before it leases; colder counters always go to Redis")
 	fs.Float64Var(&r.lease.maxFraction, "lease-max-fraction", lease.DefaultMaxFraction, "largest share (0..1] of a counter's remaining quota one lease may take, so that replicas share it")
@@ -85,6 +87,9 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	}
 	if err := redisalgo.ValidateKeyPrefix(r.keyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
+	if err := redisalgo.ValidateBatchLinger(r.batchLinger); err != nil {
+		errs = append(errs, fmt.Errorf("--redis-batch-linger: %w", err))
 	}
 	if r.lease.ttl < 0 {
 		errs = append(errs, fmt.Errorf("--lease-ttl: %v must be 0 (off) or positive", r.lease.ttl))
@@ -152,6 +157,7 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 		},
 		DenyCacheEntries: r.denyCacheEntries,
 		KeyPrefix:        r.keyPrefix,
+		BatchLinger:      r.batchLinger,
 		Lease:            lease.Options{TTL: r.lease.ttl, HotRPS: r.lease.hotRPS, MaxFraction: r.lease.maxFraction},
 	}
 }

@@ -173,10 +173,13 @@ type entry struct {
 	// returned only before windowEnd − margin.
 	window    bool
 	windowEnd int64
-	taking    bool       // a take is in flight for this counter
-	gen       uint64     // counts the leases granted, to tell them apart
-	check     algo.Check // owned copy, for returns
-	hasCheck  bool
+	// ended holds the unused hits of leases that ended (past their TTL,
+	// not fixed_window) before the sweeper returned them; it returns them.
+	ended    int64
+	taking   bool       // a take is in flight for this counter
+	gen      uint64     // counts the leases granted, to tell them apart
+	check    algo.Check // owned copy, for returns
+	hasCheck bool
 }
 
 // scratch is one Apply's working memory, pooled.
@@ -389,6 +392,14 @@ func (l *Layer) reserve(key []byte, c *algo.Check, now int64, d *algo.Decision) 
 		*d = algo.Decision{Allowed: true, Remaining: max(min(e.left, e.shared), 0), ResetAfter: max(e.resetAt-now, 0)}
 		return served, c.Hits, e.gen
 	}
+	if e.left > 0 && e.expires <= now && !e.window {
+		// The lease ended with hits left. They wait for the sweeper's
+		// return apart, so that the counter may lease again now rather
+		// than send its traffic to the shared state until the next sweep
+		// (up to TTL/2 of it per lease).
+		e.ended += e.left
+		e.left = 0
+	}
 	// A new lease needs the request to cost one hit (its take must admit
 	// exactly when the exact check would), the counter to be hot, and
 	// the last lease to be spent or swept (the sweeper returns what is
@@ -520,6 +531,10 @@ func (l *Layer) Sweep(all bool) {
 		sh := l.shards.Shard(i)
 		sh.Mu.Lock()
 		for k, e := range sh.M {
+			if e.ended > 0 {
+				rets = append(rets, ret{check: e.check, hits: e.ended})
+				e.ended = 0
+			}
 			if e.left > 0 && (all || e.expires <= now) {
 				switch {
 				case !e.window || now < e.windowEnd-l.margin:

@@ -295,6 +295,40 @@ func TestLeaseLifecycle(t *testing.T) {
 					t.Fatalf("shared remaining %d after the return, want %d", exact[0].Remaining, want)
 				}
 			})
+			t.Run("RenewsBeforeTheSweep", func(t *testing.T) {
+				// A lease past its TTL with hits left must not keep the
+				// counter from leasing again until the sweeper runs: the
+				// next request takes a new lease, and the sweep returns
+				// the old one's hits.
+				f := newFixture(t, dep.next(t, true))
+				p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour, Burst: 1000}
+				hot := leasedCheck(t, p, "renew")
+				at := warm(t, f.l, hot, t0+algo.Second)
+				// The take, then a few local hits, which keep the counter
+				// hot over the TTL.
+				for range 5 {
+					apply(t, f.l, at, hot)
+				}
+				old := leftOf(t, f.l, hot)
+				if f.l.Stats().Granted != 1 || old < 2 {
+					t.Fatalf("no lease: %+v, left %d", f.l.Stats(), old)
+				}
+				at += f.l.ttl
+				if d := apply(t, f.l, at, hot); !d[0].Allowed || f.l.Stats().Granted != 2 {
+					t.Fatalf("at the TTL, before a sweep: %+v, %+v; want a second lease", d, f.l.Stats())
+				}
+				f.now = at
+				f.l.Sweep(false)
+				if st := f.l.Stats(); st.Returned != uint64(old) || st.Expired != 0 {
+					t.Fatalf("after the sweep: %+v, want the first lease's %d hits returned", st, old)
+				}
+				exact := apply(t, dep.next(t, true), at, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p})
+				// warm's hits, the first take's own, the 4 local ones, the
+				// second take's own, and the second lease.
+				if want := p.Burst - warmHits - 6 - leftOf(t, f.l, hot); exact[0].Remaining != want {
+					t.Fatalf("shared remaining %d, want %d", exact[0].Remaining, want)
+				}
+			})
 			t.Run("TakeWithDeniedNeighbour", func(t *testing.T) {
 				// The request that takes the lease is denied by another
 				// limit: the take must leave the shared state as it was
@@ -364,6 +398,58 @@ func TestLeaseLifecycle(t *testing.T) {
 				}
 				if d := apply(t, dep.next(t, true), end, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p}); d[0].Remaining != p.Limit-1 {
 					t.Fatalf("the new window holds %d, want %d: a lease was refunded into it", d[0].Remaining, p.Limit-1)
+				}
+			})
+			t.Run("FixedWindowReturnMargin", func(t *testing.T) {
+				// With the default ReturnMargin (1 s), a fixed_window
+				// lease ending with a second or more of its window left
+				// is returned; one ending later is kept to its window's
+				// end and then expires, so the next window is never
+				// refunded (which would let it admit more than its limit).
+				for _, tt := range []struct {
+					name     string
+					before   int64 // µs between the lease's grant and the window's end
+					returned bool
+				}{
+					{"1.5s left at the grant", 1_500_000, true},
+					{"1.1s left at the grant", 1_100_000, false},
+				} {
+					t.Run(tt.name, func(t *testing.T) {
+						var now int64
+						l := newLayer(t, dep.next(t, true), Options{
+							TTL: 200 * time.Millisecond, HotRPS: 500, MaxFraction: 0.5,
+							Now: func() time.Time { return time.UnixMicro(now) },
+						})
+						p := algo.Policy{Algorithm: algo.FixedWindow, Limit: 10_000, Period: algo.Minute}
+						hot := leasedCheck(t, p, "margin")
+						end := t0 + algo.Minute
+						at := warm(t, l, hot, end-tt.before-warmHits)
+						apply(t, l, at, hot)
+						left := leftOf(t, l, hot)
+						if l.Stats().Granted != 1 || left < 2 {
+							t.Fatalf("no lease: %+v, left %d", l.Stats(), left)
+						}
+						now = at + l.ttl
+						l.Sweep(false)
+						if got := l.Stats().Returned == uint64(left); got != tt.returned {
+							t.Fatalf("at the TTL, %dµs before the window ends: %+v; want returned %v", end-now, l.Stats(), tt.returned)
+						}
+						if tt.returned {
+							return
+						}
+						// The next window holds one hit; the late lease
+						// must expire rather than be refunded into it.
+						other := dep.next(t, true)
+						apply(t, other, end, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p, Hits: 1})
+						now = end
+						l.Sweep(false)
+						if st := l.Stats(); st.Expired != uint64(left) || st.Returned != 0 {
+							t.Fatalf("after the window: %+v, want %d expired", st, left)
+						}
+						if d := apply(t, other, end, algo.Check{Domain: hot.Domain, Entries: hot.Entries, HashTag: -1, Policy: p}); d[0].Remaining != p.Limit-1 {
+							t.Fatalf("the next window holds %d, want %d: the late lease was refunded into it", d[0].Remaining, p.Limit-1)
+						}
+					})
 				}
 			})
 			t.Run("ColdNeverLeases", func(t *testing.T) {

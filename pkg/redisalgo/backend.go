@@ -54,6 +54,11 @@ type Options struct {
 	// leaves without waiting for the one in flight; 0 means
 	// DefaultMaxBatch.
 	MaxBatch int
+	// BatchLinger, when positive, makes a request that finds nothing in
+	// flight wait up to this long for others to share its pipeline and
+	// script call, instead of leaving at once; at most MaxBatchLinger.
+	// See batch.go for what it costs.
+	BatchLinger time.Duration
 	// MaxCallCost bounds the summed algo.Check.Cost of the requests one
 	// merged script call carries; 0 means algo.DefaultMaxCost. A request
 	// costing more than it runs alone (pkg/rls refuses such requests).
@@ -178,6 +183,9 @@ func newBase(client sender, opts Options) (*Backend, error) {
 	if err := ValidateKeyPrefix(opts.KeyPrefix); err != nil {
 		return nil, err
 	}
+	if err := ValidateBatchLinger(opts.BatchLinger); err != nil {
+		return nil, err
+	}
 	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost), keyPrefix: opts.KeyPrefix}
 	if b.log == nil {
 		b.log = zap.NewNop()
@@ -207,7 +215,9 @@ func newBase(client sender, opts Options) (*Backend, error) {
 }
 
 func (b *Backend) newBatcher(opts Options) *batcher {
-	return newBatcher(b.send, opts.MaxBatch, b.sizes)
+	bt := newBatcher(b.send, opts.MaxBatch, b.sizes)
+	bt.linger = opts.BatchLinger
+	return bt
 }
 
 // start loads the script unless opts.LazyLoad.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -588,5 +590,48 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	}
 	if n := evalsha() - before; n != int64(1+len(slots)) {
 		t.Errorf("%d EVALSHA for %d requests on %d slots, want %d (the first alone, then one per slot)", n, 1+len(results), len(slots), 1+len(slots))
+	}
+}
+
+// TestBatchLinger: with a linger, a request that finds nothing in flight
+// waits for others, and they leave together in one pipeline. The linger is
+// made an hour here so that no clock decides the test: it ends because the
+// batch filled (MaxBatch), which sends every queued request at once.
+func TestBatchLinger(t *testing.T) {
+	client := leakCheckedClient(t)
+	reg := prometheus.NewRegistry()
+	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg, MaxBatch: 4, BatchLinger: MaxBatchLinger})
+	b.batch.linger = time.Hour
+	dom := redistest.KeyPrefix(t)
+	pol := backendtest.PerMinute(algo.TokenBucket, 5)
+	var results []<-chan result
+	for i := range 4 {
+		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)))
+		if i < 3 {
+			eventually.Holds(t, "the request waits in the lingering batch", func() bool { return b.batch.pending() == i+1 })
+		}
+	}
+	for i, ch := range results {
+		if r := <-ch; r.err != nil || !r.d[0].Allowed {
+			t.Fatalf("request %d: %+v, %v", i, r.d, r.err)
+		}
+	}
+	if n, sum := batchStats(t, reg); n != 1 || sum != 4 {
+		t.Errorf("%d pipelines carrying %v commands, want 1 carrying all 4", n, sum)
+	}
+}
+
+func TestBatchLingerBound(t *testing.T) {
+	client := redistest.SharedStandalone(t).Client(t)
+	for _, tt := range []struct {
+		linger time.Duration
+		ok     bool
+	}{
+		{0, true}, {MaxBatchLinger, true}, {MaxBatchLinger + 1, false}, {-1, false},
+	} {
+		_, err := New(client, Options{LazyLoad: true, BatchLinger: tt.linger})
+		if ok := err == nil; ok != tt.ok || (err != nil && !strings.Contains(err.Error(), "batch linger")) {
+			t.Errorf("BatchLinger %v: %v, want ok %v and an error naming the batch linger", tt.linger, err, tt.ok)
+		}
 	}
 }

@@ -54,8 +54,8 @@ var paddedApply = redis.NewScript(strings.Replace(applyLua, ttlRoundUp, ttlRound
 const ttlRoundUp = "return ceilDiv(e, 1000)"
 
 const observePrologue = `
-local function observeKey(key, alg)
-  if alg == 3 then
+local function observeKey(key)
+  if redis.call('TYPE', key).ok == 'zset' then
     return redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   end
   local v = redis.call('GET', key)
@@ -67,7 +67,7 @@ end
 local function observeAll()
   local out = {}
   for i = 1, #KEYS do
-    out[i] = observeKey(KEYS[i], tonumber(ARGV[3 + 6 * (i - 1)]))
+    out[i] = observeKey(KEYS[i])
   end
   return out
 end

@@ -137,7 +137,7 @@ func TestMergeSplitsReply(t *testing.T) {
 	if args[0] != argEvalSHA || args[1] != argSHA || args[2] != 3 || *args[3].(*string) != "a" || *args[4].(*string) != "b" || *args[5].(*string) != "b" {
 		t.Fatalf("merged command starts %v, want EVALSHA of 3 keys a, b, b", args[:6])
 	}
-	if want := 3 + 3 + (2 + argsPerLimit) + (2 + 2*argsPerLimit); len(args) != want {
+	if want := 3 + 3 + len(appendApplyInts(nil, 0, limits(1))) + len(appendApplyInts(nil, 0, limits(2))); len(args) != want {
 		t.Fatalf("merged call has %d arguments, want %d", len(args), want)
 	}
 	var ints []int64

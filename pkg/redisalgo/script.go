@@ -22,8 +22,17 @@ var applyLua string
 // NOSCRIPT when run through Script.Run).
 var applyScript = redis.NewScript(applyLua)
 
-// argsPerLimit is the number of ARGV entries apply.lua takes per limit.
-const argsPerLimit = 6
+// maxArgsPerLimit is the most ARGV entries apply.lua takes per limit:
+// code, limit, period, burst and hits.
+const maxArgsPerLimit = 5
+
+// Bits of a limit's code in apply.lua's ARGV above its algorithm.
+const (
+	codeRefund = 8
+	codeTake   = 16
+	codeBurst  = 32 // burst follows period
+	codeHits   = 64 // hits follows (else 1)
+)
 
 // ErrBadReply is wrapped by every error parseApplyInts returns for a reply
 // that is not what apply.lua returns (a different script under the SHA, or
@@ -57,25 +66,49 @@ const (
 )
 
 // appendApplyInts appends apply.lua's ARGV for one request of checks to
-// dst: now (Unix µs, 0 for the server's TIME), the number of checks, then
-// per check its algorithm code, limit, period µs, burst, hits and mode (0
-// consume, 1 refund, 2 take). The keys go in KEYS in the same order. Several
-// requests' arguments (and keys) concatenated make one script call that
-// applies them in order. Every ARGV entry is an integer, so the backend can
-// pass them to go-redis as *int64 without boxing each one.
+// dst: the number of checks, or its negation then now when now is not 0
+// (Unix µs; 0 is the server's TIME), then per check its code (algorithm,
+// mode, and which of burst and hits follow), limit and period µs, then its
+// burst unless 0 and its hits unless 1. The keys go in KEYS in the same
+// order. Several requests' arguments (and keys) concatenated make one
+// script call that applies them in order. Every ARGV entry is an integer,
+// so the backend can pass them to go-redis as *int64 without boxing each
+// one. The defaults left out are what most requests carry: every argument
+// costs Redis a string and Lua a table slot and a conversion.
 func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
-	dst = slices.Grow(dst, 2+argsPerLimit*len(checks))
-	dst = append(dst, now, int64(len(checks)))
+	dst = slices.Grow(dst, 2+maxArgsPerLimit*len(checks))
+	if now == 0 {
+		dst = append(dst, int64(len(checks)))
+	} else {
+		dst = append(dst, -int64(len(checks)), now)
+	}
 	for i := range checks {
 		c := &checks[i]
-		var mode int64
+		code := int64(c.Policy.Algorithm)
+		if code < 0 || code >= codeRefund {
+			// No algorithm apply.lua knows: it blocks, as for any
+			// unknown code.
+			code = 0
+		}
 		switch {
 		case c.Refund:
-			mode = 1
+			code += codeRefund
 		case c.Take:
-			mode = 2
+			code += codeTake
 		}
-		dst = append(dst, int64(c.Policy.Algorithm), c.Policy.Limit, c.Policy.Period, c.Policy.Burst, c.Hits, mode)
+		if c.Policy.Burst != 0 {
+			code += codeBurst
+		}
+		if c.Hits != 1 {
+			code += codeHits
+		}
+		dst = append(dst, code, c.Policy.Limit, c.Policy.Period)
+		if c.Policy.Burst != 0 {
+			dst = append(dst, c.Policy.Burst)
+		}
+		if c.Hits != 1 {
+			dst = append(dst, c.Hits)
+		}
 	}
 	return dst
 }

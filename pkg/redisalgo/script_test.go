@@ -47,11 +47,20 @@ func TestAppendApplyArgs(t *testing.T) {
 	checks := []algo.Check{
 		{Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 10, Period: algo.Minute, Burst: 20}, Hits: 3},
 		{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}, Hits: 2, Refund: true},
+		{Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 7, Period: algo.Hour}, Hits: 1, Take: true},
+		{Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1, Period: algo.Second}, Hits: 0},
 	}
-	got := fmt.Sprint(appendApplyArgs([]any{"x"}, 42, checks))
-	want := fmt.Sprint([]any{"x", 42, 2, 5, 10, algo.Minute, 20, 3, 0, 1, 5, algo.Second, 0, 2, 1})
-	if got != want {
-		t.Fatalf("got %s, want %s", got, want)
+	for _, tt := range []struct {
+		name string
+		now  int64
+		want []any
+	}{
+		{"server time", 0, []any{"x", 4, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0}},
+		{"given now", 42, []any{"x", -4, 42, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0}},
+	} {
+		if got, want := fmt.Sprint(appendApplyArgs([]any{"x"}, tt.now, checks)), fmt.Sprint(tt.want); got != want {
+			t.Errorf("%s: got %s, want %s", tt.name, got, want)
+		}
 	}
 }
 
@@ -103,6 +112,7 @@ func TestParseApplyReply(t *testing.T) {
 
 func TestScriptArgumentCount(t *testing.T) {
 	client := redistest.SharedStandalone(t).Client(t)
+	// one is -1, luaT0, then the limit's code, limit and period.
 	one := appendApplyArgs(nil, luaT0, []algo.Check{{Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Second}, Hits: 1}})
 	tests := []struct {
 		name string
@@ -112,16 +122,20 @@ func TestScriptArgumentCount(t *testing.T) {
 		{"extra_key", 2, one},
 		{"missing_key", 0, one},
 		{"short_args", 1, one[:len(one)-1]},
-		{"n_zero", 0, []any{luaT0, 0}},
-		{"n_not_a_number", 1, append([]any{luaT0, "x"}, one[2:]...)},
-		{"now_not_a_number", 1, append([]any{"x"}, one[1:]...)},
+		{"n_zero", 0, []any{0}},
+		{"n_not_a_number", 1, append([]any{"x"}, one[1:]...)},
+		{"now_not_a_number", 1, append([]any{-1, "x"}, one[2:]...)},
+		{"now_missing", 1, []any{-1}},
+		{"code_not_a_number", 1, append([]any{-1, luaT0, "x"}, one[3:]...)},
+		{"code_too_large", 1, append([]any{-1, luaT0, 128}, one[3:]...)},
+		{"announced_hits_missing", 1, append([]any{-1, luaT0, 1 + codeHits}, one[3:]...)},
 		{"second_request_short", 2, append(append([]any(nil), one...), one[:4]...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			keys := luaKeys(t, tt.keys)
 			err := applyScript.Run(context.Background(), client, keys, tt.args...).Err()
-			if err == nil || !strings.Contains(err.Error(), "want now, n and 6 arguments per key for each request") {
+			if err == nil || !strings.Contains(err.Error(), "apply.lua: malformed arguments") {
 				t.Fatalf("got %v, want the script's argument error", err)
 			}
 			// A malformed call writes nothing, not even its well-formed

@@ -74,6 +74,8 @@ type Config struct {
 	Registerer      prometheus.Registerer
 	// KeyPrefix goes before every Redis key (redisalgo.Options.KeyPrefix).
 	KeyPrefix string
+	// BatchLinger is redisalgo.Options.BatchLinger.
+	BatchLinger time.Duration
 	// Lease configures the lease layer (pkg/lease); a TTL of 0 leaves it
 	// out. Its ReturnWait defaults to Timeout.
 	Lease lease.Options
@@ -202,7 +204,7 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 	log := cfg.Logger
 	opts := redisalgo.Options{
 		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
-		KeyPrefix: cfg.KeyPrefix,
+		KeyPrefix: cfg.KeyPrefix, BatchLinger: cfg.BatchLinger,
 	}
 	b, err := RedisBackend(client, opts)
 	if err != nil {

@@ -186,8 +186,11 @@ func TestSmokeEnvoyRLS(t *testing.T) {
 		if r.name == "redis-90-over" && r.denied < 0.5 {
 			t.Errorf("redis-90-over: %.0f%% denied, want most calls denied", 100*r.denied)
 		}
-		if r.name != "redis-90-over" && r.denied != 0 {
+		if r.name != "redis-90-over" && r.bound == 0 && r.denied != 0 {
 			t.Errorf("%s: %.0f%% denied, want none", r.name, 100*r.denied)
+		}
+		if r.bound > 0 && float64(r.admitted) > r.bound {
+			t.Errorf("%s: admitted %d, above the bound %.0f", r.name, r.admitted, r.bound)
 		}
 	}
 	if m := res.mem; m == nil || m.keys != 2000 || m.rss <= 0 || m.baseRSS <= 0 {

@@ -258,6 +258,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 	}
 	if len(res.rows) > 0 {
 		writeLoadTables(stdout, res.rows)
+		writeLeaseTable(stdout, res.rows)
 	}
 
 	if b.wants(memoryName) && opts.keys > 0 {

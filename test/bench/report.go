@@ -34,10 +34,18 @@ type row struct {
 	other      float64 // CPU of other processes, % of the machine
 	errors     int64
 	capped     bool
+	// group is scenario.group; admitted counts the calls answered OK and
+	// bound is the scenario's bound for the measured interval (0: none).
+	group    string
+	admitted int64
+	bound    float64
 }
 
 func newRow(sc scenario, res *loadResult, before, after snapshot) *row {
-	r := &row{name: sc.name, title: sc.title, redis: sc.redis, errors: res.errors, capped: res.capped, elapsed: res.elapsed}
+	r := &row{name: sc.name, title: sc.title, redis: sc.redis, errors: res.errors, capped: res.capped, elapsed: res.elapsed, group: sc.group, admitted: res.ok}
+	if sc.bound != nil {
+		r.bound = sc.bound(res.elapsed)
+	}
 	r.decisions = res.answered()
 	if r.decisions == 0 || res.elapsed <= 0 {
 		return r
@@ -321,14 +329,56 @@ func writeTargets(w io.Writer, o options, rows []*row, m *memResult, s *soakResu
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "### Targets (issue 6; reported, not asserted)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target | measured | |")
-	fmt.Fprintln(w, "|---|---|---|")
+	tableHead(w, "Targets (issue 6; reported, not asserted)", "target", "measured", "")
 	for _, l := range lines {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", l.target, l.measured, l.verdict)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Rule match + key encoding allocations: see the `go test -bench` output above (allocs/op).")
 	fmt.Fprintln(w)
+}
+
+// writeLeaseTable reports issue 12's rows side by side: decisions/s
+// against the in-process store on the same hot key, Redis's work per
+// decision, and the admitted count against the limit's bound.
+func writeLeaseTable(w io.Writer, rows []*row) {
+	var lease []*row
+	var inproc float64
+	for _, r := range rows {
+		if r.group == "" || r.err != nil {
+			continue
+		}
+		lease = append(lease, r)
+		if r.name == "hot-inproc" {
+			inproc = r.rps
+		}
+	}
+	if len(lease) == 0 {
+		return
+	}
+	tableHead(w, "Leases and batching (issue 12)", "scenario", "decisions/s (× in-process hot key)", "p50 µs", "p99 µs",
+		"envoy-rls CPU µs/decision", "Redis CPU µs/decision", "Redis commands/decision", "EVALSHA/decision", "admitted / bound")
+	for _, r := range lease {
+		rps := fmt.Sprintf("%.0f", r.rps)
+		if r.group == "hot" && inproc > 0 {
+			rps = withRatio(r.rps, inproc, "%.0f")
+		}
+		redisCPU, cmds, evals := "—", "—", "—"
+		if r.redis {
+			redisCPU, cmds, evals = fmt.Sprintf("%.1f", r.redisCPU), fmt.Sprintf("%.4f", r.redisCmds), fmt.Sprintf("%.4f", r.evalsha)
+		}
+		bound := "—"
+		if r.bound > 0 {
+			bound = fmt.Sprintf("%d / %.0f (%.1f%%)", r.admitted, r.bound, 100*float64(r.admitted)/r.bound)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.1f | %s | %s | %s | %s |\n", r.title, rps, micros(r.p50), micros(r.p99), r.srvCPU, redisCPU, cmds, evals, bound)
+	}
+	fmt.Fprintln(w)
+}
+
+// tableHead writes a table's title (a level-3 heading) and its header rows.
+func tableHead(w io.Writer, title string, columns ...string) {
+	fmt.Fprintf(w, "### %s\n\n", title)
+	fmt.Fprintf(w, "| %s |\n", strings.Join(columns, " | "))
+	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(columns)))
 }

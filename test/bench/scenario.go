@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -25,6 +26,16 @@ type scenario struct {
 	// pacedLike names the scenario whose decisions/s this one is paced
 	// to; it runs only when that one runs, after it.
 	pacedLike string
+	// rate, when positive, paces the workers to that many calls/s
+	// (loadConfig.rate) instead of a closed loop.
+	rate float64
+	// args go to envoy-rls after the driver's own (and --rls-args).
+	args []string
+	// bound, when set, is the most the limit may admit over a measured
+	// interval; the lease table sets the admitted count against it.
+	bound func(elapsed time.Duration) float64
+	// group, when set, puts the row in the lease table (issue 12) too.
+	group string
 }
 
 // userRule is a rule file of domain with one limit, the rate_limit
@@ -68,10 +79,86 @@ descriptors:
 	soakLimit = "unit: minute, requests_per_unit: 6, algorithm: token_bucket"
 )
 
+// The lease scenarios (issue 12). rulesHot holds one limit that never
+// denies; rulesHalf one that admits half of hotHalfRate, the pace its
+// scenarios send at, so about half the calls are denied whatever the
+// machine's throughput (as long as it reaches that pace). rulesLeased is
+// the random-key limit with leasing allowed: random keys stay cold, so
+// leasing must change nothing there. Leasing off is --lease-ttl=0 on the
+// same rules.
+const (
+	rulesHot = `domain: bench-hot
+descriptors:
+  - key: route
+    rate_limit: {unit: second, requests_per_unit: 10000000, algorithm: token_bucket, lease: auto}
+`
+	hotHalfLimit = 3000
+	hotHalfRate  = 2 * hotHalfLimit
+	rulesHalf    = `domain: bench-hot
+descriptors:
+  - key: route
+    rate_limit: {unit: second, requests_per_unit: 3000, algorithm: token_bucket, lease: auto}
+`
+	rulesLeased = `domain: bench-tb
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: token_bucket, lease: auto}
+`
+	// moderateRate is the issue's fixed "moderate load" for random keys.
+	moderateRate = 4000
+)
+
+// leaseOff turns the lease layer off.
+var leaseOff = []string{"--lease-ttl=0s"}
+
+// halfBound is what rulesHalf's token bucket can admit in elapsed: a full
+// bucket (burst = the limit) and its refill.
+func halfBound(elapsed time.Duration) float64 {
+	return hotHalfLimit + hotHalfLimit*elapsed.Seconds()
+}
+
+// leaseScenarios are issue 12's rows, leasing on and off: a hot key that
+// is never denied (against the in-process store on the same key) and one
+// denied about half the time; random keys at moderateRate, with the batch
+// linger at several values; random keys in the closed loop.
+func leaseScenarios() []scenario {
+	hot := func(name, title string, redis bool, rules string, rate float64, args []string, bound func(time.Duration) float64) scenario {
+		return scenario{name: name, title: title, redis: redis, rules: rules, workload: hotKey, rate: rate, args: args, bound: bound, group: "hot"}
+	}
+	random := func(name, title string, rate float64, args ...string) scenario {
+		return scenario{name: name, title: title, redis: true, rules: rulesLeased, workload: perUser("bench-tb"), rate: rate, args: args, group: "random"}
+	}
+	linger := func(us int) scenario {
+		return random(fmt.Sprintf("random-%d-linger-%d", moderateRate, us), fmt.Sprintf("random keys at %d/s, --redis-batch-linger=%dµs", moderateRate, us),
+			moderateRate, fmt.Sprintf("--redis-batch-linger=%dus", us))
+	}
+	return []scenario{
+		hot("hot-inproc", "hot key, in-process store", false, rulesHot, 0, nil, nil),
+		hot("hot-lease", "hot key, Redis, leases on", true, rulesHot, 0, nil, nil),
+		hot("hot-nolease", "hot key, Redis, leases off", true, rulesHot, 0, leaseOff, nil),
+		hot("hot-half-lease", fmt.Sprintf("hot key ~50%% denied (%d/s on %d/s), leases on", hotHalfRate, hotHalfLimit), true, rulesHalf, hotHalfRate, nil, halfBound),
+		hot("hot-half-nolease", fmt.Sprintf("hot key ~50%% denied (%d/s on %d/s), leases off", hotHalfRate, hotHalfLimit), true, rulesHalf, hotHalfRate, leaseOff, halfBound),
+		random(fmt.Sprintf("random-%d-lease", moderateRate), fmt.Sprintf("random keys at %d/s, leases on", moderateRate), moderateRate),
+		random(fmt.Sprintf("random-%d-nolease", moderateRate), fmt.Sprintf("random keys at %d/s, leases off", moderateRate), moderateRate, leaseOff...),
+		linger(50), linger(100), linger(200),
+		random("random-closed-lease", "random keys, closed loop, leases on", 0),
+		random("random-closed-nolease", "random keys, closed loop, leases off", 0, leaseOff...),
+	}
+}
+
+// hotKey sends every call on one descriptor, route=/hot: a per-route or
+// global limit that every request carries.
+func hotKey(_ []string) workload {
+	return workload{newWorker: func() func(*rand.Rand, int64) *rlsv3.RateLimitRequest {
+		req := request("bench-hot", descriptor(&rlv3.RateLimitDescriptor_Entry{Key: "route", Value: "/hot"}))
+		return func(*rand.Rand, int64) *rlsv3.RateLimitRequest { return req }
+	}}
+}
+
 // loadScenarios lists the load scenarios in the order they run; the floor
 // comes first so every later row can be divided by it.
 func loadScenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "floor", title: "floor (no-work gRPC server)", floor: true,
 			workload: perUser("bench-floor")},
 		{name: "inproc", title: "in-process store, token_bucket", rules: userRule("bench-tb", openTokenBucket),
@@ -90,7 +177,7 @@ func loadScenarios() []scenario {
 			workload: threeDescriptors},
 		{name: "redis-90-over", title: "Redis, ~90% over limit", redis: true, rules: rulesOver,
 			workload: overNinety, prime: primeOver},
-	}
+	}, leaseScenarios()...)
 }
 
 // floorPacedName is the floor paced to Redis token_bucket's throughput.

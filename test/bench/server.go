@@ -24,7 +24,7 @@ type server struct {
 
 // startServer writes the scenario's rules and starts its server, retrying
 // on fresh ports when one was taken between allocation and bind.
-func (b *bench) startServer(ctx context.Context, name string, floor bool, redis bool, rules string) (*server, error) {
+func (b *bench) startServer(ctx context.Context, name string, floor bool, redis bool, rules string, extra ...string) (*server, error) {
 	dir := filepath.Join(b.tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -64,7 +64,7 @@ func (b *bench) startServer(ctx context.Context, name string, floor bool, redis 
 				}
 				args = append(args, "--redis-url", "redis://"+b.redis.addr)
 			}
-			args = append(args, b.opts.rlsArgs...)
+			args = append(append(args, b.opts.rlsArgs...), extra...)
 		}
 		p, err := startChild(name, dir, bin, args...)
 		if err != nil {
@@ -136,7 +136,7 @@ func (b *bench) runScenario(ctx context.Context, sc scenario, rate float64) (*ro
 			return nil, err
 		}
 	}
-	s, err := b.startServer(ctx, sc.name, sc.floor, sc.redis, sc.rules)
+	s, err := b.startServer(ctx, sc.name, sc.floor, sc.redis, sc.rules, sc.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +165,9 @@ func (b *bench) runScenario(ctx context.Context, sc scenario, rate float64) (*ro
 	cfg.duration = b.opts.duration
 	cfg.maxRequests = b.opts.maxRequests
 	cfg.rate = rate
+	if sc.rate > 0 {
+		cfg.rate = sc.rate
+	}
 	cfg.onStart = func() { before, snapErr = b.snap(ctx, s, sc.redis, true) }
 	cfg.onEnd = func() {
 		var err error

@@ -9,14 +9,19 @@
 --
 -- KEYS      the keys of request 1's limits, then request 2's, and so on
 --           (distinct within a request; one key per limit)
--- ARGV      per request: now in Unix µs (0 means the server's TIME, which
---           production uses; a given now serves tests and refunds that must
---           happen at the time their consumption did), n (its number of
---           limits), then per limit:
---           algorithm (1 fixed_window, 2 sliding_window, 3 sliding_log,
---           4 token_bucket, 5 gcra), limit, period µs, burst (0 = limit),
---           hits (0 = check only), mode (0 consume, 1 refund, 2 take: hits
---           is the most to consume, algo.Check.Take)
+-- ARGV      per request: a header, n (its number of limits) when it is
+--           evaluated at the server's TIME, which production uses, or -n
+--           then now in Unix µs (a given now serves tests and refunds that
+--           must happen at the time their consumption did); then per limit
+--           code, limit, period µs, then burst if the code says so (else
+--           0 = limit), then hits if the code says so (else 1; 0 = check
+--           only). code = algorithm (1 fixed_window, 2 sliding_window,
+--           3 sliding_log, 4 token_bucket, 5 gcra) + 8 × mode (0 consume,
+--           1 refund, 2 take: hits is the most to consume,
+--           algo.Check.Take) + 32 when burst follows + 64 when hits
+--           follows. The common request (one limit, one hit, no burst, at
+--           TIME) is 4 arguments: Redis and Lua pay for each one, and at
+--           moderate load a script call carries one request.
 -- Reply     per request: now, status, then per limit: allowed, remaining,
 --           reset_after µs, retry_after µs (-1: never), granted (what an
 --           allowed take consumed, else 0; algo.Decision has their
@@ -614,27 +619,65 @@ local function commit(l, now)
   redis.call('SET', key, stateValue(l, ns), 'PX', ms)
 end
 
--- applyRequest is algo.ApplyAll for one request: its n limits have the keys
--- KEYS[k0 + i] and the arguments from ARGV[a0 + 6(i-1) + 1]. It appends the
--- request's {allowed_all, then per limit allowed, remaining, reset, retry} to
--- reply (and granted). It runs under pcall, so its errors (a key of another type, say)
--- fail this request alone.
-local function applyRequest(k0, a0, n, now, reply)
+-- Bits of a limit's code above its algorithm (see ARGV).
+local MODE, BURST, HITS = 8, 32, 64
+
+-- limitArgs returns the number of ARGV entries of the limit whose code is
+-- ARGV[b], or nil when that is no code.
+local function limitArgs(b)
+  local code = tonumber(ARGV[b])
+  if code == nil or code < 0 or code >= 2 * HITS then
+    return nil
+  end
+  local m = 3
+  if code % HITS >= BURST then
+    m = m + 1
+  end
+  if code >= HITS then
+    m = m + 1
+  end
+  return m
+end
+
+-- applyRequest is algo.ApplyAll for one request r: its r.n limits have the
+-- keys KEYS[r.k + i] and their arguments from ARGV[r.a]. It appends the
+-- request's {allowed_all, then per limit allowed, remaining, reset, retry,
+-- granted} to reply. It runs under pcall, so its errors (a key of another
+-- type, say) fail this request alone.
+local function applyRequest(r, now, reply)
   local limits = {}
   local allowed = true
-  for i = 1, n do
-    local b = a0 + 6 * (i - 1)
+  local b = r.a
+  for i = 1, r.n do
+    local code = tonumber(ARGV[b])
+    local mode = math.floor(code / MODE) % 4
+    -- Every field is in the constructor, which sizes the table once.
     local l = {
-      key = KEYS[k0 + i],
-      alg = tonumber(ARGV[b + 1]),
-      limit = tonumber(ARGV[b + 2]),
-      period = tonumber(ARGV[b + 3]),
-      burst = tonumber(ARGV[b + 4]),
-      hits = tonumber(ARGV[b + 5]),
-      refund = tonumber(ARGV[b + 6]) == 1,
-      take = tonumber(ARGV[b + 6]) == 2,
+      key = KEYS[r.k + i],
+      alg = code % MODE,
+      limit = tonumber(ARGV[b + 1]),
+      period = tonumber(ARGV[b + 2]),
+      burst = 0,
+      hits = 1,
+      refund = mode == 1,
+      take = mode == 2,
       granted = 0,
+      state = false,
+      ns = false,
+      allowed = false,
+      remaining = 0,
+      reset = 0,
+      retry = 0,
     }
+    b = b + 3
+    if code % HITS >= BURST then
+      l.burst = tonumber(ARGV[b])
+      b = b + 1
+    end
+    if code >= HITS then
+      l.hits = tonumber(ARGV[b])
+      b = b + 1
+    end
     if l.hits < 0 then
       l.hits = 0
     end
@@ -652,7 +695,7 @@ local function applyRequest(k0, a0, n, now, reply)
     limits[i] = l
   end
   reply[#reply + 1] = allowed and 1 or 0
-  for i = 1, n do
+  for i = 1, r.n do
     local l = limits[i]
     if not l.refund and l.hits > 0 and l.allowed then
       if allowed then
@@ -684,26 +727,45 @@ local function failed(err)
 end
 
 -- The framing of every request is checked before any is applied, so that a
--- malformed call writes nothing.
-local k, a, nargs = 0, 0, #ARGV
-while a < nargs do
-  local now, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  if now == nil or n == nil or n < 1 or a + 2 + 6 * n > nargs or k + n > #KEYS then
-    return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
+-- malformed call writes nothing; it is kept, one {k, a, n, now} per request
+-- (its keys follow KEYS[k], its limits' arguments start at ARGV[a]).
+local MALFORMED = 'ERR apply.lua: malformed arguments: want per request n (or -n and now) and per key a code, limit, period and the burst and hits its code announces, with n keys each'
+local reqs = {}
+local k, a, nargs = 0, 1, #ARGV
+while a <= nargs do
+  local n, now = tonumber(ARGV[a]), 0
+  a = a + 1
+  if n ~= nil and n < 0 then
+    n, now = -n, tonumber(ARGV[a])
+    a = a + 1
   end
-  k, a = k + n, a + 2 + 6 * n
+  if n == nil or now == nil or n < 1 or k + n > #KEYS then
+    return redis.error_reply(MALFORMED)
+  end
+  local r = {k = k, a = a, n = n, now = now}
+  for _ = 1, n do
+    local m = limitArgs(a)
+    if m == nil then
+      return redis.error_reply(MALFORMED)
+    end
+    a = a + m
+  end
+  if a - 1 > nargs then
+    return redis.error_reply(MALFORMED)
+  end
+  reqs[#reqs + 1] = r
+  k = k + n
 end
 if k ~= #KEYS then
-  return redis.error_reply('ERR apply.lua: want now, n and 6 arguments per key for each request, with n keys each')
+  return redis.error_reply(MALFORMED)
 end
 
 -- The requests, one after the other: each sees what the ones before it
 -- wrote, as if each had its own script call. Redis's TIME is read once.
 local reply = {}
 local serverNow = 0
-k, a = 0, 0
-while a < nargs do
-  local now, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+for _, r in ipairs(reqs) do
+  local now = r.now
   if now == 0 then
     if serverNow == 0 then
       local t = redis.call('TIME')
@@ -713,16 +775,15 @@ while a < nargs do
   end
   local base = #reply
   reply[base + 1] = now
-  local ok, err = pcall(applyRequest, k, a + 2, n, now, reply)
+  local ok, err = pcall(applyRequest, r, now, reply)
   if not ok then
     for j = #reply, base + 2, -1 do
       reply[j] = nil
     end
     reply[base + 2] = failed(err)
-    for j = 1, 5 * n do
+    for j = 1, 5 * r.n do
       reply[base + 2 + j] = 0
     end
   end
-  k, a = k + n, a + 2 + 6 * n
 end
 return reply
