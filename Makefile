@@ -49,7 +49,8 @@ fuzz:
 
 ## bench: Go micro-benchmarks plus the end-to-end load benchmark (see BENCHMARKS.md)
 bench: test-deps build
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench . -skip KeyMemory -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench KeyMemory -benchtime 1x ./pkg/redisalgo/
 	$(GO) run ./test/bench --bin $(BIN)
 
 vet:

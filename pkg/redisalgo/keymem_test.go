@@ -69,6 +69,7 @@ func keyMemory(tb testing.TB, n int, p algo.Policy) (perKey float64, sample stri
 		}
 		return nil
 	}
+	awaitFreshMinute(tb)
 	// One counter first, so the script, its Lua state and the client's
 	// buffers exist before the baseline.
 	before := warmUp(tb, client, func(ctx context.Context) error { return write(ctx, n, n+1) })
@@ -92,6 +93,7 @@ func referenceMemory(tb testing.TB, n int, evicting bool) (perKey float64, sampl
 			}
 		}
 	}
+	awaitFreshMinute(tb)
 	window := time.Now().Unix() / 60 * 60
 	name := func(i int) string {
 		return memDomain + "_" + memKey + "_" + memUser(i) + "_" + strconv.FormatInt(window, 10)
@@ -108,6 +110,18 @@ func referenceMemory(tb testing.TB, n int, evicting bool) (perKey float64, sampl
 	before := warmUp(tb, client, func(ctx context.Context) error { return write(ctx, n, n+1) })
 	fill(tb, n, 4, write)
 	return perKeyGrowth(tb, client, n+1, before, n), name(0)
+}
+
+// awaitFreshMinute waits, when less than half of the current minute is
+// left, for the next one to start: a per-minute fixed window's counters
+// expire at the window's end, so a fill that crossed it would lose keys
+// (perKeyGrowth then fails rather than measure).
+func awaitFreshMinute(tb testing.TB) {
+	tb.Helper()
+	now := time.Now()
+	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < 30*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
 }
 
 // warmUp writes one key with write and returns used_memory after it.
