@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -27,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // startTimeout bounds how long a start may take on a loaded machine; it
@@ -40,7 +41,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	done chan struct{}
-	logs *lockedBuffer
+	logs *childproc.Buffer
 	once sync.Once
 }
 
@@ -93,12 +94,12 @@ func start(t testing.TB, bin string, targets []string) (*Server, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := childproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &Server{URL: "http://" + addr, done: make(chan struct{}), logs: &lockedBuffer{}}
+	s := &Server{URL: "http://" + addr, done: make(chan struct{}), logs: &childproc.Buffer{}}
 	s.cmd = exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
@@ -206,30 +207,4 @@ func (s *Server) AwaitValue(t testing.TB, g *Gauge, v float64) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("promtest: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

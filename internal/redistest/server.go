@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // startTimeout bounds how long a process may take to answer PING.
@@ -97,7 +99,7 @@ func launch(name string, argv func(dir string, ports []int) ([]string, error), n
 		return nil, fmt.Errorf("redistest: %s: %w", name, err)
 	}
 	for attempt := 0; ; attempt++ {
-		ports, err := allocPorts(nports)
+		ports, err := childproc.FreePorts(nports)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("redistest: %s: %w", name, err)
@@ -151,21 +153,6 @@ func addrs(servers []*Server) []string {
 		out[i] = s.Addr
 	}
 	return out
-}
-
-// allocPorts returns n distinct free loopback ports. The listeners stay open
-// until all n are chosen so the kernel cannot hand out one port twice.
-func allocPorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("allocate port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // start runs the process and waits until it answers PING.

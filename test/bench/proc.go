@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,17 +98,6 @@ func (c *child) logTail() string {
 		b = b[len(b)-keep:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// freePort returns a loopback port that was free a moment ago. The caller
-// retries when a child then fails to bind it.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("bench: allocate port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitHTTPReady polls url until it answers 200, the child exits, ctx ends

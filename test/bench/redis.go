@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // redisServer is the driver's own redis-server: loopback only, no
@@ -40,7 +42,7 @@ func findRedisServer(flagValue string) (string, error) {
 // startRedis starts redis-server on a free loopback port and waits for PING.
 func startRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
 	for attempt := 0; ; attempt++ {
-		port, err := freePort()
+		port, err := childproc.FreePort()
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // server is a running envoy-rls or floor process.
@@ -39,8 +41,8 @@ func (b *bench) startServer(ctx context.Context, name string, floor bool, redis 
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		gp, err1 := freePort()
-		hp, err2 := freePort()
+		gp, err1 := childproc.FreePort()
+		hp, err2 := childproc.FreePort()
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // TestBadFlagsAndEnv starts serve with a bad flag or environment value:
@@ -78,7 +80,7 @@ func TestBadFlagsAndEnv(t *testing.T) {
 // waiting for a timeout.
 func runServeToFailure(t *testing.T, env []string, args ...string) (stderr string, code int) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &childproc.Buffer{}
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = childEnv(env)
 	cmd.Stdout, cmd.Stderr = logs, logs

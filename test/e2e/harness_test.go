@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/eventually"
 )
 
@@ -81,24 +82,6 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// logBuffer collects a process's output; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // logLine is one decoded JSON log line; raw keeps every field.
 type logLine struct {
 	Level string `json:"level"`
@@ -134,7 +117,7 @@ type server struct {
 	GRPCAddr  string
 	HTTPAddr  string
 	DebugAddr string
-	logs      *logBuffer
+	logs      *childproc.Buffer
 	done      chan struct{}
 	exitCode  int
 
@@ -177,7 +160,7 @@ func startServer(t *testing.T, o serveOpts) *server {
 // logs are printed when t failed.
 func startProcess(t *testing.T, bin string, args, env []string, ready bool) *server {
 	t.Helper()
-	s := &server{t: t, logs: &logBuffer{}, done: make(chan struct{})}
+	s := &server{t: t, logs: &childproc.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Env = childEnv(env)
 	s.cmd.Stdout = s.logs
