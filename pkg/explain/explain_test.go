@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
@@ -42,15 +43,7 @@ descriptors:
 
 func snapshot(t *testing.T, algorithm algo.Algorithm) *rules.Snapshot {
 	t.Helper()
-	d, err := rules.Parse("api.yaml", []byte(strings.Replace(testRules, "ALGO", algorithm.String(), 1)), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return rulestest.Snapshot(t, "api.yaml", strings.Replace(testRules, "ALGO", algorithm.String(), 1), rules.Options{})
 }
 
 func req(domain string, descs ...string) Request {

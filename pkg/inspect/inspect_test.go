@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -41,14 +42,7 @@ descriptors:
 // and 1 on a long user value (a digest), and returns the rules.
 func counters(t *testing.T, b *redisalgo.Backend) *rules.Snapshot {
 	t.Helper()
-	d, err := rules.Parse("api.yaml", []byte(testRules), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := rulestest.Snapshot(t, "api.yaml", testRules, rules.Options{})
 	var checks []algo.Check
 	add := func(hits int64, kv ...string) {
 		var entries []algo.Entry

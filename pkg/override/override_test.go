@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -60,7 +61,7 @@ func newTable(t *testing.T, s Store, now func() time.Time) (*Table, *prometheus.
 // and a rule of two unnamed limits.
 func testRule(t *testing.T) *rules.Snapshot {
 	t.Helper()
-	d, err := rules.Parse("d.yaml", []byte(`
+	return rulestest.Snapshot(t, "d.yaml", `
 domain: d
 descriptors:
   - key: user
@@ -71,15 +72,7 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 4}
       - {unit: hour, requests_per_unit: 100}
-`), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+`, rules.Options{})
 }
 
 // limitOf returns the first rule matching k=v and its limit i.

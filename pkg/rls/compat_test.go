@@ -12,6 +12,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/internal/upstream"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
@@ -518,7 +519,7 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Bac
 	backend, prefix := newBackend(t)
 	domain := prefix + sc.domain
 	yaml := withDomain(t, sc.yaml, sc.domain, domain)
-	snap := parseSnapshot(t, sc.name+".yaml", yaml, rules.Options{DefaultAlgorithm: algo.FixedWindow})
+	snap := rulestest.Snapshot(t, sc.name+".yaml", yaml, rules.Options{DefaultAlgorithm: algo.FixedWindow})
 	s := newService(t, snap, Config{
 		Backend:          backend,
 		Now:              clk.Now,

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -75,21 +76,7 @@ func newStore(t testing.TB) *memstore.Store {
 
 func mustSnapshot(t testing.TB, yaml string) *rules.Snapshot {
 	t.Helper()
-	return parseSnapshot(t, "test.yaml", yaml, rules.Options{})
-}
-
-// parseSnapshot parses one rule file, named name, into a snapshot.
-func parseSnapshot(t testing.TB, name, yaml string, opts rules.Options) *rules.Snapshot {
-	t.Helper()
-	d, err := rules.Parse(name, []byte(yaml), opts)
-	if err != nil {
-		t.Fatalf("parse rules: %v", err)
-	}
-	snap, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	return snap
+	return rulestest.Snapshot(t, "test.yaml", yaml, rules.Options{})
 }
 
 // withDomain returns yaml with its line "domain: from" naming domain

@@ -11,6 +11,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -140,14 +141,7 @@ func newStack(t *testing.T, cfg stack.Config) *stack.Stack {
 // newService serves the rule file y on backend at now with adj.
 func newService(t *testing.T, y string, backend rls.Backend, now func() time.Time, adj ...rls.LimitAdjuster) *rls.Service {
 	t.Helper()
-	d, err := rules.Parse("w.yaml", []byte(y), rules.Options{})
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	snap, err := rules.NewSnapshot(d)
-	if err != nil {
-		t.Fatalf("NewSnapshot: %v", err)
-	}
+	snap := rulestest.Snapshot(t, "w.yaml", y, rules.Options{})
 	svc, err := rls.New(rls.Config{Rules: func() *rules.Snapshot { return snap }, Backend: backend, Now: now, Adjust: adj})
 	if err != nil {
 		t.Fatalf("rls.New: %v", err)
