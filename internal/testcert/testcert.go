@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -80,6 +81,20 @@ func (ca *CA) Issue(name string, serial int64, server bool) (certPEM, keyPEM []b
 		return nil, nil, fmt.Errorf("testcert: %s key: %w", name, err)
 	}
 	return encode("CERTIFICATE", der), encode("EC PRIVATE KEY", kder), nil
+}
+
+// IssueTLS is Issue for a peer served in-process: the leaf and its key as a
+// tls.Certificate.
+func (ca *CA) IssueTLS(name string, serial int64, server bool) (tls.Certificate, error) {
+	certPEM, keyPEM, err := ca.Issue(name, serial, server)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("testcert: %s key pair: %w", name, err)
+	}
+	return pair, nil
 }
 
 func encode(typ string, der []byte) []byte {

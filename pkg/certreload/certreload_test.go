@@ -180,11 +180,7 @@ func TestMutualTLS(t *testing.T) {
 	if err := dial(nil); err == nil {
 		t.Fatal("handshake without a client certificate succeeded")
 	}
-	certPEM, keyPEM, err := ca.Issue("client", 9, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := ca.IssueTLS("client", 9, false)
 	if err != nil {
 		t.Fatal(err)
 	}

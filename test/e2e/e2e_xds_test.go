@@ -244,15 +244,11 @@ func TestXDSTLS(t *testing.T) {
 		writeFile(t, p, string(data))
 		return p
 	}
-	srvCert, srvKey, err := ca.Issue("localhost", 2, true)
+	pair, err := ca.IssueTLS("localhost", 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cliCert, cliKey, err := ca.Issue("envoy-rls", 3, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
 	if err != nil {
 		t.Fatal(err)
 	}
