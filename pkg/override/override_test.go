@@ -296,13 +296,21 @@ func TestRefreshFailureKeepsIndex(t *testing.T) {
 	}
 }
 
+// halvedTable returns an in-memory table, fixed at its now, whose manual
+// override halves limit in domain d.
+func halvedTable(t *testing.T, limit string) (*Table, time.Time) {
+	t.Helper()
+	now := time.Unix(1000, 0)
+	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
+	mustSet(t, tb, Override{Domain: "d", Limit: limit, Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
+	return tb, now
+}
+
 // TestDescribe: /debug/config's view names each limit's effective value
 // and source.
 func TestDescribe(t *testing.T) {
 	snap := testRule(t)
-	now := time.Unix(1000, 0)
-	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
-	mustSet(t, tb, Override{Domain: "d", Limit: "d.ip", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
+	tb, now := halvedTable(t, "d.ip")
 	eff := func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
 		return uint32(tb.AdjustLimit(now, domain, r, l, l.Policy).Limit)
 	}
@@ -330,9 +338,7 @@ func TestDescribe(t *testing.T) {
 // without overrides or for a limit that has one.
 func TestAdjustLimitAllocs(t *testing.T) {
 	snap := testRule(t)
-	now := time.Unix(1000, 0)
-	tb, _ := newTable(t, &MemStore{}, fixedClock(&now))
-	mustSet(t, tb, Override{Domain: "d", Limit: "per_user", Source: Manual, Factor: 0.5, Reason: "r"}, time.Hour)
+	tb, now := halvedTable(t, "per_user")
 	for _, tc := range []struct {
 		domain, key string
 		limit       int
