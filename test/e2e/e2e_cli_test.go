@@ -1,24 +1,24 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 )
 
 // freeAddr returns a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := childproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
 
 // TestCheckCommand runs `envoy-rls check` against a server: exit 0 on OK,

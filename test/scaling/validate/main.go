@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -291,12 +292,11 @@ func (p *proc) stop() {
 }
 
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := childproc.FreePort()
 	if err != nil {
-		return "", fmt.Errorf("validate: free port: %w", err)
+		return "", fmt.Errorf("validate: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 func start(ctx context.Context, c config, dir, redisURL string, i int) (*proc, error) {
