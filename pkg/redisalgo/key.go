@@ -400,7 +400,7 @@ func parseEntry(key, value string) (KeyEntry, error) {
 
 // parsePart is the inverse of appendPart. It refuses what appendPart would
 // not write: an unescaped byte of mustEscape, a needless or lowercase
-// escape, a digest not in lowercase hex.
+// escape, a digest not in lowercase hex, a verbatim part over maxPart bytes.
 func parsePart(s string) (Part, error) {
 	if d, ok := strings.CutPrefix(s, "#"); ok {
 		if len(d) != 2*digestBytes || strings.Trim(d, "0123456789abcdef") != "" {
@@ -431,6 +431,9 @@ func parsePart(s string) (Part, error) {
 		}
 		b = append(b, v)
 		i += 2
+	}
+	if len(b) > maxPart {
+		return Part{}, fmt.Errorf("%d-byte part %q stored as is (appendPart writes a part over %d bytes as its digest)", len(b), s, maxPart)
 	}
 	return Part{Text: string(b)}, nil
 }

@@ -374,20 +374,21 @@ func TestParseKeyRefuses(t *testing.T) {
 	for _, name := range []string{
 		"", "r2{d:a:b:f1o}", // no deployment prefix
 		"pre:r2", "pre:r2{", "pre:r2{}", "pre:r2{d:a:b:f1o", // no tag
-		"pre:r2{d:a:f1o}",              // a key without its value
-		"pre:r2{d:a:b:q1o}",            // unknown letter
-		"pre:r2{d:a:b:f}",              // no period
-		"pre:r2{d:a:b:f01o}",           // non-canonical period
-		"pre:r2{d:a:b:f.lfls}",         // whole seconds spelt in µs
-		"pre:r2{d:a:b%3a:f1o}",         // lowercase escape
-		"pre:r2{d:a:b%41:f1o}",         // needless escape
-		"pre:r2{d:a:b c:f1o}",          // unescaped space
-		"pre:r2{d:a:#abc:f1o}",         // short digest
-		"pre:r2{d:a:b}c:d:f1o",         // hash-tag layout without '#'
-		"pre:r2{d:a:b}#:#:f1o",         // two '#'
-		"pre:r2{d:a}#:f1o",             // tag without the entry
-		"pre:r2{d:a:b:x01f1o}",         // a known algorithm as a number
-		"pre:r2{d:a:b:fzzzzzzzzzzzzz}", // overflowing period
+		"pre:r2{d:a:f1o}",                            // a key without its value
+		"pre:r2{d:a:b:q1o}",                          // unknown letter
+		"pre:r2{d:a:b:f}",                            // no period
+		"pre:r2{d:a:b:f01o}",                         // non-canonical period
+		"pre:r2{d:a:b:f.lfls}",                       // whole seconds spelt in µs
+		"pre:r2{d:a:b%3a:f1o}",                       // lowercase escape
+		"pre:r2{d:a:b%41:f1o}",                       // needless escape
+		"pre:r2{d:a:b c:f1o}",                        // unescaped space
+		"pre:r2{d:a:#abc:f1o}",                       // short digest
+		"pre:r2{d:a:b}c:d:f1o",                       // hash-tag layout without '#'
+		"pre:r2{d:a:b}#:#:f1o",                       // two '#'
+		"pre:r2{d:a}#:f1o",                           // tag without the entry
+		"pre:r2{d:a:b:x01f1o}",                       // a known algorithm as a number
+		"pre:r2{d:a:b:fzzzzzzzzzzzzz}",               // overflowing period
+		"pre:r2{" + strings.Repeat("0", 65) + ":t0}", // a 65-byte part kept as is (fuzz)
 	} {
 		if k, err := ParseKey(name, "pre:"); err == nil || !errors.Is(err, ErrNotOurs) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotOurs", name, k, err)
