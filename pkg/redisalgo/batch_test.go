@@ -269,10 +269,14 @@ func TestBatchOverflow(t *testing.T) {
 		})
 	}
 	// Two full batches of 4 went out beside the blocked pipeline; 2
-	// commands wait for it.
-	eventually.Holds(t, "two full batches are answered", func() bool { return done.Load() == 8 })
-	if got := b.batch.pending(); got != 2 {
-		t.Errorf("%d commands queued behind the blocked pipeline, want 2", got)
+	// commands wait for it. Wait until every request is either answered
+	// or queued (a goroutine may not have queued yet when 8 are done),
+	// then check the split.
+	eventually.Holds(t, "every request answered or queued", func() bool {
+		return done.Load()+int64(b.batch.pending()) == more && done.Load() >= 8
+	})
+	if got, answered := b.batch.pending(), done.Load(); got != 2 || answered != 8 {
+		t.Errorf("%d answered and %d commands queued behind the blocked pipeline, want 8 and 2", answered, got)
 	}
 	release()
 	wg.Wait()
