@@ -130,6 +130,12 @@ func TestClientReconnectsAndResyncs(t *testing.T) {
 	srv.Set(node, "v1", xdstest.Config("api-rules", "api", xdstest.Limit("path", "/a", rlsconf.RateLimitUnit_MINUTE, 5)))
 	c := startClient(t, srv, xdsrules.Config{})
 	waitLimit(t, c, 5)
+	// The ACK may reach the server after the rules apply: count the
+	// requests once it has, so the next one recorded is the new stream's.
+	eventually.Holds(t, "v1 ACKed", func() bool {
+		_, ok := srv.Find(func(r xdstest.Request) bool { return r.IsACK("v1") })
+		return ok
+	})
 	before := len(srv.Requests())
 
 	srv.Restart()
