@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/override"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
+	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 // overrideFlags configure runtime overrides and the adaptive controller in
@@ -71,38 +72,32 @@ func (o *overrideFlags) validate() error {
 	return err
 }
 
-// newOverrides builds the override table (on Redis when --redis-url is
-// set, else in-process), starts its refresh and, with --adaptive-config,
-// the adaptive controller; close releases the Redis client.
-func newOverrides(ctx context.Context, cfg *serveConfig, log *zap.Logger, reg prometheus.Registerer) (*override.Table, func(), error) {
-	closeStore := func() {}
+// newOverrides builds the override table (on the backend's Redis when
+// there is one, else in-process), starts its refresh and, with
+// --adaptive-config, the adaptive controller. The table shares the
+// backend's client, as the warm-up anchors do, so it needs no pool of its
+// own and closes nothing.
+func newOverrides(ctx context.Context, cfg *serveConfig, backend *stack.Stack, log *zap.Logger, reg prometheus.Registerer) (*override.Table, error) {
 	var store override.Store = &override.MemStore{}
-	if cfg.redisURL != "" {
-		client, err := newRedisClient(cfg, log)
-		if err != nil {
-			return nil, nil, err
-		}
+	if c := backend.Redis(); c != nil {
 		// --redis-key-prefix keeps deployments sharing a Redis apart
 		// for overrides as for counters.
-		store = override.NewRedisStore(client.Universal(), cfg.redis.keyPrefix+override.DefaultRedisKey, cfg.override.maxTTL)
-		closeStore = func() { client.Close() }
+		store = override.NewRedisStore(c.Universal(), cfg.redis.keyPrefix+override.DefaultRedisKey, cfg.override.maxTTL)
 	}
 	t, err := override.New(override.Config{Store: store, Refresh: cfg.override.refresh, MaxTTL: cfg.override.maxTTL, Logger: log, Registerer: reg})
 	if err != nil {
-		closeStore()
-		return nil, nil, err
+		return nil, err
 	}
 	if cfg.override.adaptiveConfig != "" {
 		ctl, err := adaptive.Load(cfg.override.adaptiveConfig, adaptive.Options{
 			Prometheus: cfg.override.prometheusURL, Table: t, Logger: log, Registerer: reg})
 		if err != nil {
-			closeStore()
-			return nil, nil, err
+			return nil, err
 		}
 		go ctl.Run(ctx)
 	}
 	go t.Run(ctx)
-	return t, closeStore, nil
+	return t, nil
 }
 
 // debugConfig is /debug/config: the loaded rules, as before, and under

@@ -275,11 +275,10 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		return err
 	}
 	defer closeBackend()
-	overrides, closeOverrides, err := newOverrides(ctx, cfg, log, reg)
+	overrides, err := newOverrides(ctx, cfg, backend, log, reg)
 	if err != nil {
 		return err
 	}
-	defer closeOverrides()
 	svc, err := rls.New(rls.Config{
 		// A warm-up ramp first, then the overrides: a factor scales the
 		// ramped limit, an absolute value replaces whatever came before.
