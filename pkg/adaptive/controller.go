@@ -2,18 +2,17 @@ package adaptive
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/override"
@@ -50,6 +49,7 @@ type Controllers struct {
 	file     *File
 	opts     Options
 	log      *zap.Logger
+	prom     promv1.API
 	factor   *prometheus.GaugeVec
 	failures *prometheus.CounterVec
 	steps    *prometheus.CounterVec
@@ -75,8 +75,12 @@ func New(f *File, opts Options) (*Controllers, error) {
 	if opts.HTTP == nil {
 		opts.HTTP = &http.Client{Timeout: min(max(f.interval/2, time.Second), 10*time.Second)}
 	}
+	client, err := promapi.NewClient(promapi.Config{Address: opts.Prometheus, Client: opts.HTTP})
+	if err != nil {
+		return nil, fmt.Errorf("adaptive: --prometheus-url: %w", err)
+	}
 	c := &Controllers{
-		file: f, opts: opts, log: zap.NewNop(),
+		file: f, opts: opts, log: zap.NewNop(), prom: promv1.NewAPI(client),
 		factor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "envoy_rls_adaptive_factor",
 			Help: "The factor an adaptive controller last read or wrote for its limit.",
@@ -239,78 +243,39 @@ func (c *Controllers) current(ctx context.Context, ct *Controller) (cur *overrid
 	return cur, false, nil
 }
 
-// queryResponse is the part of Prometheus's /api/v1/query answer used here.
-type queryResponse struct {
-	Status string `json:"status"`
-	Error  string `json:"error"`
-	Data   struct {
-		ResultType string          `json:"resultType"`
-		Result     json.RawMessage `json:"result"`
-	} `json:"data"`
-}
-
 // query evaluates q at the current time and returns one number: a scalar,
 // or the highest value of a vector (several series are judged by the
 // worst). Empty results and NaN are errors.
 func (c *Controllers) query(ctx context.Context, q string) (float64, error) {
-	u := strings.TrimSuffix(c.opts.Prometheus, "/") + "/api/v1/query?" + url.Values{"query": {q}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	v, _, _, err := c.prom.Query(ctx, q, time.Now())
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("prometheus: %w", err)
 	}
-	resp, err := c.opts.HTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return 0, err
-	}
-	var qr queryResponse
-	if err := json.Unmarshal(body, &qr); err != nil {
-		return 0, fmt.Errorf("decode %s answer: %w", resp.Status, err)
-	}
-	if qr.Status != "success" {
-		return 0, fmt.Errorf("prometheus: %s: %s", resp.Status, qr.Error)
-	}
-	return resultValue(qr.Data.ResultType, qr.Data.Result)
+	return resultValue(v)
 }
 
 // resultValue reads a scalar or the largest sample of a vector.
-func resultValue(typ string, raw json.RawMessage) (float64, error) {
-	var samples [][2]any
-	switch typ {
-	case "scalar":
-		var s [2]any
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, fmt.Errorf("decode scalar: %w", err)
-		}
-		samples = append(samples, s)
-	case "vector":
-		var vec []struct {
-			Value [2]any `json:"value"`
-		}
-		if err := json.Unmarshal(raw, &vec); err != nil {
-			return 0, fmt.Errorf("decode vector: %w", err)
-		}
-		for _, v := range vec {
-			samples = append(samples, v.Value)
+func resultValue(v model.Value) (float64, error) {
+	var samples []model.SampleValue
+	switch v := v.(type) {
+	case *model.Scalar:
+		samples = append(samples, v.Value)
+	case model.Vector:
+		for _, s := range v {
+			samples = append(samples, s.Value)
 		}
 	default:
-		return 0, fmt.Errorf("result type %q (want scalar or vector)", typ)
+		return 0, fmt.Errorf("result type %s (want scalar or vector)", v.Type())
 	}
 	if len(samples) == 0 {
 		return 0, errors.New("empty result (no series matched)")
 	}
 	best := math.Inf(-1)
 	for _, s := range samples {
-		str, _ := s[1].(string)
-		v, err := strconv.ParseFloat(str, 64)
-		if err != nil || math.IsNaN(v) {
-			return 0, fmt.Errorf("sample %v is not a number", s[1])
+		if math.IsNaN(float64(s)) {
+			return 0, fmt.Errorf("sample %v is not a number", s)
 		}
-		best = max(best, v)
+		best = max(best, float64(s))
 	}
 	return best, nil
 }
