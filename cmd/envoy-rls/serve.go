@@ -68,6 +68,8 @@ type serveConfig struct {
 	grpc              grpcFlags
 	xds               xdsFlags
 	override          overrideFlags
+	statsd            statsdFlags
+	tracing           tracingFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -115,6 +117,8 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.grpc.register(fs)
 	c.xds.register(fs)
 	c.override.register(fs)
+	c.statsd.register(fs)
+	c.tracing.register(fs)
 	return c, fs
 }
 
@@ -248,6 +252,12 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.override.validate(); err != nil {
 		return o, err
 	}
+	if _, _, err := c.statsd.options(nil); err != nil {
+		return o, err
+	}
+	if err := c.tracing.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -266,10 +276,20 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
+	obs, err := startObservability(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
+	refMetrics := obs.referenceMetrics(cfg, reg)
+	if refMetrics != nil {
+		opts.rules.OnReload = chainReload(opts.rules.OnReload, refMetrics.ConfigLoaded)
+	}
 	src, err := startRules(ctx, cfg, opts.rules, log, reg)
 	if err != nil {
 		return err
 	}
+	obs.run(ctx, refMetrics)
 	backend, closeBackend, err := newBackend(ctx, cfg, opts.failureMode, log, reg)
 	if err != nil {
 		return err
@@ -284,7 +304,8 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		// ramped limit, an absolute value replaces whatever came before.
 		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log), overrides},
 		Rules:            src.current,
-		Backend:          backend,
+		Backend:          obs.backend(backend, cfg.redisURL != ""),
+		Tracer:           obs.requestTracer(),
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
 		CountDeniedHits:  cfg.countDeniedHits,
@@ -294,7 +315,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		SlidingLogCap:    int64(cfg.slidingLogCap),
 		Overrides:        opts.overrides,
 		Metrics:          rls.NewMetrics(reg),
-		ReferenceMetrics: referenceMetrics(cfg, reg),
+		ReferenceMetrics: refMetrics,
 		Logger:           log,
 	})
 	if err != nil {
@@ -329,15 +350,6 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
-}
-
-// referenceMetrics returns envoyproxy/ratelimit's per-limit counters when
-// --reference-metrics asks for them, else nil.
-func referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
-	if !cfg.referenceMetrics {
-		return nil
-	}
-	return rls.NewReferenceMetrics(reg, cfg.nearLimitRatio)
 }
 
 // servers are the three servers of serve and the readiness they share.
