@@ -113,7 +113,11 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SamplingRate))),
 	)
-	return &Provider{tp: tp, tracer: tp.Tracer(tracerName), prop: propagation.TraceContext{}}, nil
+	return newProvider(tp), nil
+}
+
+func newProvider(tp *sdktrace.TracerProvider) *Provider {
+	return &Provider{tp: tp, tracer: tp.Tracer(tracerName), prop: propagation.TraceContext{}}
 }
 
 // Shutdown exports the spans still buffered, waiting at most until ctx
