@@ -111,3 +111,26 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkObserve is the per-call cost of the timer line (the only
+// statsd work on the request path); it must not allocate.
+func BenchmarkObserve(b *testing.B) {
+	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour}, "ratelimit_server", "ShouldRateLimit.response_time")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Observe(1234 * time.Microsecond)
+	}
+}
+
+func TestObserveAllocs(t *testing.T) {
+	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour}, "ratelimit_server", "ShouldRateLimit.response_time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() { s.Observe(1234 * time.Microsecond) }); n != 0 && !raceEnabled {
+		t.Errorf("Observe allocates %v times per call, want 0", n)
+	}
+}

@@ -182,3 +182,22 @@ func TestTracerHook(t *testing.T) {
 		t.Errorf("finished %v, want %v", tr.finished, want)
 	}
 }
+
+// TestReferenceMetricsAllocs: counting a call for the reference's stats
+// (Prometheus and the statsd hook) adds no allocation to ShouldRateLimit
+// once a rule's series exist, and neither does an unset Tracer.
+func TestReferenceMetricsAllocs(t *testing.T) {
+	req := request("d", desc("a=x"))
+	allocs := func(mutate func(*Config)) float64 {
+		s, _ := newTestService(t, twoRules, mutate)
+		call(t, s, req)
+		return testing.AllocsPerRun(200, func() { _, _ = s.ShouldRateLimit(context.Background(), req) })
+	}
+	base := allocs(nil)
+	withRef := allocs(func(c *Config) {
+		c.ReferenceMetrics = NewReferenceMetricsWith(ReferenceOptions{Registerer: prometheus.NewRegistry(), OnResponse: func(time.Duration) {}})
+	})
+	if withRef != base && !raceEnabled {
+		t.Errorf("ShouldRateLimit allocates %v times with the reference's stats, %v without", withRef, base)
+	}
+}
