@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,6 +66,10 @@ var egEnvironment = []string{
 // listens on 0.0.0.0:8080 and :8081 (and the debug port), a test on free
 // loopback ports.
 var egLoopback = []string{"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0"}
+
+// egTracing are the variables enable-tracing.yaml adds to default.yaml.
+var egTracing = []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
+	"TRACING_SERVICE_INSTANCE_ID", "TRACING_SAMPLING_RATE", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 // egEnv is egEnvironment with the placeholders replaced, without the
 // variables named in drop.
@@ -157,11 +162,16 @@ func newEGSetup(t *testing.T) *egSetup {
 // environment less drop; ready waits for /readyz.
 func (e *egSetup) start(t *testing.T, ready bool, drop ...string) *server {
 	t.Helper()
+	return e.startWith(t, e.subst, ready, drop...)
+}
+
+func (e *egSetup) startWith(t *testing.T, subst map[string]string, ready bool, drop ...string) *server {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "ratelimit")
 	if err := os.Symlink(binPath, bin); err != nil {
 		t.Fatalf("symlink: %v", err)
 	}
-	return startProcess(t, bin, nil, egEnv(e.subst, drop...), ready)
+	return startProcess(t, bin, nil, egEnv(subst, drop...), ready)
 }
 
 // mtls is a RateLimitService client over mTLS, as Envoy is configured by
@@ -232,6 +242,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	checkEGTransport(t, e, s)
 	checkEGStatsd(t, e)
 	checkEGTraces(t, e)
+	checkEGDefault(t, e)
 	if !hasLog(t, s.logs.String(), "warn", "not supported", "GRPC_SERVER_TLS_CA_CERT") {
 		t.Error("no start-up warning that GRPC_SERVER_TLS_CA_CERT requires no client certificate")
 	}
@@ -316,6 +327,36 @@ func checkEGTraces(t *testing.T, e *egSetup) {
 	for _, r := range e.otlp.Named("redis") {
 		if !parents[string(r.GetParentSpanId())] {
 			t.Errorf("redis span %x has no ShouldRateLimit parent", r.GetSpanId())
+		}
+	}
+}
+
+// checkEGDefault runs a replica with default.yaml's environment exactly
+// (no tracing) and its own statsd_exporter sidecar: ready at once, it
+// decides from the same push and sends its stats; every span the
+// collector has comes from the replica with tracing on.
+func checkEGDefault(t *testing.T, e *egSetup) {
+	t.Helper()
+	sidecar := statsdtest.Start(t, statsdtest.EnvoyGatewayMapping())
+	subst := maps.Clone(e.subst)
+	subst["statsd_port"] = strconv.Itoa(sidecar.StatsdPort)
+	plain := e.startWith(t, subst, true, egTracing...)
+	awaitHealthcheck(t, plain, "default.yaml: /healthcheck", http.StatusOK)
+	eventually.True(t, "default.yaml: v1 applied", func() (bool, string) {
+		_, body := plain.getDebug("/debug/config")
+		return strings.Contains(body, "rule-1-match-0"), body
+	})
+	if got := askEG(t, e.mtls(t, plain), "rule-1-match-0"); got != pb.RateLimitResponse_OK {
+		t.Errorf("default.yaml, shadow-mode rule: %v, want OK", got)
+	}
+	rule1 := map[string]string{"domain": "first-listener", "key1": "first-route_first-route", "key2": "rule-1-match-0_rule-1-match-0"}
+	eventually.True(t, "default.yaml: its sidecar's shadow_mode", func() (bool, string) {
+		got, ok := sidecar.Value(t, "ratelimit_service_rate_limit_shadow_mode", rule1)
+		return ok && got == 1, fmt.Sprintf("%v (present %v)", got, ok)
+	})
+	for _, sp := range e.otlp.Spans() {
+		if id := sp.Resource["service.instance.id"]; id != "envoy-ratelimit-7d9f8c6b5-x2x4q" {
+			t.Errorf("span %s from instance %q: a replica without TRACING_ENABLED traced", sp.GetName(), id)
 		}
 	}
 }
