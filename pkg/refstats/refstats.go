@@ -10,7 +10,8 @@
 // plain atomics on the request path); a Sender reads them on every flush
 // and sends what grew, so a request costs nothing here but the timer
 // line. It must not count anything itself, read the environment or touch
-// Prometheus.
+// Prometheus. gostats's sink has no Close: its connection goroutine lives
+// as long as the process, which makes one Sender.
 package refstats
 
 import (
