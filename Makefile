@@ -11,6 +11,11 @@ BIN := bin/envoy-rls
 # real Prometheus for the adaptive controller's tests (internal/promtest).
 TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus
 FUZZTIME ?= 10s
+# Go tools the tests run, installed pinned into TOOLS (internal/statsdtest
+# finds statsd_exporter there): the statsd_exporter Envoy Gateway runs
+# beside the rate-limit service.
+TOOLS := bin/tools
+STATSD_EXPORTER_VERSION := v0.31.0
 
 .PHONY: run build test test-deps fuzz bench lint fmt vet staticcheck clean
 
@@ -37,6 +42,9 @@ test-deps:
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@test -f $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION) || { echo "installing statsd_exporter $(STATSD_EXPORTER_VERSION)"; \
+	  GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION) && \
+	  touch $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION); }
 
 ## fuzz: run every fuzz target for FUZZTIME each (the seed corpus also runs in `go test`)
 fuzz:

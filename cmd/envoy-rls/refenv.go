@@ -132,17 +132,27 @@ var refMappings = []refMapping{
 		detail: "only the xDS source (CONFIG_TYPE=GRPC_XDS_SOTW) starts without rules; a rule directory must load at start"},
 	{vars: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, flag: "redis-deny-cache-entries", conv: denyCacheEntries,
 		detail: "converted at about 256 bytes per entry; 0 turns the deny cache off, as it turns off the reference's local cache"},
+	// Observability: statsd, the reference's Prometheus names, tracing
+	// (cmd/envoy-rls/observability.go).
+	{vars: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"}, flag: "statsd-addr", conv: statsdAddr,
+		detail: "the reference's stats under its statsd names; the response_time timer carries the fraction of a millisecond the reference truncates"},
+	{vars: []string{"STATSD_PROTOCOL"}, flag: "statsd-protocol", conv: lowerVar("STATSD_PROTOCOL")},
+	{vars: []string{"EXTRA_TAGS"}, flag: "statsd-tags"},
+	{vars: []string{"GOSTATS_FLUSH_INTERVAL_SECONDS"}, flag: "statsd-flush-interval", conv: flushSeconds},
+	{vars: []string{"USE_PROMETHEUS"}, flag: "reference-metrics", conv: whenTrue("USE_PROMETHEUS", "USE_PROMETHEUS", "true"),
+		detail: "the reference's Prometheus names (ratelimit_service_*) are exported beside envoy-rls's own"},
+	{vars: []string{"TRACING_ENABLED"}, flag: "tracing", conv: boolVar("TRACING_ENABLED")},
+	{vars: []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME"}, flag: "tracing-service-name", conv: whenTrue("TRACING_ENABLED", "TRACING_SERVICE_NAME", "RateLimit")},
+	{vars: []string{"TRACING_SERVICE_NAMESPACE"}, flag: "tracing-service-namespace"},
+	{vars: []string{"TRACING_SERVICE_INSTANCE_ID"}, flag: "tracing-service-instance-id"},
+	{vars: []string{"TRACING_SAMPLING_RATE"}, flag: "tracing-sampling-rate"},
+	{vars: []string{"TRACING_EXPORTER_PROTOCOL"}, flag: "tracing-protocol", conv: lowerVar("TRACING_EXPORTER_PROTOCOL")},
 }
 
 var refUnsupportedVars = []refUnsupported{
-	{"USE_STATSD", "envoy-rls exports Prometheus metrics on /metrics of --http-addr (and of --metrics-addr, PROMETHEUS_ADDR, with USE_PROMETHEUS=true); scrape those"},
-	{"STATSD_HOST", "envoy-rls has no statsd output; scrape /metrics on --http-addr"},
-	{"STATSD_PORT", "envoy-rls has no statsd output; scrape /metrics on --http-addr"},
-	{"USE_DOG_STATSD", "envoy-rls has no statsd output; scrape /metrics on --http-addr (the Datadog agent reads Prometheus endpoints)"},
-	{"USE_DOG_STATSD_MOGRIFIERS", "envoy-rls has no statsd output; scrape /metrics on --http-addr"},
-	{"EXTRA_TAGS", "add labels when scraping /metrics (Prometheus relabelling)"},
-	{"STATS_FLUSH_INTERVAL", "Prometheus metrics are pulled; nothing to flush"},
-	{"GOSTATS_FLUSH_INTERVAL_SECONDS", "Prometheus metrics are pulled; nothing to flush"},
+	{"USE_DOG_STATSD", "envoy-rls sends plain statsd (USE_STATSD, with EXTRA_TAGS in the names as the reference does); the Datadog agent also reads /metrics on --http-addr"},
+	{"USE_DOG_STATSD_MOGRIFIERS", "envoy-rls sends plain statsd; the Datadog agent also reads /metrics on --http-addr"},
+	{"STATS_FLUSH_INTERVAL", "statsd counters are flushed every GOSTATS_FLUSH_INTERVAL_SECONDS (--statsd-flush-interval); Prometheus metrics are pulled"},
 	{"DISABLE_STATS", "metrics are always served on /metrics of --http-addr; do not scrape them if unwanted"},
 	{"PROMETHEUS_MAPPER_YAML", "envoy-rls's metric names are fixed (README, \"Operating it\")"},
 	{"BACKEND_TYPE", "envoy-rls's backends are Redis (--redis-url) or the in-process store (no --redis-url); memcached is not supported"},
@@ -161,7 +171,9 @@ var refUnsupportedVars = []refUnsupported{
 	{"RUNTIME_WATCH_ROOT", "--config-dir is always watched, including the Kubernetes ConfigMap ..data swap"},
 	{"RUNTIME_IGNOREDOTFILES", "nothing to set: files whose names start with a dot are always skipped, and only *.yaml and *.yml files of --config-dir are read"},
 	{"GRPC_CLIENT_TLS_SAN", "--grpc-tls-client-ca verifies the client certificate's chain, not its SAN"},
-	{"TRACING_", "tracing is not supported"},
+	// Envoy Gateway sets it; the reference reads GRPC_CLIENT_TLS_CACERT
+	// only, so it asks no client certificate there either.
+	{"GRPC_SERVER_TLS_CA_CERT", "envoyproxy/ratelimit does not read it either: as there, clients need no certificate; set GRPC_CLIENT_TLS_CACERT (--grpc-tls-client-ca) to require certificates signed by that CA (mTLS)"},
 	{"RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses is not supported"},
 	{"PROTO", "the listeners are TCP, or a unix socket with --grpc-addr unix:///path (GRPC_UDS)"},
 }

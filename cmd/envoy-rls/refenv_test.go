@@ -129,7 +129,7 @@ func TestRefEnvMapping(t *testing.T) {
 // became of it; unsupported ones a warning with what to use instead.
 func TestRefEnvNotes(t *testing.T) {
 	_, notes, err := refEnvRun(t, map[string]string{
-		"USE_STATSD": "true", "MEMCACHE_HOST_PORT": "m:11211", "LOG_LEVEL": "info",
+		"USE_STATSD": "true", "GRPC_SERVER_TLS_CA_CERT": "/ca", "MEMCACHE_HOST_PORT": "m:11211", "LOG_LEVEL": "info",
 		"REDIS_TIMEOUT": "10s", "GRPC_MAX_CONNECTION_AGE": "1h", "ENVOY_RLS_SHADOW_MODE": "true", "SHADOW_MODE": "false",
 	})
 	if err != nil {
@@ -149,7 +149,8 @@ func TestRefEnvNotes(t *testing.T) {
 		warn   bool
 		detail string
 	}{
-		{"USE_STATSD", "not supported", true, "/metrics"},
+		{"USE_STATSD", "mapped", false, "statsd"},
+		{"GRPC_SERVER_TLS_CA_CERT", "not supported", true, "GRPC_CLIENT_TLS_CACERT"},
 		{"MEMCACHE_HOST_PORT", "not supported", true, "Redis"},
 		{"LOG_LEVEL", "mapped", false, ""},
 		{"REDIS_TIMEOUT", "mapped", false, "100ms"},

@@ -55,7 +55,7 @@ func (m *reloadMetrics) observe(err error) {
 // the loader to watch it with.
 func loadRules(dir string, opts rules.Options, log *zap.Logger, reg prometheus.Registerer) (*rules.Loader, error) {
 	metrics := newReloadMetrics(reg)
-	opts.Logger, opts.OnReload = log, metrics.observe
+	opts.Logger, opts.OnReload = log, chainReload(metrics.observe, opts.OnReload)
 	loader := rules.NewLoader(dir, opts)
 	if err := loader.Load(); err != nil {
 		return nil, fmt.Errorf("--config-dir: %w", err)

@@ -68,6 +68,8 @@ type serveConfig struct {
 	grpc              grpcFlags
 	xds               xdsFlags
 	override          overrideFlags
+	statsd            statsdFlags
+	tracing           tracingFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -105,7 +107,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
 	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
-	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
+	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's counters on /metrics, named and labelled as its Prometheus exporter does, for dashboards built on it: per limit ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}, per call ratelimit_service_{total_requests,response_time_seconds,should_rate_limit_error}, per rule load ratelimit_service_config_load_{success,error} (USE_PROMETHEUS=true)")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
 	fs.StringVar(&c.legacyHeaderNames, "legacy-header-names", strings.Join(rls.DefaultLegacyNames[:], ","), "names of the legacy headers (--response-headers=legacy): limit,remaining,reset")
 	c.redis.register(fs)
@@ -115,6 +117,8 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.grpc.register(fs)
 	c.xds.register(fs)
 	c.override.register(fs)
+	c.statsd.register(fs)
+	c.tracing.register(fs)
 	return c, fs
 }
 
@@ -248,6 +252,12 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.override.validate(); err != nil {
 		return o, err
 	}
+	if _, _, err := c.statsd.options(nil); err != nil {
+		return o, err
+	}
+	if err := c.tracing.validate(); err != nil {
+		return o, err
+	}
 	return o, c.http.validate()
 }
 
@@ -266,10 +276,20 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(buildInfo())
 
+	obs, err := startObservability(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
+	refMetrics := obs.referenceMetrics(cfg, reg)
+	if refMetrics != nil {
+		opts.rules.OnReload = chainReload(opts.rules.OnReload, refMetrics.ConfigLoaded)
+	}
 	src, err := startRules(ctx, cfg, opts.rules, log, reg)
 	if err != nil {
 		return err
 	}
+	obs.run(ctx, refMetrics)
 	backend, closeBackend, err := newBackend(ctx, cfg, opts.failureMode, log, reg)
 	if err != nil {
 		return err
@@ -284,7 +304,8 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		// ramped limit, an absolute value replaces whatever came before.
 		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log), overrides},
 		Rules:            src.current,
-		Backend:          backend,
+		Backend:          obs.backend(backend, cfg.redisURL != ""),
+		Tracer:           obs.requestTracer(),
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       cfg.shadowMode,
 		CountDeniedHits:  cfg.countDeniedHits,
@@ -294,7 +315,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		SlidingLogCap:    int64(cfg.slidingLogCap),
 		Overrides:        opts.overrides,
 		Metrics:          rls.NewMetrics(reg),
-		ReferenceMetrics: referenceMetrics(cfg, reg),
+		ReferenceMetrics: refMetrics,
 		Logger:           log,
 	})
 	if err != nil {
@@ -329,15 +350,6 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 	}
 	serving = true
 	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
-}
-
-// referenceMetrics returns envoyproxy/ratelimit's per-limit counters when
-// --reference-metrics asks for them, else nil.
-func referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
-	if !cfg.referenceMetrics {
-		return nil
-	}
-	return rls.NewReferenceMetrics(reg, cfg.nearLimitRatio)
 }
 
 // servers are the three servers of serve and the readiness they share.

@@ -54,13 +54,24 @@ func NewCA(name string) (*CA, error) {
 // Issue signs a leaf certificate for 127.0.0.1 and localhost, for server
 // or client authentication, and returns it and its key as PEM.
 func (ca *CA) Issue(name string, serial int64, server bool) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("testcert: %s key: %w", name, err)
-	}
 	usage := x509.ExtKeyUsageClientAuth
 	if server {
 		usage = x509.ExtKeyUsageServerAuth
+	}
+	return ca.issue(name, serial, usage)
+}
+
+// IssueDual is Issue for a certificate that is both a server's and a
+// client's, as Envoy Gateway's rate-limit certificate is (its gRPC server
+// and its xDS client use one tls.crt).
+func (ca *CA) IssueDual(name string, serial int64) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(name, serial, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) issue(name string, serial int64, usage ...x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("testcert: %s key: %w", name, err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial),
@@ -68,7 +79,7 @@ func (ca *CA) Issue(name string, serial int64, server bool) (certPEM, keyPEM []b
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:     []string{"localhost"},
 	}

@@ -43,6 +43,8 @@ import (
 type ReferenceMetrics struct {
 	nearRatio float64
 	series    series[string, *refSeries]
+	// svc counts per call and per rule load (refservice.go).
+	svc refService
 }
 
 // refStats lists the per-limit stats in the reference's order.
@@ -63,6 +65,9 @@ type refSeries struct {
 	// mapping and names holds the escaped name of each stat.
 	labels []string
 	names  [len(refStats)]string
+	// statsd are the reference's statsd names of the stats, below its
+	// "ratelimit" scope.
+	statsd [len(refStats)]string
 }
 
 // refMappedPrefix is the name of the mapped families, before the stat.
@@ -77,16 +82,14 @@ var refDeepKey = regexp.MustCompile(`^(.*)\.(.*)\.(.*)(\..*)$`)
 // reg. nearLimitRatio is the reference's NEAR_LIMIT_RATIO (0.8 there by
 // default); a value outside (0, 1] means 0.8.
 func NewReferenceMetrics(reg prometheus.Registerer, nearLimitRatio float64) *ReferenceMetrics {
-	if !(nearLimitRatio > 0 && nearLimitRatio <= 1) {
-		nearLimitRatio = 0.8
-	}
-	m := &ReferenceMetrics{nearRatio: nearLimitRatio}
-	reg.MustRegister(m)
-	return m
+	return NewReferenceMetricsWith(ReferenceOptions{Registerer: reg, NearLimitRatio: nearLimitRatio})
 }
 
 func newRefSeries(path string) *refSeries {
 	s := &refSeries{}
+	for i, st := range refStats {
+		s.statsd[i] = "service.rate_limit." + sanitizeStatName(path) + "." + st
+	}
 	switch parts := strings.Split(path, "."); {
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
 		s.labels = []string{parts[0], parts[1], ""}
@@ -179,8 +182,9 @@ var refDescs = func() (d [len(refStats)]*prometheus.Desc) {
 // so the collector is unchecked.
 func (m *ReferenceMetrics) Describe(chan<- *prometheus.Desc) {}
 
-// Collect sends every rule's counters seen so far.
+// Collect sends every rule's counters seen so far, and the per-call ones.
 func (m *ReferenceMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.svc.collect(ch)
 	all := m.series.m.Load()
 	if all == nil {
 		return

@@ -59,6 +59,9 @@ type Config struct {
 	// ReferenceMetrics, when set, also counts every limit's hits under
 	// envoyproxy/ratelimit's metric names and labels.
 	ReferenceMetrics *ReferenceMetrics
+	// Tracer, when set, traces every ShouldRateLimit call (trace.go);
+	// nil costs nothing.
+	Tracer RequestTracer
 	// Logger is named "rls" by New; nil means no logging.
 	Logger *zap.Logger
 	// Now is the clock read once per request, the request's time for every
@@ -154,11 +157,18 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// noRulesMsg answers a request that comes before any rules.
+const noRulesMsg = "rls: no rules loaded"
+
 // ShouldRateLimit answers one Envoy rate-limit request.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	var start time.Time
-	if s.cfg.Metrics != nil {
+	if s.cfg.Metrics != nil || s.cfg.ReferenceMetrics != nil {
 		start = time.Now()
+	}
+	var span RequestSpan
+	if s.cfg.Tracer != nil {
+		ctx, span = s.cfg.Tracer.Start(ctx, req.GetDomain(), len(req.GetDescriptors()))
 	}
 	snap := s.cfg.Rules()
 	known := snap.HasDomain(req.GetDomain())
@@ -170,6 +180,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.observeRequest(domainLabel, resp, err, time.Since(start))
 	}
+	if s.cfg.ReferenceMetrics != nil {
+		s.cfg.ReferenceMetrics.svc.observeCall(err, time.Since(start))
+	}
+	if span != nil {
+		span.Finish(resp.GetOverallCode().String(), err)
+	}
 	return resp, err
 }
 
@@ -180,7 +196,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 		return nil, status.Error(codes.InvalidArgument, "rls: invalid request: "+err.Error())
 	}
 	if snap == nil {
-		return nil, status.Error(codes.Unavailable, "rls: no rules loaded")
+		return nil, status.Error(codes.Unavailable, noRulesMsg)
 	}
 	p := s.plans.Get().(*plan)
 	defer func() { p.reset(); s.plans.Put(p) }()

@@ -35,7 +35,7 @@ func refEnv(t *testing.T, redisAddr string, extra ...string) []string {
 	}
 	writeFile(t, filepath.Join(root, "ratelimit", "config", "ref.yaml"), refRules)
 	return append([]string{
-		"USE_STATSD=true", "LOG_LEVEL=info", "LOG_FORMAT=json",
+		"USE_STATSD=false", "LOG_LEVEL=info", "LOG_FORMAT=json",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=single", "REDIS_URL=" + redisAddr,
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
@@ -85,7 +85,7 @@ func hasLog(t *testing.T, logs, level, msg, v string) bool {
 // TestReferenceEnv: /bin/ratelimit with no arguments and only
 // envoyproxy/ratelimit's variables serves the rules of its runtime
 // directory on its Redis, answers /healthcheck, logs each mapping and warns
-// about USE_STATSD.
+// about RUNTIME_WATCH_ROOT.
 func TestReferenceEnv(t *testing.T) {
 	t.Parallel()
 	r := redistest.Standalone(t)
@@ -123,10 +123,11 @@ func TestReferenceEnv(t *testing.T) {
 			t.Errorf("no mapping line for %s; logs:\n%s", v, logs)
 		}
 	}
-	for _, v := range []string{"USE_STATSD", "RUNTIME_WATCH_ROOT"} {
-		if !hasLog(t, logs, "warn", "not supported", v) {
-			t.Errorf("no warning for %s; logs:\n%s", v, logs)
-		}
+	if !hasLog(t, logs, "warn", "not supported", "RUNTIME_WATCH_ROOT") {
+		t.Errorf("no warning for RUNTIME_WATCH_ROOT; logs:\n%s", logs)
+	}
+	if !hasLog(t, logs, "info", "its switch is off", "USE_STATSD") {
+		t.Errorf("USE_STATSD=false not logged as off; logs:\n%s", logs)
 	}
 }
 

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/refstats"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/tracing"
+)
+
+// statsdFlags configure the reference's statsd stats (pkg/refstats).
+type statsdFlags struct {
+	addr     string
+	protocol string
+	tags     string
+	flush    time.Duration
+}
+
+func (s *statsdFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.addr, "statsd-addr", "", "send envoyproxy/ratelimit's statsd stats, under its names, to this statsd server host:port (its USE_STATSD, STATSD_HOST, STATSD_PORT), e.g. a statsd_exporter; empty: none")
+	fs.StringVar(&s.protocol, "statsd-protocol", "tcp", "statsd transport: tcp (as envoyproxy/ratelimit's client) or udp")
+	fs.StringVar(&s.tags, "statsd-tags", "", "tags added to every statsd stat, comma list of key:value (envoyproxy/ratelimit's EXTRA_TAGS), encoded into the name as .__key=value as it does")
+	fs.DurationVar(&s.flush, "statsd-flush-interval", 5*time.Second, "how often statsd counters are sent (envoyproxy/ratelimit's GOSTATS_FLUSH_INTERVAL_SECONDS)")
+}
+
+// options parses the flags; ok is false when statsd is off.
+func (s *statsdFlags) options(log *zap.Logger) (o refstats.Options, ok bool, err error) {
+	if s.addr == "" {
+		return o, false, nil
+	}
+	host, port, err := net.SplitHostPort(s.addr)
+	if err != nil {
+		return o, false, fmt.Errorf("--statsd-addr: %w", err)
+	}
+	o.Host, o.Protocol, o.FlushInterval, o.Logger = host, s.protocol, s.flush, log
+	if o.Port, err = strconv.Atoi(port); err != nil {
+		return o, false, fmt.Errorf("--statsd-addr: port %q is not a number", port)
+	}
+	if o.Tags, err = parsePairs(s.tags); err != nil {
+		return o, false, fmt.Errorf("--statsd-tags: %w", err)
+	}
+	if s.flush <= 0 {
+		return o, false, fmt.Errorf("--statsd-flush-interval: %v must be positive", s.flush)
+	}
+	if err := o.Validate(); err != nil {
+		return o, false, fmt.Errorf("--statsd-addr: %w", err)
+	}
+	return o, true, nil
+}
+
+// tracingFlags configure OpenTelemetry tracing (pkg/tracing).
+type tracingFlags struct {
+	on  bool
+	opt tracing.Options
+}
+
+func (t *tracingFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&t.on, "tracing", false, "trace every ShouldRateLimit and its backend call with OpenTelemetry, exported over OTLP to the endpoint of the standard OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) variable (envoyproxy/ratelimit's TRACING_ENABLED)")
+	fs.StringVar(&t.opt.ServiceName, "tracing-service-name", "envoy-rls", "service.name of the spans (TRACING_SERVICE_NAME)")
+	fs.StringVar(&t.opt.ServiceNamespace, "tracing-service-namespace", "", "service.namespace of the spans (TRACING_SERVICE_NAMESPACE)")
+	fs.StringVar(&t.opt.ServiceInstanceID, "tracing-service-instance-id", "", "service.instance.id of the spans, such as the pod name (TRACING_SERVICE_INSTANCE_ID)")
+	fs.Float64Var(&t.opt.SamplingRate, "tracing-sampling-rate", 1, "share of new traces sampled, in [0, 1]; a call carrying a sampled (or unsampled) trace context follows it (TRACING_SAMPLING_RATE)")
+	fs.StringVar(&t.opt.Protocol, "tracing-protocol", tracing.ProtocolHTTP, "OTLP transport: http (protobuf, port 4318) or grpc (port 4317) (TRACING_EXPORTER_PROTOCOL)")
+}
+
+func (t *tracingFlags) validate() error {
+	if !t.on {
+		return nil
+	}
+	if err := t.opt.Validate(); err != nil {
+		return fmt.Errorf("--tracing: %w", err)
+	}
+	return nil
+}
+
+// observability is what the statsd and tracing flags started; its zero
+// value (both off) adds nothing to the request path.
+type observability struct {
+	statsd *refstats.Sender
+	tracer *tracing.Provider
+	log    *zap.Logger
+}
+
+// startObservability builds the statsd sender and the tracer provider
+// the flags ask for.
+func startObservability(ctx context.Context, cfg *serveConfig, log *zap.Logger) (*observability, error) {
+	o := &observability{log: log}
+	so, on, err := cfg.statsd.options(log)
+	if err != nil {
+		return nil, err
+	}
+	if on {
+		if o.statsd, err = refstats.New(so, rls.StatScopeServer, rls.ResponseTimeStat); err != nil {
+			return nil, fmt.Errorf("--statsd-addr: %w", err)
+		}
+		log.Info("sending envoyproxy/ratelimit's statsd stats", zap.String("statsd_addr", cfg.statsd.addr), zap.String("protocol", so.Protocol))
+	}
+	if cfg.tracing.on {
+		opt := cfg.tracing.opt
+		opt.ServiceVersion = version
+		if o.tracer, err = tracing.New(ctx, opt); err != nil {
+			return nil, err
+		}
+		log.Info("tracing enabled", zap.String("service", opt.ServiceName), zap.String("protocol", opt.Protocol), zap.Float64("sampling_rate", opt.SamplingRate))
+	}
+	return o, nil
+}
+
+// referenceMetrics returns envoyproxy/ratelimit's counters when
+// --reference-metrics exports them on Prometheus or statsd sends them,
+// else nil.
+func (o *observability) referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
+	if !cfg.referenceMetrics && o.statsd == nil {
+		return nil
+	}
+	ro := rls.ReferenceOptions{NearLimitRatio: cfg.nearLimitRatio}
+	if cfg.referenceMetrics {
+		ro.Registerer = reg
+	}
+	if o.statsd != nil {
+		ro.OnResponse = o.statsd.Observe
+	}
+	return rls.NewReferenceMetricsWith(ro)
+}
+
+// run sends the statsd stats of ref until ctx ends.
+func (o *observability) run(ctx context.Context, ref *rls.ReferenceMetrics) {
+	if o.statsd != nil && ref != nil {
+		go o.statsd.Run(ctx, ref)
+	}
+}
+
+// requestTracer is the service's tracer: nil (not a typed nil) when off.
+func (o *observability) requestTracer() rls.RequestTracer {
+	if o.tracer == nil {
+		return nil
+	}
+	return o.tracer
+}
+
+// backend wraps b in a span per call when tracing is on.
+func (o *observability) backend(b rls.Backend, redis bool) rls.Backend {
+	if o.tracer == nil {
+		return b
+	}
+	name := "memstore"
+	if redis {
+		name = "redis"
+	}
+	return o.tracer.Backend(b, name)
+}
+
+// tracerShutdownWait bounds the export of the last spans at shutdown.
+const tracerShutdownWait = 5 * time.Second
+
+// close exports the last spans.
+func (o *observability) close() {
+	if o.tracer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tracerShutdownWait)
+	defer cancel()
+	if err := o.tracer.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		o.log.Warn("tracing shutdown", zap.Error(err))
+	}
+}
+
+// chainReload calls both reload observers; either may be nil.
+func chainReload(a, b func(error)) func(error) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(err error) { a(err); b(err) }
+}
+
+// statsdAddr maps USE_STATSD, STATSD_HOST and STATSD_PORT: the reference
+// sends stats only when USE_STATSD is true, to localhost:8125 unless told
+// otherwise.
+func statsdAddr(get lookupFunc) (string, bool, error) {
+	on, err := isTrue(get, "USE_STATSD")
+	if err != nil || !on {
+		return "", false, err
+	}
+	port := value(get, "STATSD_PORT", "8125")
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", false, fmt.Errorf("STATSD_PORT=%q: want a port number", port)
+	}
+	return net.JoinHostPort(value(get, "STATSD_HOST", "localhost"), port), true, nil
+}
+
+// flushSeconds maps GOSTATS_FLUSH_INTERVAL_SECONDS (whole seconds).
+func flushSeconds(get lookupFunc) (string, bool, error) {
+	v, _ := get("GOSTATS_FLUSH_INTERVAL_SECONDS")
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return "", false, fmt.Errorf("GOSTATS_FLUSH_INTERVAL_SECONDS=%q: want a positive number of seconds", v)
+	}
+	return strconv.Itoa(n) + "s", true, nil
+}
+
+// whenTrue maps a variable read only when the boolean on is true, with
+// the reference's default def when it is not set.
+func whenTrue(on, name, def string) func(lookupFunc) (string, bool, error) {
+	return func(get lookupFunc) (string, bool, error) {
+		enabled, err := isTrue(get, on)
+		if err != nil || !enabled {
+			return "", false, err
+		}
+		return value(get, name, def), true, nil
+	}
+}
+
+// boolVar passes a reference boolean on as true or false.
+func boolVar(name string) func(lookupFunc) (string, bool, error) {
+	return func(get lookupFunc) (string, bool, error) {
+		on, err := isTrue(get, name)
+		return strconv.FormatBool(on), err == nil, err
+	}
+}
+
+// lowerVar passes a variable on in lower case (TRACING_EXPORTER_PROTOCOL
+// is case-insensitive there).
+func lowerVar(name string) func(lookupFunc) (string, bool, error) {
+	return func(get lookupFunc) (string, bool, error) {
+		v, _ := get(name)
+		return strings.ToLower(v), true, nil
+	}
+}

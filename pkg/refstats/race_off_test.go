@@ -1,0 +1,5 @@
+//go:build !race
+
+package refstats
+
+const raceEnabled = false

@@ -1,0 +1,8 @@
+//go:build race
+
+package refstats
+
+// raceEnabled: the race detector makes sync.Pool drop items at random, so
+// allocation counts are only checked without it (make test runs the Alloc
+// tests again without -race).
+const raceEnabled = true
