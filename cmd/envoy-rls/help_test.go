@@ -87,7 +87,7 @@ func TestStartErrorLines(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			if code := serve(tt.args, &stderr); code != 1 {
+			if code := serve(processEnv("envoy-rls"), tt.args, &stderr); code != 1 {
 				t.Fatalf("exit %d, want 1; stderr %q", code, stderr.String())
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")

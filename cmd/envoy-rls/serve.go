@@ -64,18 +64,18 @@ type serveConfig struct {
 	// legacyHeaderNames and refNotes: see refenv.go.
 	legacyHeaderNames string
 	refNotes          []refNote
+	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
+	dropInFlag string
+	dropIn     dropIn
 	metrics           metricsFlags
 	grpc              grpcFlags
 	xds               xdsFlags
 	override          overrideFlags
 }
 
-func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
+func serveFlags(stderr io.Writer, env environment) (*serveConfig, func([]string) error) {
 	c, fs := serveFlagSet("serve", stderr)
-	return c, func(args []string) (err error) {
-		c.refNotes, err = parseServeFlags(fs, args)
-		return err
-	}
+	return c, func(args []string) error { return c.parse(fs, args, 0, env) }
 }
 
 // serveFlagSet defines serve's flags on a flag set for the command name:
@@ -83,7 +83,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
 	fs := newFlagSet(name, stderr)
-	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
+	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml; in drop-in mode every file under it), watched for changes")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection): host:port, or unix:///path for a Unix domain socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
@@ -107,6 +107,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
 	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's per-limit counters on /metrics (ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}), named and labelled as its Prometheus exporter does, for dashboards built on it")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
+	fs.StringVar(&c.dropInFlag, "drop-in", dropInAuto, "envoyproxy/ratelimit's defaults (fixed_window, every file under --config-dir read with RUNTIME_IGNOREDOTFILES, a missing requests_per_unit read as 0): on | off | auto (on when started as "+refName+" or when RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or RUNTIME_APPDIRECTORY set the rule directory); flags given still win")
 	fs.StringVar(&c.legacyHeaderNames, "legacy-header-names", strings.Join(rls.DefaultLegacyNames[:], ","), "names of the legacy headers (--response-headers=legacy): limit,remaining,reset")
 	c.redis.register(fs)
 	c.tls.register(fs)
@@ -118,8 +119,8 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	return c, fs
 }
 
-func serve(args []string, stderr io.Writer) int {
-	cfg, parse := serveFlags(stderr)
+func serve(env environment, args []string, stderr io.Writer) int {
+	cfg, parse := serveFlags(stderr, env)
 	if err := parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -134,6 +135,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = log.Sync() }()
 	logRefNotes(log, cfg.refNotes)
+	logDropIn(log, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {
@@ -201,7 +203,8 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
 		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
-	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains}, nil
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains,
+		Files: c.dropIn.files, ZeroMissingRequestsPerUnit: c.dropIn.on}, nil
 }
 
 // check parses and checks every flag, naming the flag in each error.
