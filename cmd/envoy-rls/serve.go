@@ -67,10 +67,10 @@ type serveConfig struct {
 	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
 	dropInFlag string
 	dropIn     dropIn
-	metrics           metricsFlags
-	grpc              grpcFlags
-	xds               xdsFlags
-	override          overrideFlags
+	metrics    metricsFlags
+	grpc       grpcFlags
+	xds        xdsFlags
+	override   overrideFlags
 }
 
 func serveFlags(stderr io.Writer, env environment) (*serveConfig, func([]string) error) {

@@ -202,4 +202,3 @@ func mapEnv(env map[string]string, name string) environment {
 		name:   name,
 	}
 }
-
