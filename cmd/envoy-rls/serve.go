@@ -64,13 +64,14 @@ type serveConfig struct {
 	// legacyHeaderNames and refNotes: see refenv.go.
 	legacyHeaderNames string
 	refNotes          []refNote
+	metrics           metricsFlags
+	grpc              grpcFlags
+	xds               xdsFlags
+	override          overrideFlags
+
 	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
 	dropInFlag string
 	dropIn     dropIn
-	metrics    metricsFlags
-	grpc       grpcFlags
-	xds        xdsFlags
-	override   overrideFlags
 }
 
 func serveFlags(stderr io.Writer, env environment) (*serveConfig, func([]string) error) {
