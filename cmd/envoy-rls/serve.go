@@ -469,7 +469,7 @@ func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health: not draining, and check (the rule source's first
+// and gRPC health (the server, the rate-limit service and "ratelimit"): not draining, and check (the rule source's first
 // config, then the backend stack's Ready) passing. It publishes every flip to the gRPC health server, so watchers
 // follow too, and logs it.
 func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
@@ -489,6 +489,9 @@ func newReadiness(ctx context.Context, check func(context.Context) error, hs *he
 			}
 			hs.SetServingStatus("", st)
 			hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
+			// The name envoyproxy/ratelimit registers, which its users'
+			// probes (grpc_health_probe -service=ratelimit) ask for.
+			hs.SetServingStatus(refName, st)
 		},
 	})
 }
