@@ -70,9 +70,9 @@ func runIn(env environment, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		return check(args, stdout, stderr)
 	case "explain":
-		return explainCmd(args, stdout, stderr)
+		return explainCmd(env, args, stdout, stderr)
 	case "inspect":
-		return inspectCmd(args, stdout, stderr)
+		return inspectCmd(env, args, stdout, stderr)
 	case "override":
 		return overrideCmd(args, stdout, stderr)
 	case "version":
