@@ -29,16 +29,26 @@ func TestCommandLineMistakes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			if code := run(tt.args, &stdout, &stderr); code != 2 {
-				t.Fatalf("exit %d, want 2; stderr %q", code, stderr.String())
-			}
-			got := strings.TrimSuffix(stderr.String(), "\n")
-			if strings.Contains(got, "\n") || !strings.Contains(got, tt.want) {
-				t.Errorf("stderr %q: want one line containing %q", got, tt.want)
+			if got := usageError(t, tt.args); !strings.Contains(got, tt.want) {
+				t.Errorf("stderr %q: want it to contain %q", got, tt.want)
 			}
 		})
 	}
+}
+
+// usageError runs args, which must exit 2 with one line on stderr, and
+// returns that line.
+func usageError(t *testing.T, args []string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 2 {
+		t.Fatalf("%q: exit %d, want 2; stderr %q", args, code, stderr.String())
+	}
+	got := strings.TrimSuffix(stderr.String(), "\n")
+	if strings.Contains(got, "\n") {
+		t.Errorf("%q: stderr %q, want one line", args, got)
+	}
+	return got
 }
 
 // TestCommandAfterFlags: a flag's value is not taken for a command.
