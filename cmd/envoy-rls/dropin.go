@@ -15,8 +15,9 @@ import (
 
 // Drop-in mode makes a deployment of envoyproxy/ratelimit decide as it
 // did when only its image changes: the reference has only fixed windows,
-// reads every file under its runtime directory, and reads a rate limit
-// without requests_per_unit as 0. envoy-rls's own defaults (a sliding
+// reads every file under its runtime directory (by default
+// /srv/runtime_data/current/config), and reads a rate limit without
+// requests_per_unit as 0. envoy-rls's own defaults (a sliding
 // window, *.yaml files, the field required) differ on purpose, so they
 // stay for everyone else; drop-in mode only changes defaults, and a flag
 // or ENVOY_RLS_* variable given still wins.
@@ -87,6 +88,10 @@ func (c *serveConfig) applyEnv(fs *flag.FlagSet, env environment) error {
 		c.defaultAlgorithm = algo.FixedWindow.String()
 		c.dropIn.algorithm = true
 	}
+	if c.dropIn.on && !given("config-dir") && len(setVars(env.lookup, refRuntimeVars)) == 0 {
+		// The reference's own default, not the image's examples.
+		c.configDir = filepath.Join(refRuntimeRoot, refRuntimeAppDir)
+	}
 	c.refNotes = append(c.refNotes, dotFilesNote(c.dropIn, env.lookup)...)
 	return nil
 }
@@ -145,6 +150,7 @@ func logDropIn(log *zap.Logger, c *serveConfig) {
 	fields := []zap.Field{
 		zap.String("reason", d.reason),
 		zap.String("default_algorithm", c.defaultAlgorithm),
+		zap.String("config_dir", c.configDir),
 		zap.String("rule_files", d.files.String()),
 		zap.String("requests_per_unit", "a rate limit without it is read as 0 (every request denied), with a warning naming its file and line"),
 		zap.String("opt_out", "--drop-in=off (ENVOY_RLS_DROP_IN=off) restores envoy-rls's own defaults"),

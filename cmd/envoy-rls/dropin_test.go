@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"io"
@@ -47,21 +48,23 @@ func TestDropInMode(t *testing.T) {
 		on        bool
 		algorithm string
 		files     rules.FileLayout
+		dir       string // --config-dir, when not the default
 	}{
 		{name: "envoy-rls's own", invoked: "envoy-rls", algorithm: "sliding_window"},
-		{name: "started as ratelimit", invoked: "ratelimit", on: true, algorithm: "fixed_window", files: ref},
+		{name: "started as ratelimit", invoked: "ratelimit", on: true, algorithm: "fixed_window", files: ref, dir: "/srv/runtime_data/current/config"},
 		{name: "istio sample", invoked: "envoy-rls", env: map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true"},
-			on: true, algorithm: "fixed_window", files: rules.FileLayout{Reference: true}},
+			on: true, algorithm: "fixed_window", files: rules.FileLayout{Reference: true}, dir: "/data/ratelimit/config"},
 		{name: "dotfiles read by default", invoked: "envoy-rls", env: map[string]string{"RUNTIME_APPDIRECTORY": "rules"},
-			on: true, algorithm: "fixed_window", files: ref},
+			on: true, algorithm: "fixed_window", files: ref, dir: "/srv/runtime_data/current/rules"},
 		{name: "our directory wins over RUNTIME_ROOT", invoked: "envoy-rls", env: map[string]string{"RUNTIME_ROOT": "/data"},
-			args: []string{"--config-dir", "/etc/rules"}, algorithm: "sliding_window"},
+			args: []string{"--config-dir", "/etc/rules"}, algorithm: "sliding_window", dir: "/etc/rules"},
 		{name: "off", invoked: "ratelimit", args: []string{"--drop-in=off"}, algorithm: "sliding_window"},
 		{name: "off from the environment", invoked: "ratelimit", env: map[string]string{"ENVOY_RLS_DROP_IN": "off"}, algorithm: "sliding_window"},
-		{name: "on", invoked: "envoy-rls", args: []string{"--drop-in=on"}, on: true, algorithm: "fixed_window", files: ref},
-		{name: "algorithm given wins", invoked: "ratelimit", args: []string{"--default-algorithm=gcra"}, on: true, algorithm: "gcra", files: ref},
+		{name: "on", invoked: "envoy-rls", args: []string{"--drop-in=on"}, on: true, algorithm: "fixed_window", files: ref, dir: "/srv/runtime_data/current/config"},
+		{name: "on, our directory", invoked: "envoy-rls", args: []string{"--drop-in=on", "--config-dir=/etc/rules"}, on: true, algorithm: "fixed_window", files: ref, dir: "/etc/rules"},
+		{name: "algorithm given wins", invoked: "ratelimit", args: []string{"--default-algorithm=gcra"}, on: true, algorithm: "gcra", files: ref, dir: "/srv/runtime_data/current/config"},
 		{name: "algorithm from our variable wins", invoked: "ratelimit", env: map[string]string{"ENVOY_RLS_DEFAULT_ALGORITHM": "token_bucket"},
-			on: true, algorithm: "token_bucket", files: ref},
+			on: true, algorithm: "token_bucket", files: ref, dir: "/srv/runtime_data/current/config"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +74,9 @@ func TestDropInMode(t *testing.T) {
 			}
 			if cfg.dropIn.on != tt.on || cfg.defaultAlgorithm != tt.algorithm || cfg.dropIn.files != tt.files {
 				t.Errorf("drop-in %v, algorithm %s, files %+v; want %v, %s, %+v", cfg.dropIn.on, cfg.defaultAlgorithm, cfg.dropIn.files, tt.on, tt.algorithm, tt.files)
+			}
+			if dir := cmp.Or(tt.dir, "/etc/envoy-rls/config"); cfg.configDir != dir {
+				t.Errorf("--config-dir %s, want %s", cfg.configDir, dir)
 			}
 			opts, err := cfg.rulesOptions()
 			if err != nil {
