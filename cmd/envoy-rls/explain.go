@@ -43,7 +43,7 @@ type explainFlags struct {
 // rules directory, or live (--addr) from a running server's debug
 // listener, which adds each counter's state without consuming a hit.
 // Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.
-func explainCmd(args []string, stdout, stderr io.Writer) int {
+func explainCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	cfg, fs := serveFlagSet("explain", stderr)
 	var ef explainFlags
 	fs.StringVar(&ef.addr, "addr", "", "debug address (--debug-addr) of a running envoy-rls: explain live, with each counter's current state; empty explains offline from --config-dir")
@@ -55,7 +55,8 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(fs.Output(), "usage: envoy-rls explain [--addr HOST:PORT | --config-dir DIR] --domain D -d k=v[,k=v…] [-d …] [--json]\n\nflags (each also read from %s<NAME>):\n", envPrefix)
 		printFlags(fs, "addr", "domain", "d", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
 	}
-	if err := parseFlags(fs, args); err != nil {
+	// Offline, the rules are read as serve reads them (serveConfig.parse).
+	if err := cfg.parse(fs, args, 0, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

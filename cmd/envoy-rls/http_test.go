@@ -12,7 +12,7 @@ import (
 // t when they do not parse; validation is left to the test.
 func parseServe(t *testing.T, args ...string) *serveConfig {
 	t.Helper()
-	cfg, parse := serveFlags(io.Discard)
+	cfg, parse := serveFlags(io.Discard, processEnv("envoy-rls"))
 	if err := parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}

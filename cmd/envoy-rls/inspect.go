@@ -22,9 +22,10 @@ const inspectTimeout = 5 * time.Second
 
 // inspectCmd reports what envoy-rls keeps in Redis, read-only (see
 // pkg/inspect). It takes serve's Redis flags, so a Deployment's
-// ENVOY_RLS_* environment finds the same Redis. Exit codes: 0 done, 1
+// ENVOY_RLS_* (or envoyproxy/ratelimit's) environment finds the same
+// Redis. Exit codes: 0 done, 1
 // Redis failed, 2 bad usage.
-func inspectCmd(args []string, stdout, stderr io.Writer) int {
+func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	cfg, fs := serveFlagSet("inspect", stderr)
 	cfg.redis.timeout = inspectTimeout
 	fs.Lookup("redis-timeout").DefValue = inspectTimeout.String()
@@ -39,7 +40,8 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		printFlags(fs, "redis-url", "redis-key-prefix", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-timeout",
 			"config-dir", "top", "max-keys", "scan-count", "json")
 	}
-	if err := parseFlags(fs, args); err != nil {
+	// The Redis and rules are found as serve finds them (serveConfig.parse).
+	if err := cfg.parse(fs, args, 0, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -166,10 +165,13 @@ var refUnsupportedVars = []refUnsupported{
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "give Redis a certificate whose name matches the host in REDIS_URL"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "/readyz and /healthcheck already fail while Redis is unreachable under --redis-failure-mode=error"},
 	{"REDIS_POOL_ON_EMPTY_", "envoy-rls's pool waits up to --redis-timeout for a connection"},
+	{"REDIS_PERSECOND_POOL_ON_EMPTY_", "the per-second Redis's pool waits up to --redis-timeout for a connection"},
+	{"QUOTA_MODE", "set quota_mode: true on the descriptors to put in quota mode; there is no global switch"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "reconnections to the xDS server back off as --xds-backoff-initial and --xds-backoff-max say (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, XDS_CLIENT_BACKOFF_MAX_INTERVAL)"},
+	{"DESCRIPTOR_KEY_CONFIG", "envoy-rls reads no descriptor key file; the rules of --config-dir are all it reads"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "every key's TTL is the time its state takes to equal no key; there is nothing to jitter"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "nothing to set: envoy-rls serves only once its rules have loaded"},
 	{"RUNTIME_WATCH_ROOT", "--config-dir is always watched, including the Kubernetes ConfigMap ..data swap"},
-	{"RUNTIME_IGNOREDOTFILES", "nothing to set: files whose names start with a dot are always skipped, and only *.yaml and *.yml files of --config-dir are read"},
 	{"GRPC_CLIENT_TLS_SAN", "--grpc-tls-client-ca verifies the client certificate's chain, not its SAN"},
 	// Envoy Gateway sets it; the reference reads GRPC_CLIENT_TLS_CACERT
 	// only, so it asks no client certificate there either.
@@ -482,15 +484,6 @@ func ourFlagGiven(fs *flag.FlagSet, get lookupFunc) func(string) bool {
 		_, ok := get(envName(name))
 		return ok
 	}
-}
-
-// parseServeFlags parses serve's flags from args, their ENVOY_RLS_*
-// twins, then the reference's variables, in that precedence.
-func parseServeFlags(fs *flag.FlagSet, args []string) ([]refNote, error) {
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	return applyRefEnv(fs, ourFlagGiven(fs, os.LookupEnv), os.LookupEnv, os.Environ())
 }
 
 // countDenied is --count-denied-hits, the negation of the reference's

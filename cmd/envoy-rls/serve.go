@@ -70,14 +70,15 @@ type serveConfig struct {
 	override          overrideFlags
 	statsd            statsdFlags
 	tracing           tracingFlags
+
+	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
+	dropInFlag string
+	dropIn     dropIn
 }
 
-func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
+func serveFlags(stderr io.Writer, env environment) (*serveConfig, func([]string) error) {
 	c, fs := serveFlagSet("serve", stderr)
-	return c, func(args []string) (err error) {
-		c.refNotes, err = parseServeFlags(fs, args)
-		return err
-	}
+	return c, func(args []string) error { return c.parse(fs, args, 0, env) }
 }
 
 // serveFlagSet defines serve's flags on a flag set for the command name:
@@ -85,7 +86,7 @@ func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
 func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
 	fs := newFlagSet(name, stderr)
-	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml), watched for changes")
+	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml; in drop-in mode every file under it), watched for changes")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection): host:port, or unix:///path for a Unix domain socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
 	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis+sentinel://, redis+cluster://; empty runs on the in-process store")
@@ -109,6 +110,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
 	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's counters on /metrics, named and labelled as its Prometheus exporter does, for dashboards built on it: per limit ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}, per call ratelimit_service_{total_requests,response_time_seconds,should_rate_limit_error}, per rule load ratelimit_service_config_load_{success,error} (USE_PROMETHEUS=true)")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
+	fs.StringVar(&c.dropInFlag, "drop-in", dropInAuto, "envoyproxy/ratelimit's defaults (fixed_window, every file under --config-dir read with RUNTIME_IGNOREDOTFILES, a missing requests_per_unit read as 0, /srv/runtime_data/current/config when nothing names the rule directory): on | off | auto (on when started as "+refName+" or when RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or RUNTIME_APPDIRECTORY set the rule directory); flags given still win")
 	fs.StringVar(&c.legacyHeaderNames, "legacy-header-names", strings.Join(rls.DefaultLegacyNames[:], ","), "names of the legacy headers (--response-headers=legacy): limit,remaining,reset")
 	c.redis.register(fs)
 	c.tls.register(fs)
@@ -122,8 +124,8 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	return c, fs
 }
 
-func serve(args []string, stderr io.Writer) int {
-	cfg, parse := serveFlags(stderr)
+func serve(env environment, args []string, stderr io.Writer) int {
+	cfg, parse := serveFlags(stderr, env)
 	if err := parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -138,6 +140,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = log.Sync() }()
 	logRefNotes(log, cfg.refNotes)
+	logDropIn(log, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {
@@ -205,7 +208,8 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
 		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
-	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains}, nil
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains,
+		Files: c.dropIn.files, ZeroMissingRequestsPerUnit: c.dropIn.on}, nil
 }
 
 // check parses and checks every flag, naming the flag in each error.
@@ -477,7 +481,7 @@ func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
 }
 
 // newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health: not draining, and check (the rule source's first
+// and gRPC health (the server, the rate-limit service and "ratelimit"): not draining, and check (the rule source's first
 // config, then the backend stack's Ready) passing. It publishes every flip to the gRPC health server, so watchers
 // follow too, and logs it.
 func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
@@ -497,6 +501,9 @@ func newReadiness(ctx context.Context, check func(context.Context) error, hs *he
 			}
 			hs.SetServingStatus("", st)
 			hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
+			// The name envoyproxy/ratelimit registers, which its users'
+			// probes (grpc_health_probe -service=ratelimit) ask for.
+			hs.SetServingStatus(refName, st)
 		},
 	})
 }

@@ -51,7 +51,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 				t.Setenv("ENVOY_RLS_SLIDING_LOG_CAP", tc.env)
 			}
 			var stdout, stderr bytes.Buffer
-			code := validate(append(tc.args, logRulesDir(t)), &stdout, &stderr)
+			code := validate(processEnv("envoy-rls"), append(tc.args, logRulesDir(t)), &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()
@@ -65,7 +65,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 
 func TestValidateHelpListsAlgorithms(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := validate([]string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), algo.AlgorithmNames()) {
+	if code := validate(processEnv("envoy-rls"), []string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), algo.AlgorithmNames()) {
 		t.Errorf("validate -h: exit %d, want 0 and help listing %s:\n%s", code, algo.AlgorithmNames(), &stderr)
 	}
 }
@@ -93,7 +93,7 @@ func TestValidateTakesServeFlags(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var stdout, stderr bytes.Buffer
-			if code := validate(tc.args, &stdout, &stderr); code != tc.code {
+			if code := validate(processEnv("envoy-rls"), tc.args, &stdout, &stderr); code != tc.code {
 				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, &stdout, &stderr)
 			}
 		})
@@ -130,7 +130,7 @@ func TestValidateMergeDomainConfig(t *testing.T) {
 				t.Setenv("ENVOY_RLS_MERGE_DOMAIN_CONFIG", tc.env)
 			}
 			var stdout, stderr bytes.Buffer
-			code := validate(append(tc.args, dir), &stdout, &stderr)
+			code := validate(processEnv("envoy-rls"), append(tc.args, dir), &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()
@@ -158,7 +158,7 @@ func TestValidateWarmup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := oneLimitDir(t, "{unit: second, requests_per_unit: 8, warmup: "+tc.warmup+"}")
 			var stdout, stderr bytes.Buffer
-			code := validate([]string{dir}, &stdout, &stderr)
+			code := validate(processEnv("envoy-rls"), []string{dir}, &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()

@@ -179,6 +179,7 @@ type rulesSource struct {
 // push (unless --xds-force-start).
 func startRules(ctx context.Context, cfg *serveConfig, opts rules.Options, log *zap.Logger, reg prometheus.Registerer) (rulesSource, error) {
 	if cfg.xds.source == sourceXDS {
+		opts.Logger = log // for the parser's warnings (Options.Warn)
 		c, err := cfg.xds.client(opts, chainReload(newReloadMetrics(reg).observe, opts.OnReload), log, reg)
 		if err != nil {
 			return rulesSource{}, err

@@ -1,12 +1,14 @@
 package rls
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -20,9 +22,16 @@ const maxJSONBody = 1 << 20
 
 // JSONHandler serves POST /json: a protojson RateLimitRequest in, the
 // RateLimitResponse as protojson out, with 200 for OK, 429 for OVER_LIMIT,
-// 400 for a bad request, 408 when the body does not arrive within the
-// server's read timeout, 415 for a Content-Type other than application/json
-// and 503 when the backend is unavailable.
+// 400 for a bad request, 403 for a browser's cross-site request, 408 when
+// the body does not arrive within the server's read timeout, 415 for a
+// body that is not a JSON object and 503 when the backend is unavailable.
+//
+// Any Content-Type is read: envoyproxy/ratelimit documents /json with
+// `curl -d`, which sends a form type. What keeps other web pages from
+// spending quota (or probing limits) through a visitor's browser is the
+// browser's own word on where a request comes from: a cross-site
+// Sec-Fetch-Site, or an Origin other than this server's, is refused
+// before the body is read. Clients that are not browsers send neither.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -30,14 +39,8 @@ func (s *Service) JSONHandler() http.Handler {
 			httpError(w, http.StatusMethodNotAllowed, "rls: /json takes POST with a JSON RateLimitRequest")
 			return
 		}
-		// A browser sends text/plain, form and multipart POSTs to any site
-		// without a CORS preflight; application/json needs one, so
-		// accepting only it keeps other web pages from spending quota (or
-		// probing limits) through a visitor's browser.
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			w.Header().Set("Accept-Post", "application/json")
-			httpError(w, http.StatusUnsupportedMediaType,
-				fmt.Sprintf("rls: /json takes Content-Type application/json, got %q", r.Header.Get("Content-Type")))
+		if why := crossSite(r); why != "" {
+			httpError(w, http.StatusForbidden, "rls: /json refuses browser requests from other sites: "+why)
 			return
 		}
 		var start time.Time
@@ -56,6 +59,11 @@ func (s *Service) JSONHandler() http.Handler {
 				return
 			}
 			httpError(w, http.StatusBadRequest, fmt.Sprintf("rls: read request body: %v", err))
+			return
+		}
+		if !jsonObject(body) {
+			w.Header().Set("Accept-Post", "application/json")
+			httpError(w, http.StatusUnsupportedMediaType, "rls: /json takes a JSON RateLimitRequest, an object; the body is not one")
 			return
 		}
 		var req pb.RateLimitRequest
@@ -88,6 +96,34 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		_, _ = w.Write(out)
 	})
+}
+
+// crossSite says why r is a browser's request from another site, or "".
+// Sec-Fetch-Site "cross-site" is the browser saying so; an Origin header,
+// which browsers send with every cross-origin POST, must name this server
+// (its host as the request addressed it), and "null" (a sandboxed page or
+// a redirect) names none.
+func crossSite(r *http.Request) string {
+	if strings.EqualFold(r.Header.Get("Sec-Fetch-Site"), "cross-site") {
+		return "Sec-Fetch-Site: cross-site"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return ""
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+		return fmt.Sprintf("Origin %q is not this server (%s)", origin, r.Host)
+	}
+	return ""
+}
+
+// jsonObject reports whether body starts, after white space, as a JSON
+// object does; what is not one cannot be a RateLimitRequest, whatever the
+// Content-Type said.
+func jsonObject(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
 }
 
 func httpError(w http.ResponseWriter, code int, msg string) {

@@ -60,63 +60,71 @@ func TestJSONHandler(t *testing.T) {
 	}
 }
 
-// TestJSONHandlerContentType: only application/json is decoded. The types a
-// browser may send across sites without a preflight (text/plain, forms,
-// multipart) and a missing type are refused before the body is read, so
-// they consume no quota: the accepted requests see the limit of 5 fall by
+// TestJSONHandlerRequests: any Content-Type is read, envoyproxy/ratelimit's
+// documented `curl -d` (a form type) included; a browser's cross-site
+// request (Sec-Fetch-Site: cross-site, or an Origin not this server's) is
+// refused with 403, and a body that is not a JSON object with 415, before
+// anything is counted: the accepted requests see the limit of 5 fall by
 // one each, whatever was refused before them.
-func TestJSONHandlerContentType(t *testing.T) {
+func TestJSONHandlerRequests(t *testing.T) {
 	s, _ := newTestService(t, twoRules, nil)
 	srv := httptest.NewServer(s.JSONHandler())
 	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
 	const body = `{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"ct"}]}]}`
 	accepted := 0
 	for _, tc := range []struct {
-		contentType string
-		code        int
+		name    string
+		body    string
+		headers map[string]string
+		code    int
+		want    string // in the body of a refusal
 	}{
-		{"", http.StatusUnsupportedMediaType},
-		{"text/plain", http.StatusUnsupportedMediaType},
-		{"text/plain; charset=utf-8", http.StatusUnsupportedMediaType},
-		{"application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
-		{"multipart/form-data; boundary=x", http.StatusUnsupportedMediaType},
-		{"application/jsonp", http.StatusUnsupportedMediaType},
-		{"application/json; charset", http.StatusUnsupportedMediaType}, // malformed parameters
-		{"application/json", http.StatusOK},
-		{"text/plain", http.StatusUnsupportedMediaType},
-		{"application/json; charset=utf-8", http.StatusOK},
-		{"Application/JSON", http.StatusOK}, // media types are case-insensitive
+		{name: "curl -d", headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, code: http.StatusOK},
+		{name: "no type", code: http.StatusOK},
+		{name: "text/plain", headers: map[string]string{"Content-Type": "text/plain"}, code: http.StatusOK},
+		{name: "json", headers: map[string]string{"Content-Type": "application/json"}, code: http.StatusOK},
+		{name: "cross-site fetch", headers: map[string]string{"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site"}, code: http.StatusForbidden, want: "Sec-Fetch-Site: cross-site"},
+		{name: "other origin", headers: map[string]string{"Origin": "https://evil.example"}, code: http.StatusForbidden, want: `Origin "https://evil.example" is not this server`},
+		{name: "null origin", headers: map[string]string{"Origin": "null"}, code: http.StatusForbidden, want: `Origin "null"`},
+		{name: "same origin", headers: map[string]string{"Origin": "http://" + host, "Sec-Fetch-Site": "same-origin"}, code: http.StatusOK},
+		{name: "form body", body: "domain=d&key=a", headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, code: http.StatusUnsupportedMediaType, want: "not one"},
+		{name: "JSON array", body: "[]", code: http.StatusUnsupportedMediaType, want: "a JSON RateLimitRequest"},
+		{name: "empty", body: " ", code: http.StatusUnsupportedMediaType, want: "a JSON RateLimitRequest"},
 	} {
-		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		b := tc.body
+		if b == "" {
+			b = body
+		}
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.contentType != "" {
-			req.Header.Set("Content-Type", tc.contentType)
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(resp.Body)
+		out, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != tc.code {
-			t.Fatalf("Content-Type %q: %d %q, want %d", tc.contentType, resp.StatusCode, b, tc.code)
+			t.Fatalf("%s: %d %q, want %d", tc.name, resp.StatusCode, out, tc.code)
 		}
-		switch tc.code {
-		case http.StatusUnsupportedMediaType:
-			if !strings.Contains(string(b), "Content-Type application/json") {
-				t.Errorf("Content-Type %q: 415 body %q does not name the wanted type", tc.contentType, b)
+		if tc.code != http.StatusOK {
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%s: %d body %q, want it to contain %q", tc.name, tc.code, out, tc.want)
 			}
-		case http.StatusOK:
-			accepted++
-			var out pb.RateLimitResponse
-			if err := protojson.Unmarshal(b, &out); err != nil {
-				t.Fatalf("Content-Type %q: %q: %v", tc.contentType, b, err)
-			}
-			if got, want := out.GetStatuses()[0].GetLimitRemaining(), uint32(5-accepted); got != want {
-				t.Errorf("Content-Type %q: limit_remaining %d, want %d: a refused request consumed quota", tc.contentType, got, want)
-			}
+			continue
+		}
+		accepted++
+		var r pb.RateLimitResponse
+		if err := protojson.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: %q: %v", tc.name, out, err)
+		}
+		if got, want := r.GetStatuses()[0].GetLimitRemaining(), uint32(5-accepted); got != want {
+			t.Errorf("%s: limit_remaining %d, want %d: a refused request consumed quota", tc.name, got, want)
 		}
 	}
 }

@@ -231,10 +231,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	if s.cfg.ReferenceMetrics != nil {
 		s.cfg.ReferenceMetrics.observe(p)
 	}
-	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
-		ce.Write(zap.String("domain", req.GetDomain()), zap.String("code", resp.GetOverallCode().String()),
-			zap.Int("descriptors", len(req.GetDescriptors())))
-	}
+	s.logDecision(req, resp, p)
 	return resp, nil
 }
 

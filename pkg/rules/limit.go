@@ -162,6 +162,11 @@ func (p *parser) limitUnit(f map[string]*yaml.Node, line int, path string) (algo
 func (p *parser) requestsPerUnit(f map[string]*yaml.Node, line int, path string) (uint32, bool) {
 	const want = "an integer 0..4294967295; 0 blocks every request"
 	rn, has := f["requests_per_unit"]
+	if !has && p.opts.ZeroMissingRequestsPerUnit {
+		p.opts.warn(&Error{File: p.file, Line: line, Path: path + ".requests_per_unit",
+			Msg: "missing, read as 0 as envoyproxy/ratelimit reads it: every request is denied (want requests_per_unit set)"})
+		return 0, true
+	}
 	if !has {
 		p.errorf(line, path+".requests_per_unit", "missing (want %s)", want)
 		return 0, false

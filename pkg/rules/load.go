@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
 )
 
 // maxFileSize bounds one rule file; a ConfigMap holds at most 1 MiB, so a
@@ -20,40 +18,17 @@ type ruleFile struct {
 	data []byte
 }
 
-// isRuleFile reports whether a directory entry name is a rule file. Hidden
-// names are skipped: Kubernetes keeps the real files of a ConfigMap under
-// "..data" and "..<timestamp>" and links them into the directory.
-func isRuleFile(name string) bool {
-	if strings.HasPrefix(name, ".") {
-		return false
+// readDir reads every rule file of dir under the options' layout. It
+// returns the files it could read, in path order, and an error for each
+// it could not.
+func readDir(dir string, opts Options) ([]ruleFile, error) {
+	list, err := listFiles(dir, opts.Files, opts.warn)
+	if list.files == nil && err != nil {
+		return nil, err
 	}
-	ext := strings.ToLower(filepath.Ext(name))
-	return ext == ".yaml" || ext == ".yml"
-}
-
-// readDir reads every rule file in dir, following symlinks. It returns the
-// files it could read, in name order, and an error for each it could not.
-func readDir(dir string) ([]ruleFile, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("rules: read directory: %w", err)
-	}
-	var files []ruleFile
-	var errs []error
-	for _, e := range entries {
-		if !isRuleFile(e.Name()) {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		// Stat, not the entry's type: a ConfigMap's files are symlinks.
-		fi, err := os.Stat(path)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("rules: %w", err))
-			continue
-		}
-		if fi.IsDir() {
-			continue
-		}
+	errs := []error{err}
+	files := make([]ruleFile, 0, len(list.files))
+	for _, path := range list.files {
 		data, err := readFile(path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("rules: %w", err))
@@ -124,11 +99,10 @@ func build(files []ruleFile, readErr error, opts Options) (*Snapshot, error) {
 	return snap, nil
 }
 
-// LoadDir parses every rule file (*.yaml, *.yml; hidden entries skipped,
-// symlinks followed) directly in dir into a snapshot. On failure it returns
+// LoadDir parses every rule file of dir (see FileLayout) into a snapshot. On failure it returns
 // every problem in every file.
 func LoadDir(dir string, opts Options) (*Snapshot, error) {
-	files, err := readDir(dir)
+	files, err := readDir(dir, opts)
 	if files == nil && err != nil {
 		return nil, err
 	}
@@ -148,12 +122,12 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 // once. Removing a domain, or emptying one file while others still define
 // rules, is an ordinary change and applies. The two ways of emptying
 // everything (deleting the files, emptying them) are treated alike.
-func requireRules(dir string, files []ruleFile, snap *Snapshot) error {
+func requireRules(dir string, files []ruleFile, snap *Snapshot, l FileLayout) error {
 	switch {
 	case snap.NumRules() > 0:
 		return nil
 	case len(files) == 0:
-		return fmt.Errorf("rules: no rule files (*.yaml, *.yml) in %s (want at least one rule)", dir)
+		return noFilesError(dir, l)
 	}
 	return fmt.Errorf("rules: no rule in %s (%s, no descriptor with rate_limit or rate_limits; "+
 		"want at least one, and to lift every limit keep a rule with unlimited: true)", dir, count(len(files), "rule file"))
@@ -164,7 +138,7 @@ func requireRules(dir string, files []ruleFile, snap *Snapshot) error {
 // "3 domains, 17 rules OK", or every problem found. A directory that
 // defines no rule is an error, as it is for a Loader.
 func Validate(dir string, opts Options) (summary string, err error) {
-	files, err := readDir(dir)
+	files, err := readDir(dir, opts)
 	if files == nil && err != nil {
 		return "", err
 	}
@@ -172,7 +146,7 @@ func Validate(dir string, opts Options) (summary string, err error) {
 	if err != nil {
 		return "", err
 	}
-	if err := requireRules(dir, files, snap); err != nil {
+	if err := requireRules(dir, files, snap, opts.Files); err != nil {
 		return "", err
 	}
 	limits := 0

@@ -23,6 +23,17 @@ type Options struct {
 	// descriptors are joined, in file name order. Without it a domain
 	// defined twice is refused.
 	MergeDomains bool
+	// Files says which files of a directory are rule files; the zero
+	// value is envoy-rls's own choice (see FileLayout).
+	Files FileLayout
+	// ZeroMissingRequestsPerUnit reads a rate limit without
+	// requests_per_unit as 0 (every request denied), as envoyproxy/ratelimit
+	// reads it, and reports it through Warn, instead of refusing the file.
+	ZeroMissingRequestsPerUnit bool
+	// Warn receives each problem that does not stop a load (see
+	// ZeroMissingRequestsPerUnit and FileLayout), formatted as errors are;
+	// nil logs it at warn level on Logger.
+	Warn func(*Error)
 
 	// Logger receives reload results; it is named "rules". Nil discards.
 	Logger *zap.Logger
@@ -52,6 +63,15 @@ func (o Options) slidingLogCap() int64 {
 		return algo.DefaultSlidingLogCap
 	}
 	return o.SlidingLogCap
+}
+
+// warn reports a problem that does not stop the load.
+func (o Options) warn(e *Error) {
+	if o.Warn != nil {
+		o.Warn(e)
+		return
+	}
+	o.logger().Warn("rule file accepted with a warning", zap.String("file", e.File), zap.Int("line", e.Line), zap.String("warning", e.Error()))
 }
 
 func (o Options) logger() *zap.Logger {

@@ -60,7 +60,7 @@ func (l *Loader) Reload() error { return l.reload(true, true) }
 func (l *Loader) reload(force, logFailure bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	files, readErr := readDir(l.dir)
+	files, readErr := readDir(l.dir, l.opts)
 	sum := digest(files)
 	if readErr == nil {
 		if !force && l.hasLast && sum == l.last {
@@ -77,7 +77,7 @@ func (l *Loader) reload(force, logFailure bool) error {
 		snap, err = build(files, readErr, l.opts)
 	}
 	if err == nil {
-		err = requireRules(l.dir, files, snap)
+		err = requireRules(l.dir, files, snap, l.opts.Files)
 	}
 	switch {
 	case err == nil:
@@ -108,7 +108,7 @@ func (l *Loader) Run(ctx context.Context) error {
 		return fmt.Errorf("rules: watch %s: %w", l.dir, err)
 	}
 	defer w.Close()
-	ws := &watchSet{w: w, dir: l.dir, have: map[string]bool{}}
+	ws := &watchSet{w: w, dir: l.dir, layout: l.opts.Files, have: map[string]bool{}}
 	if err := ws.update(); err != nil {
 		return fmt.Errorf("rules: watch %s: %w", l.dir, err)
 	}
@@ -175,12 +175,14 @@ func (l *Loader) Run(ctx context.Context) error {
 
 // watchSet keeps the watched directories in line with the directory's
 // layout: the directory itself, its parent when the directory is a symlink
-// (so that swapping the link is seen), and the real directories of
-// symlinked rule files that live elsewhere.
+// (so that swapping the link is seen), its subdirectories when the layout
+// reads them, and the real directories of symlinked rule files that live
+// elsewhere.
 type watchSet struct {
 	w      *fsnotify.Watcher
 	dir    string
 	target string // where dir resolved to when it was added
+	layout FileLayout
 	have   map[string]bool
 }
 
@@ -200,19 +202,26 @@ func (s *watchSet) update() error {
 		delete(s.have, s.dir)
 	}
 	want[s.dir] = true
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
+	list, err := listFiles(s.dir, s.layout, func(*Error) {})
+	if len(list.dirs) == 0 {
 		return err
 	}
-	for _, e := range entries {
-		if !isRuleFile(e.Name()) || e.Type()&os.ModeSymlink == 0 {
+	real := map[string]bool{target: true}
+	for _, d := range list.dirs[1:] {
+		want[d] = true // subdirectories, in the reference's layout
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			real[r] = true
+		}
+	}
+	for _, f := range list.files {
+		if fi, err := os.Lstat(f); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(filepath.Join(s.dir, e.Name()))
+		r, err := filepath.EvalSymlinks(f)
 		if err != nil {
 			continue // dangling; the load reports it
 		}
-		if d := filepath.Dir(real); d != target {
+		if d := filepath.Dir(r); !real[d] {
 			want[d] = true
 		}
 	}

@@ -34,13 +34,19 @@ type watched struct {
 // startLoader loads dir, then runs its watcher until the test ends.
 func startLoader(t *testing.T, dir string) *watched {
 	t.Helper()
+	return startLoaderWith(t, dir, Options{})
+}
+
+// startLoaderWith is startLoader with opts, whose logger, debounce, poll
+// interval and OnReload it sets.
+func startLoaderWith(t *testing.T, dir string, opts Options) *watched {
+	t.Helper()
 	w := &watched{t: t, events: make(chan error, 1000)}
-	w.loader = NewLoader(dir, Options{
-		Logger:       zaptest.NewLogger(t),
-		Debounce:     20 * time.Millisecond,
-		PollInterval: -1, // only events may trigger reloads here
-		OnReload:     func(err error) { w.events <- err },
-	})
+	opts.Logger = zaptest.NewLogger(t)
+	opts.Debounce = 20 * time.Millisecond
+	opts.PollInterval = -1 // only events may trigger reloads here
+	opts.OnReload = func(err error) { w.events <- err }
+	w.loader = NewLoader(dir, opts)
 	if err := w.loader.Reload(); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}

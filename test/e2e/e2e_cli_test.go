@@ -143,7 +143,7 @@ func TestValidateCommand(t *testing.T) {
 		{"empty dir", []string{"validate", t.TempDir()}, 1, "no rule files"},
 		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 1, "nope"},
 		{"no dir: --config-dir's default", []string{"validate"}, 1, "/etc/envoy-rls/config"},
-		{"two dirs", []string{"validate", good, good}, 2, "want at most one directory argument"},
+		{"two dirs", []string{"validate", good, good}, 2, "validate takes at most one argument"},
 		{"bad default algorithm", []string{"validate", "--default-algorithm", "leaky", good}, 2, "--default-algorithm"},
 	}
 	for _, m := range misuse {

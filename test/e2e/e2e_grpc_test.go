@@ -81,7 +81,7 @@ func TestReflectionAndHealth(t *testing.T) {
 	}
 
 	health := healthpb.NewHealthClient(s.grpcConn())
-	for _, svc := range []string{"", rlsService} {
+	for _, svc := range []string{"", rlsService, "ratelimit"} {
 		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {
 			t.Fatalf("health check %q: %v", svc, err)

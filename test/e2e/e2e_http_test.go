@@ -62,16 +62,35 @@ func TestJSONEndpoint(t *testing.T) {
 	if status, body := s.get("/json"); status != http.StatusMethodNotAllowed || !strings.Contains(body, "POST") {
 		t.Errorf("GET /json: %d %q, want 405 naming POST", status, body)
 	}
-	// What a web page may POST across sites without a CORS preflight.
-	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
-		resp, err := httpClient.Post("http://"+s.HTTPAddr+"/json", ct, strings.NewReader(free))
+	// envoyproxy/ratelimit's documented `curl -d` sends a form type: read
+	// (the limit is used up by now, so the answer is 429); a browser's
+	// cross-site POST is refused, and so is a body that is not JSON.
+	for _, tc := range []struct {
+		name, body string
+		headers    map[string]string
+		code       int
+		want       string
+	}{
+		{"curl -d", free, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, http.StatusTooManyRequests, `"overallCode":"OVER_LIMIT"`},
+		{"cross-site", free, map[string]string{"Content-Type": "text/plain", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden, "other sites"},
+		{"other origin", free, map[string]string{"Content-Type": "text/plain", "Origin": "https://elsewhere.example"}, http.StatusForbidden, "other sites"},
+		{"form body", "domain=shop", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, http.StatusUnsupportedMediaType, "JSON"},
+	} {
+		req, err := http.NewRequest(http.MethodPost, "http://"+s.HTTPAddr+"/json", strings.NewReader(tc.body))
 		if err != nil {
-			t.Fatalf("POST /json as %s: %v", ct, err)
+			t.Fatal(err)
+		}
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST /json %s: %v", tc.name, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(b), "application/json") {
-			t.Errorf("POST /json as %s: %d %q, want 415 naming application/json", ct, resp.StatusCode, b)
+		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.want) {
+			t.Errorf("POST /json %s: %d %q, want %d containing %q", tc.name, resp.StatusCode, b, tc.code, tc.want)
 		}
 	}
 	s.stop()

@@ -41,7 +41,7 @@ func (s *server) health(svc string) healthpb.HealthCheckResponse_ServingStatus {
 }
 
 // readinessAgrees fails t unless /readyz, /healthcheck and gRPC health (for
-// the server and the rate-limit service) all say ready, or all say not.
+// the server, the rate-limit service and envoyproxy/ratelimit's "ratelimit") all say ready, or all say not.
 func (s *server) readinessAgrees(t *testing.T, when string, ready bool) {
 	t.Helper()
 	wantCode, wantStatus := http.StatusOK, healthpb.HealthCheckResponse_SERVING
@@ -53,7 +53,7 @@ func (s *server) readinessAgrees(t *testing.T, when string, ready bool) {
 			t.Errorf("%s: %s %d %q, want %d", when, path, code, body, wantCode)
 		}
 	}
-	for _, svc := range []string{"", rlsService} {
+	for _, svc := range []string{"", rlsService, "ratelimit"} {
 		if got := s.health(svc); got != wantStatus {
 			t.Errorf("%s: grpc health %q %v, want %v", when, svc, got, wantStatus)
 		}
