@@ -257,4 +257,3 @@ func seriesCount(api promv1.API, q string) (int, error) {
 	}
 	return 0, fmt.Errorf("unexpected result type %T", v)
 }
-
