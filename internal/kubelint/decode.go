@@ -8,13 +8,17 @@ import (
 	"io"
 	"strings"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -25,6 +29,14 @@ type Objects struct {
 	Services    []*corev1.Service
 	Deployments []*appsv1.Deployment
 	PDBs        []*policyv1.PodDisruptionBudget
+	HPAs        []*autoscalingv2.HorizontalPodAutoscaler
+	Policies    []*networkingv1.NetworkPolicy
+	// The Prometheus Operator's and Gateway API's kinds.
+	ServiceMonitors []*monitoringv1.ServiceMonitor
+	PodMonitors     []*monitoringv1.PodMonitor
+	PrometheusRules []*monitoringv1.PrometheusRule
+	Gateways        []*gatewayv1.Gateway
+	HTTPRoutes      []*gatewayv1.HTTPRoute
 	// Others are the objects of the kinds a Decoder was taught; Check
 	// verifies only their metadata.
 	Others []Other
@@ -61,6 +73,7 @@ func (o *Objects) Refs() []Ref {
 	for _, x := range o.PDBs {
 		out = append(out, Ref{"PodDisruptionBudget", x.Namespace, x.Name})
 	}
+	out = append(out, o.extraRefs()...)
 	for _, x := range o.Others {
 		out = append(out, Ref{x.Kind, x.Meta.Namespace, x.Meta.Name})
 	}
@@ -115,7 +128,8 @@ type Decoder struct {
 // for others, keyed by apiVersion and kind.
 func NewDecoder(others map[metav1.TypeMeta]DecodeFunc) (*Decoder, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme,
+		autoscalingv2.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme, gatewayv1.Install} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("kubelint: scheme: %w", err)
 		}
@@ -157,6 +171,9 @@ func (d *Decoder) Decode(where string, doc []byte, objs *Objects) error {
 	case *policyv1.PodDisruptionBudget:
 		objs.PDBs = append(objs.PDBs, o)
 	default:
+		if objs.addExtra(obj) {
+			return nil
+		}
 		return fmt.Errorf("%s: unexpected kind %s (extend the manifest checks before shipping it)", where, gvk)
 	}
 	return nil
