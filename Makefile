@@ -11,6 +11,11 @@ BIN := bin/envoy-rls
 # real Prometheus for the adaptive controller's tests (internal/promtest).
 TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus
 FUZZTIME ?= 10s
+# Helm, for the chart's `helm lint` and `helm template` tests
+# (test/meshconfig), built from source into bin/tools, where the tests look
+# for it; the stamp rebuilds it when the version changes.
+HELM_VERSION := v3.22.0
+HELM_STAMP := bin/tools/.helm-$(HELM_VERSION)
 
 .PHONY: run build test test-deps fuzz bench lint fmt vet staticcheck clean
 
@@ -37,6 +42,12 @@ test-deps:
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+test-deps: $(HELM_STAMP)
+
+$(HELM_STAMP):
+	GOBIN=$(CURDIR)/bin/tools $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@touch $@
 
 ## fuzz: run every fuzz target for FUZZTIME each (the seed corpus also runs in `go test`)
 fuzz:
