@@ -209,6 +209,16 @@ var fileChecks = map[string]fileCheck{
 	"image":     checkImageBuild,
 	"scripts":   checkScripts,
 	"uds":       checkSidecarUDS,
+	"operator":  checkOperatorComponents,
+}
+
+// checkOperatorComponents builds the manifests with the Gateway API
+// gateway, the NetworkPolicy and the autoscaler, and runs the manifests'
+// checks on them.
+func checkOperatorComponents(t *testing.T, o overrides) error {
+	fsys := variantFS(t, []string{gatewayAPIComponent, networkPolicyComponent, hpaComponent}, o.manifestOverrides())
+	_, errs := checkBuild(t, "manifests with the operator's components", fsys, o)
+	return errors.Join(errs...)
 }
 
 // TestShippedFilesPassEveryCheck is the baseline of the mutation test: the
