@@ -57,25 +57,29 @@ type Ref struct {
 
 // Refs names every object, kind by kind.
 func (o *Objects) Refs() []Ref {
-	var out []Ref
-	for _, x := range o.Namespaces {
-		out = append(out, Ref{"Namespace", "", x.Name})
-	}
-	for _, x := range o.ConfigMaps {
-		out = append(out, Ref{"ConfigMap", x.Namespace, x.Name})
-	}
-	for _, x := range o.Services {
-		out = append(out, Ref{"Service", x.Namespace, x.Name})
-	}
-	for _, x := range o.Deployments {
-		out = append(out, Ref{"Deployment", x.Namespace, x.Name})
-	}
-	for _, x := range o.PDBs {
-		out = append(out, Ref{"PodDisruptionBudget", x.Namespace, x.Name})
-	}
-	out = append(out, o.extraRefs()...)
+	out := refsOf("Namespace", o.Namespaces)
+	out = append(out, refsOf("ConfigMap", o.ConfigMaps)...)
+	out = append(out, refsOf("Service", o.Services)...)
+	out = append(out, refsOf("Deployment", o.Deployments)...)
+	out = append(out, refsOf("PodDisruptionBudget", o.PDBs)...)
+	out = append(out, refsOf("HorizontalPodAutoscaler", o.HPAs)...)
+	out = append(out, refsOf("NetworkPolicy", o.Policies)...)
+	out = append(out, refsOf("ServiceMonitor", o.ServiceMonitors)...)
+	out = append(out, refsOf("PodMonitor", o.PodMonitors)...)
+	out = append(out, refsOf("PrometheusRule", o.PrometheusRules)...)
+	out = append(out, refsOf("Gateway", o.Gateways)...)
+	out = append(out, refsOf("HTTPRoute", o.HTTPRoutes)...)
 	for _, x := range o.Others {
 		out = append(out, Ref{x.Kind, x.Meta.Namespace, x.Meta.Name})
+	}
+	return out
+}
+
+// refsOf names the objects of one kind.
+func refsOf[T metav1.Object](kind string, xs []T) []Ref {
+	out := make([]Ref, len(xs))
+	for i, x := range xs {
+		out[i] = Ref{kind, x.GetNamespace(), x.GetName()}
 	}
 	return out
 }
@@ -159,21 +163,7 @@ func (d *Decoder) Decode(where string, doc []byte, objs *Objects) error {
 	if err != nil {
 		return fmt.Errorf("%s: %s %s: %w", where, tm.APIVersion, tm.Kind, err)
 	}
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		objs.Namespaces = append(objs.Namespaces, o)
-	case *corev1.ConfigMap:
-		objs.ConfigMaps = append(objs.ConfigMaps, o)
-	case *corev1.Service:
-		objs.Services = append(objs.Services, o)
-	case *appsv1.Deployment:
-		objs.Deployments = append(objs.Deployments, o)
-	case *policyv1.PodDisruptionBudget:
-		objs.PDBs = append(objs.PDBs, o)
-	default:
-		if objs.addExtra(obj) {
-			return nil
-		}
+	if !objs.add(obj) {
 		return fmt.Errorf("%s: unexpected kind %s (extend the manifest checks before shipping it)", where, gvk)
 	}
 	return nil

@@ -16,11 +16,20 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-// addExtra files a decoded object of the operator's kinds (autoscaling,
-// network policy, Prometheus Operator, Gateway API) and reports whether it
-// was one.
-func (o *Objects) addExtra(obj runtime.Object) bool {
+// add files a decoded object under its kind and reports whether it is
+// one of the kinds Objects holds.
+func (o *Objects) add(obj runtime.Object) bool {
 	switch x := obj.(type) {
+	case *corev1.Namespace:
+		o.Namespaces = append(o.Namespaces, x)
+	case *corev1.ConfigMap:
+		o.ConfigMaps = append(o.ConfigMaps, x)
+	case *corev1.Service:
+		o.Services = append(o.Services, x)
+	case *appsv1.Deployment:
+		o.Deployments = append(o.Deployments, x)
+	case *policyv1.PodDisruptionBudget:
+		o.PDBs = append(o.PDBs, x)
 	case *autoscalingv2.HorizontalPodAutoscaler:
 		o.HPAs = append(o.HPAs, x)
 	case *networkingv1.NetworkPolicy:
@@ -39,33 +48,6 @@ func (o *Objects) addExtra(obj runtime.Object) bool {
 		return false
 	}
 	return true
-}
-
-func (o *Objects) extraRefs() []Ref {
-	var out []Ref
-	add := func(kind string, m metav1.ObjectMeta) { out = append(out, Ref{kind, m.Namespace, m.Name}) }
-	for _, x := range o.HPAs {
-		add("HorizontalPodAutoscaler", x.ObjectMeta)
-	}
-	for _, x := range o.Policies {
-		add("NetworkPolicy", x.ObjectMeta)
-	}
-	for _, x := range o.ServiceMonitors {
-		add("ServiceMonitor", x.ObjectMeta)
-	}
-	for _, x := range o.PodMonitors {
-		add("PodMonitor", x.ObjectMeta)
-	}
-	for _, x := range o.PrometheusRules {
-		add("PrometheusRule", x.ObjectMeta)
-	}
-	for _, x := range o.Gateways {
-		add("Gateway", x.ObjectMeta)
-	}
-	for _, x := range o.HTTPRoutes {
-		add("HTTPRoute", x.ObjectMeta)
-	}
-	return out
 }
 
 // checkExtra checks the operator's kinds against the rest of the set.

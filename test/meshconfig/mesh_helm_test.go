@@ -187,19 +187,7 @@ func renderChart(t *testing.T, values string) (*kubelint.Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ef := range envoyFilters(objs) {
-		p, err := checkEnvoyFilter(ef, objs.Services)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		samples, err := samplesFor(p.filter.GetDomain())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		errs = append(errs, checkSamples(p.where, p.filter, p.vhosts, snap, samples))
-	}
+	errs = append(errs, checkEnvoyFilters(objs, snap)...)
 	return objs, errors.Join(errs...)
 }
 
