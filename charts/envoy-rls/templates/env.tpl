@@ -28,9 +28,9 @@ its ENVOY_RLS_* twin.
 - name: ENVOY_RLS_LEASE_MAX_FRACTION
   value: {{ .Values.lease.maxFraction | quote }}
 - name: ENVOY_RLS_EXPECTED_REPLICAS
-  value: {{ .Values.expectedReplicas | quote }}
+  value: {{ .Values.expectedReplicas | int64 | quote }}
 - name: ENVOY_RLS_MEMSTORE_MAX_KEYS
-  value: {{ .Values.memstoreMaxKeys | quote }}
+  value: {{ .Values.memstoreMaxKeys | int64 | quote }}
 {{- if eq .Values.rules.source "xds" }}
 - name: ENVOY_RLS_CONFIG_SOURCE
   value: xds

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// chartDir is the Helm chart, from this package's directory.
+const chartDir = "../../charts/envoy-rls"
+
+// helmBin returns helm: $HELM_BIN, else bin/tools/helm (make test-deps
+// builds it there), else helm on PATH. A missing helm fails the test.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("HELM_BIN"); p != "" {
+		return p
+	}
+	if p, err := filepath.Abs("../../bin/tools/helm"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("helm")
+	if err != nil {
+		t.Fatal("helm not found: run make test-deps (it builds helm into bin/tools) or set HELM_BIN")
+	}
+	return p
+}
+
+// chartPod is what the chart's Deployment gives the envoy-rls container:
+// its environment, and its volumes as directories of files.
+type chartPod struct {
+	env []corev1.EnvVar
+	// mounts maps each mount path to a directory holding the volume's
+	// files.
+	mounts map[string]string
+}
+
+// renderChartPod renders the chart with helm template and lays out the
+// envoy-rls container's volumes in temporary directories: ConfigMaps of
+// the render with their data, Secrets with the files in secrets (volume
+// name → file → contents), as the kubelet would.
+func renderChartPod(t *testing.T, secrets map[string]map[string]string, args ...string) chartPod {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), append([]string{"template", "envoy-rls", chartDir, "--namespace", "envoy-rls", "--kube-version", "1.31.0"}, args...)...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	var dep *appsv1.Deployment
+	configMaps := map[string]map[string]string{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var meta struct{ Kind string }
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("helm template output: %v", err)
+		}
+		switch meta.Kind {
+		case "Deployment":
+			dep = &appsv1.Deployment{}
+			if err := yaml.UnmarshalStrict([]byte(doc), dep); err != nil {
+				t.Fatal(err)
+			}
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := yaml.UnmarshalStrict([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+			configMaps[cm.Name] = cm.Data
+		}
+	}
+	if dep == nil || len(dep.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("helm template rendered no Deployment with one container:\n%s", out)
+	}
+	files := map[string]map[string]string{}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			files[v.Name] = configMaps[v.ConfigMap.Name]
+		case v.Secret != nil:
+			files[v.Name] = secrets[v.Name]
+		}
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	pod := chartPod{env: c.Env, mounts: map[string]string{}}
+	for _, m := range c.VolumeMounts {
+		dir := t.TempDir()
+		for name, data := range files[m.Name] {
+			writeFile(t, filepath.Join(dir, name), data)
+		}
+		pod.mounts[m.MountPath] = dir
+	}
+	return pod
+}
+
+// environ turns the container's literal env into KEY=value entries, the
+// mount paths in them replaced by their directories.
+func (p chartPod) environ(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, e := range p.env {
+		if e.ValueFrom != nil {
+			t.Fatalf("env %s comes from %v; give this test its value", e.Name, e.ValueFrom)
+		}
+		v := e.Value
+		for mount, dir := range p.mounts {
+			v = strings.ReplaceAll(v, mount, dir)
+		}
+		out = append(out, e.Name+"="+v)
+	}
+	return out
+}
+
+// TestChartEnvServes runs the real binary with the environment the Helm
+// chart gives its container (on a real Redis, with the admin token from
+// its Secret and the rules from its ConfigMap): every value must be one
+// the binary takes, and the wiring must work, a decision and the admin
+// API included. Only the listen addresses are moved to loopback.
+func TestChartEnvServes(t *testing.T) {
+	t.Parallel()
+	r := redistest.Standalone(t)
+	const token = "chart-token"
+	pod := renderChartPod(t, map[string]map[string]string{"admin-token": {"token": token + "\n"}},
+		"--set", "redis.addresses={"+r.Addr+"}",
+		"--set", "debug.adminToken.enabled=true", "--set", "debug.adminToken.secretName=envoy-rls-admin",
+		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
+	s := startServer(t, serveOpts{Env: pod.environ(t)})
+
+	if got := s.ask("edge", desc("remote_address", "203.0.113.7")).GetOverallCode(); got != 1 {
+		t.Errorf("a first request from an IP: code %v, want OK", got)
+	}
+	if got := s.ask("edge", desc("remote_address", "192.0.2.66")).GetOverallCode(); got != 2 {
+		t.Errorf("the blocked IP: code %v, want OVER_LIMIT", got)
+	}
+	tok := filepath.Join(pod.mounts["/etc/envoy-rls/admin"], "token")
+	if out, stderr, code := s.overrideCLI(t, tok, "list"); code != 0 {
+		t.Errorf("override list with the chart's token file: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, _, code := s.overrideCLI(t, tokenFile(t, "wrong"), "list"); code == 0 {
+		t.Error("override list with a wrong token succeeded; the admin API is not behind the chart's token")
+	}
+	if !strings.Contains(s.logs.String(), `"backend":"redis"`) {
+		t.Errorf("not serving on Redis; logs:\n%s", s.logs)
+	}
+}
