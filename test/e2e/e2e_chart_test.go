@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
 // chartDir is the Helm chart, from this package's directory.
@@ -139,10 +141,10 @@ func TestChartEnvServes(t *testing.T) {
 		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
 	s := startServer(t, serveOpts{Env: pod.environ(t)})
 
-	if got := s.ask("edge", desc("remote_address", "203.0.113.7")).GetOverallCode(); got != 1 {
+	if got := s.ask("edge", desc("remote_address", "203.0.113.7")).GetOverallCode(); got != pb.RateLimitResponse_OK {
 		t.Errorf("a first request from an IP: code %v, want OK", got)
 	}
-	if got := s.ask("edge", desc("remote_address", "192.0.2.66")).GetOverallCode(); got != 2 {
+	if got := s.ask("edge", desc("remote_address", "192.0.2.66")).GetOverallCode(); got != pb.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("the blocked IP: code %v, want OVER_LIMIT", got)
 	}
 	tok := filepath.Join(pod.mounts["/etc/envoy-rls/admin"], "token")
@@ -154,5 +156,24 @@ func TestChartEnvServes(t *testing.T) {
 	}
 	if !strings.Contains(s.logs.String(), `"backend":"redis"`) {
 		t.Errorf("not serving on Redis; logs:\n%s", s.logs)
+	}
+}
+
+// TestChartEnvServesXDS is TestChartEnvServes for the chart's xDS values:
+// rules from a real management server, on the in-process store.
+func TestChartEnvServesXDS(t *testing.T) {
+	t.Parallel()
+	cp := xdstest.Start(t, nil)
+	cp.Set(xdsNode, "v1", xdsLimit(0))
+	pod := renderChartPod(t, nil,
+		"--set", "rules.source=xds", "--set", "xds.server="+cp.Addr, "--set", "xds.nodeId="+xdsNode,
+		"--set", "redis.mode=memory")
+	if _, ok := pod.mounts["/etc/envoy-rls/config"]; ok {
+		t.Error("the xDS render mounts a rules directory")
+	}
+	s := startServer(t, serveOpts{Env: pod.environ(t)})
+	s.awaitCode(t, "the pushed rule (0 a minute) decides", pb.RateLimitResponse_OVER_LIMIT)
+	if !strings.Contains(s.logs.String(), `"backend":"memory"`) {
+		t.Errorf("not serving on the in-process store; logs:\n%s", s.logs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
@@ -222,7 +223,7 @@ func dashboardTraffic(t *testing.T, a, b *server) int {
 	}
 	overLimit := 0
 	for range 20 {
-		if a.ask("dash", desc("tight", "t")).GetOverallCode() != 1 {
+		if a.ask("dash", desc("tight", "t")).GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
 			overLimit++
 		}
 		sent++
