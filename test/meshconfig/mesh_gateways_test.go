@@ -14,6 +14,7 @@ const (
 	gatewayAPIComponent    = "components/gateway-api"
 	networkPolicyComponent = "components/network-policy"
 	hpaComponent           = "components/hpa"
+	monitoringComponent    = "components/monitoring"
 )
 
 // TestGatewayKinds builds the gateway EnvoyFilter for each kind of Istio

@@ -171,7 +171,8 @@ var manifestVariants = []struct {
 	{"gateway-api", []string{gatewayAPIComponent}},
 	{"network-policy", []string{networkPolicyComponent}},
 	{"hpa", []string{hpaComponent}},
-	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis", versionsComponent, networkPolicyComponent, hpaComponent}},
+	{"monitoring", []string{monitoringComponent}},
+	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis", versionsComponent, networkPolicyComponent, hpaComponent, monitoringComponent}},
 }
 
 // variantFS returns the manifests with the variant's components enabled.
@@ -215,6 +216,8 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 				{"PodDisruptionBudget", "envoy-rls", "envoy-rls", true},
 				{"NetworkPolicy", "envoy-rls", "envoy-rls", slices.Contains(v.components, networkPolicyComponent)},
 				{"HorizontalPodAutoscaler", "envoy-rls", "envoy-rls", slices.Contains(v.components, hpaComponent)},
+				{"ServiceMonitor", "envoy-rls", "envoy-rls", slices.Contains(v.components, monitoringComponent)},
+				{"PrometheusRule", "envoy-rls", "envoy-rls", slices.Contains(v.components, monitoringComponent)},
 				{"Gateway", "istio-system", "edge", slices.Contains(v.components, gatewayAPIComponent)},
 				{"HTTPRoute", "default", "edge", slices.Contains(v.components, gatewayAPIComponent)},
 				{"ConfigMap", "envoy-rls", "envoy-rls-config", true},

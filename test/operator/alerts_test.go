@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"strings"
@@ -19,6 +20,7 @@ const (
 	rulesFile      = "deploy/prometheus/envoy-rls.rules.yaml"
 	rulesTestFile  = "deploy/prometheus/envoy-rls.rules.test.yaml"
 	chartRulesFile = "charts/envoy-rls/files/envoy-rls.rules.yaml"
+	kustomizeRule  = "manifests/istio/components/monitoring/prometheusrule.yaml"
 	runbookFile    = "docs/runbook.md"
 )
 
@@ -158,6 +160,27 @@ func TestAlertRulesCoverTheIssue(t *testing.T) {
 func TestChartShipsTheSameRules(t *testing.T) {
 	if plain, chart := readRepoFile(t, rulesFile), readRepoFile(t, chartRulesFile); !bytes.Equal(plain, chart) {
 		t.Fatalf("%s differs from %s: copy it (cp %s %s)", chartRulesFile, rulesFile, rulesFile, chartRulesFile)
+	}
+}
+
+// TestKustomizeShipsTheSameRules keeps the kustomize component's
+// PrometheusRule equal to the plain rules file (kustomize cannot read a
+// file outside its directory, so it holds a copy).
+func TestKustomizeShipsTheSameRules(t *testing.T) {
+	var plain, rule struct {
+		Groups any `json:"groups"`
+		Spec   struct {
+			Groups any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, rulesFile), &plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, kustomizeRule), &rule); err != nil {
+		t.Fatal(err)
+	}
+	if plain.Groups == nil || !reflect.DeepEqual(plain.Groups, rule.Spec.Groups) {
+		t.Fatalf("%s spec.groups differs from %s's groups: copy them", kustomizeRule, rulesFile)
 	}
 }
 
