@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,19 +109,34 @@ func renderChartPod(t *testing.T, secrets map[string]map[string]string, args ...
 	return pod
 }
 
-// environ turns the container's literal env into KEY=value entries, the
-// mount paths in them replaced by their directories.
-func (p chartPod) environ(t *testing.T) []string {
+// environ turns the container's env into KEY=value entries as the kubelet
+// does: a secretKeyRef from secrets ("secret/key" → value), $(VAR) of a
+// variable defined before expanded, and the mount paths replaced by their
+// directories.
+func (p chartPod) environ(t *testing.T, secrets map[string]string) []string {
 	t.Helper()
 	var out []string
+	defined := map[string]string{}
 	for _, e := range p.env {
-		if e.ValueFrom != nil {
-			t.Fatalf("env %s comes from %v; give this test its value", e.Name, e.ValueFrom)
-		}
 		v := e.Value
+		if e.ValueFrom != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			val, ok := "", false
+			if ref != nil {
+				val, ok = secrets[ref.Name+"/"+ref.Key]
+			}
+			if !ok {
+				t.Fatalf("env %s comes from %v; give this test its value", e.Name, e.ValueFrom)
+			}
+			v = val
+		}
+		for name, val := range defined {
+			v = strings.ReplaceAll(v, "$("+name+")", val)
+		}
 		for mount, dir := range p.mounts {
 			v = strings.ReplaceAll(v, mount, dir)
 		}
+		defined[e.Name] = v
 		out = append(out, e.Name+"="+v)
 	}
 	return out
@@ -139,7 +155,7 @@ func TestChartEnvServes(t *testing.T) {
 		"--set", "redis.addresses={"+r.Addr+"}",
 		"--set", "debug.adminToken.enabled=true", "--set", "debug.adminToken.secretName=envoy-rls-admin",
 		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
-	s := startServer(t, serveOpts{Env: pod.environ(t)})
+	s := startServer(t, serveOpts{Env: pod.environ(t, nil)})
 
 	if got := s.ask("edge", desc("remote_address", "203.0.113.7")).GetOverallCode(); got != pb.RateLimitResponse_OK {
 		t.Errorf("a first request from an IP: code %v, want OK", got)
@@ -171,9 +187,48 @@ func TestChartEnvServesXDS(t *testing.T) {
 	if _, ok := pod.mounts["/etc/envoy-rls/config"]; ok {
 		t.Error("the xDS render mounts a rules directory")
 	}
-	s := startServer(t, serveOpts{Env: pod.environ(t)})
+	s := startServer(t, serveOpts{Env: pod.environ(t, nil)})
 	s.awaitCode(t, "the pushed rule (0 a minute) decides", pb.RateLimitResponse_OVER_LIMIT)
 	if !strings.Contains(s.logs.String(), `"backend":"memory"`) {
 		t.Errorf("not serving on the in-process store; logs:\n%s", s.logs)
+	}
+}
+
+// TestChartEnvServesTLSRedis is TestChartEnvServes for Redis over mutual
+// TLS with an ACL user whose password comes from a Secret: the chart's
+// rediss:// URL, the $(RLS_REDIS_PASSWORD) expansion and the mounted TLS
+// files must get the binary a working connection.
+func TestChartEnvServesTLSRedis(t *testing.T) {
+	t.Parallel()
+	r := redistest.StandaloneTLS(t)
+	const user, password = "rls", "chart-s3cret"
+	if err := r.Client(t).Do(context.Background(), "ACL", "SETUSER", user, "on", ">"+password, "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		t.Helper()
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	f := r.TLSFiles()
+	pod := renderChartPod(t, map[string]map[string]string{"redis-tls": {"ca.crt": read(f.CAFile), "tls.crt": read(f.CertFile), "tls.key": read(f.KeyFile)}},
+		"--set", "redis.addresses={"+r.TLSAddr+"}", "--set", "redis.username="+user,
+		"--set", "redis.passwordSecret.name=envoy-rls-redis",
+		"--set", "redis.tls.enabled=true", "--set", "redis.tls.secretName=envoy-rls-redis-tls", "--set", "redis.tls.clientCert=true",
+		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
+	s := startServer(t, serveOpts{Env: pod.environ(t, map[string]string{"envoy-rls-redis/password": password})})
+	if got := s.ask("edge", desc("remote_address", "192.0.2.66")).GetOverallCode(); got != pb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("the blocked IP: code %v, want OVER_LIMIT", got)
+	}
+	// The decision came from Redis: the user's connection is there.
+	clients, err := r.Client(t).Do(context.Background(), "CLIENT", "LIST").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(clients, "user="+user) {
+		t.Errorf("no Redis connection as user %s:\n%s", user, clients)
 	}
 }
