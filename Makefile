@@ -1,6 +1,7 @@
 # envoy-rls developer entry points. `make run` and `make test` work on a fresh
 # Debian machine with Go: test installs what it needs (redis-server,
-# shellcheck, prometheus) with apt-get when missing.
+# shellcheck, prometheus) with apt-get when missing, and helm with go
+# install into bin/tools.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -16,6 +17,12 @@ FUZZTIME ?= 10s
 # beside the rate-limit service.
 TOOLS := bin/tools
 STATSD_EXPORTER_VERSION := v0.31.0
+STATSD_EXPORTER_STAMP := $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION)
+# Helm, for the chart's `helm lint` and `helm template` tests
+# (test/meshconfig), built from source into bin/tools, where the tests look
+# for it; the stamp rebuilds it when the version changes.
+HELM_VERSION := v3.22.0
+HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
 
 .PHONY: run build test test-deps fuzz bench lint fmt vet staticcheck clean
 
@@ -42,9 +49,17 @@ test-deps:
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@test -f $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION) || { echo "installing statsd_exporter $(STATSD_EXPORTER_VERSION)"; \
-	  GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION) && \
-	  touch $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION); }
+
+# The pinned Go tools: each is installed once per version (its stamp file).
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP)
+
+$(STATSD_EXPORTER_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION)
+	@touch $@
+
+$(HELM_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@touch $@
 
 ## fuzz: run every fuzz target for FUZZTIME each (the seed corpus also runs in `go test`)
 fuzz:

@@ -16,6 +16,9 @@ type Options struct {
 	// ExternalNamespaces may hold objects without the manifests creating
 	// them, such as Istio's and the sample workload's.
 	ExternalNamespaces []string
+	// ExternalHosts are host:port addresses outside the manifests that a
+	// literal ENVOY_RLS_REDIS_URL may name (a managed Redis).
+	ExternalHosts []string
 	// Rules says what the envoy-rls rules ConfigMap must hold.
 	Rules Rules
 }
@@ -56,12 +59,13 @@ func Check(objs *Objects, opts Options) error {
 		checkService(&p, m.check(&p, "Service", svc.ObjectMeta), svc, objs.Deployments)
 	}
 	for _, pdb := range objs.PDBs {
-		checkPDB(&p, m.check(&p, "PodDisruptionBudget", pdb.ObjectMeta), pdb, objs.Deployments)
+		checkPDB(&p, m.check(&p, "PodDisruptionBudget", pdb.ObjectMeta), pdb, objs.Deployments, objs.HPAs)
 	}
+	checkExtra(&p, m, objs)
 	for _, o := range objs.Others {
 		m.check(&p, o.Kind, o.Meta)
 	}
-	checkRedisURLs(&p, objs)
+	checkRedisURLs(&p, objs, opts.ExternalHosts)
 	checkRulesConfigMap(&p, objs, opts.Rules)
 	return errors.Join(p...)
 }

@@ -94,6 +94,7 @@ metadata: {name: envoy-rls, namespace: rls}
 spec:
   minAvailable: 1
   selector: {matchLabels: {app: envoy-rls}}
+  unhealthyPodEvictionPolicy: AlwaysAllow
 `
 
 // testRules is what the rules ConfigMap of goodManifests must hold; its
@@ -237,6 +238,10 @@ func TestCheckBad(t *testing.T) {
 		{"Redis URL names no Service", redisEnv, "redis://cache.rls.svc.cluster.local:6379/0", nil,
 			[]string{"Deployment rls/envoy-rls: ENVOY_RLS_REDIS_URL: cache.rls.svc.cluster.local:6379 is not a Service and port of these manifests"}},
 		{"Redis URL on a port the Service lacks", redisEnv, "redis://redis.rls.svc:6380", nil, []string{"redis.rls.svc:6380 is not a Service and port"}},
+		{"Sentinel URL with a host outside", redisEnv, "redis+sentinel://redis.rls.svc:6379,sentinel.example:26379/mymaster", nil,
+			[]string{"sentinel.example:26379 is not a Service and port"}},
+		{"PDB that blocks drains while Redis is down", "  unhealthyPodEvictionPolicy: AlwaysAllow\n", "", nil,
+			[]string{"PodDisruptionBudget rls/envoy-rls: minAvailable without unhealthyPodEvictionPolicy: AlwaysAllow blocks node drains"}},
 		{"Redis URL unparsable", redisEnv, "redis://redis.rls.svc:6379/%zz", nil, []string{"ENVOY_RLS_REDIS_URL: parse"}},
 
 		// Services.
@@ -263,7 +268,7 @@ func TestCheckBad(t *testing.T) {
 			[]string{"PodDisruptionBudget rls/envoy-rls: selector selects no Deployment's pods"}},
 		{"PDB without selector", "  minAvailable: 1\n  selector: {matchLabels: {app: envoy-rls}}", "  minAvailable: 1", nil,
 			[]string{"PodDisruptionBudget rls/envoy-rls: spec.selector is required"}},
-		{"bad eviction policy", "  minAvailable: 1\n", "  minAvailable: 1\n  unhealthyPodEvictionPolicy: Always\n", nil,
+		{"bad eviction policy", "unhealthyPodEvictionPolicy: AlwaysAllow", "unhealthyPodEvictionPolicy: Always", nil,
 			[]string{`spec.unhealthyPodEvictionPolicy: unsupported value "Always" (want IfHealthyBudget|AlwaysAllow)`}},
 
 		// The rules ConfigMap.

@@ -8,13 +8,17 @@ import (
 	"io"
 	"strings"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -25,6 +29,14 @@ type Objects struct {
 	Services    []*corev1.Service
 	Deployments []*appsv1.Deployment
 	PDBs        []*policyv1.PodDisruptionBudget
+	HPAs        []*autoscalingv2.HorizontalPodAutoscaler
+	Policies    []*networkingv1.NetworkPolicy
+	// The Prometheus Operator's and Gateway API's kinds.
+	ServiceMonitors []*monitoringv1.ServiceMonitor
+	PodMonitors     []*monitoringv1.PodMonitor
+	PrometheusRules []*monitoringv1.PrometheusRule
+	Gateways        []*gatewayv1.Gateway
+	HTTPRoutes      []*gatewayv1.HTTPRoute
 	// Others are the objects of the kinds a Decoder was taught; Check
 	// verifies only their metadata.
 	Others []Other
@@ -45,24 +57,29 @@ type Ref struct {
 
 // Refs names every object, kind by kind.
 func (o *Objects) Refs() []Ref {
-	var out []Ref
-	for _, x := range o.Namespaces {
-		out = append(out, Ref{"Namespace", "", x.Name})
-	}
-	for _, x := range o.ConfigMaps {
-		out = append(out, Ref{"ConfigMap", x.Namespace, x.Name})
-	}
-	for _, x := range o.Services {
-		out = append(out, Ref{"Service", x.Namespace, x.Name})
-	}
-	for _, x := range o.Deployments {
-		out = append(out, Ref{"Deployment", x.Namespace, x.Name})
-	}
-	for _, x := range o.PDBs {
-		out = append(out, Ref{"PodDisruptionBudget", x.Namespace, x.Name})
-	}
+	out := refsOf("Namespace", o.Namespaces)
+	out = append(out, refsOf("ConfigMap", o.ConfigMaps)...)
+	out = append(out, refsOf("Service", o.Services)...)
+	out = append(out, refsOf("Deployment", o.Deployments)...)
+	out = append(out, refsOf("PodDisruptionBudget", o.PDBs)...)
+	out = append(out, refsOf("HorizontalPodAutoscaler", o.HPAs)...)
+	out = append(out, refsOf("NetworkPolicy", o.Policies)...)
+	out = append(out, refsOf("ServiceMonitor", o.ServiceMonitors)...)
+	out = append(out, refsOf("PodMonitor", o.PodMonitors)...)
+	out = append(out, refsOf("PrometheusRule", o.PrometheusRules)...)
+	out = append(out, refsOf("Gateway", o.Gateways)...)
+	out = append(out, refsOf("HTTPRoute", o.HTTPRoutes)...)
 	for _, x := range o.Others {
 		out = append(out, Ref{x.Kind, x.Meta.Namespace, x.Meta.Name})
+	}
+	return out
+}
+
+// refsOf names the objects of one kind.
+func refsOf[T metav1.Object](kind string, xs []T) []Ref {
+	out := make([]Ref, len(xs))
+	for i, x := range xs {
+		out[i] = Ref{kind, x.GetNamespace(), x.GetName()}
 	}
 	return out
 }
@@ -115,7 +132,8 @@ type Decoder struct {
 // for others, keyed by apiVersion and kind.
 func NewDecoder(others map[metav1.TypeMeta]DecodeFunc) (*Decoder, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme,
+		autoscalingv2.AddToScheme, networkingv1.AddToScheme, monitoringv1.AddToScheme, gatewayv1.Install} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("kubelint: scheme: %w", err)
 		}
@@ -145,18 +163,7 @@ func (d *Decoder) Decode(where string, doc []byte, objs *Objects) error {
 	if err != nil {
 		return fmt.Errorf("%s: %s %s: %w", where, tm.APIVersion, tm.Kind, err)
 	}
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		objs.Namespaces = append(objs.Namespaces, o)
-	case *corev1.ConfigMap:
-		objs.ConfigMaps = append(objs.ConfigMaps, o)
-	case *corev1.Service:
-		objs.Services = append(objs.Services, o)
-	case *appsv1.Deployment:
-		objs.Deployments = append(objs.Deployments, o)
-	case *policyv1.PodDisruptionBudget:
-		objs.PDBs = append(objs.PDBs, o)
-	default:
+	if !objs.add(obj) {
 		return fmt.Errorf("%s: unexpected kind %s (extend the manifest checks before shipping it)", where, gvk)
 	}
 	return nil

@@ -7,8 +7,11 @@
 // envoy-rls's own wiring (its ports, or the emptyDir holding its Unix
 // socket, /readyz and /healthz probes, and a rules directory mounted from a
 // ConfigMap without subPath, holding the intended rules, also where
-// envoy-rls runs inside another workload's pod) and the kustomization files
-// that build the manifests.
+// envoy-rls runs inside another workload's pod), the operator's objects
+// around it (a PodDisruptionBudget that never blocks drains, an autoscaler,
+// NetworkPolicy, Prometheus Operator monitors and rules, Gateway API
+// gateways and routes, each against the objects it names) and the
+// kustomization files that build the manifests.
 //
 // It works on bytes and decoded objects that its caller hands it. It must
 // not read or write files, run kustomize, or talk to a cluster, and it

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ func checkEnvoyRLSContainer(p *problems, cw string, c corev1.Container, volumes 
 			p.add("%s: containerPort %d is missing", cw, want)
 		}
 	}
+	if xdsRules(c) {
+		// The rules come from the management server: no directory.
+		return
+	}
 	dir := envValue(c, "ENVOY_RLS_CONFIG_DIR", defaultConfigDir)
 	mounted := false
 	for _, m := range c.VolumeMounts {
@@ -60,6 +65,24 @@ func checkEnvoyRLSContainer(p *problems, cw string, c corev1.Container, volumes 
 	if !mounted {
 		p.add("%s: nothing is mounted at the config directory %s", cw, dir)
 	}
+}
+
+// xdsRules reports whether the container takes its rules from xDS.
+func xdsRules(c corev1.Container) bool {
+	return envValue(c, "ENVOY_RLS_CONFIG_SOURCE", "file") == "xds"
+}
+
+// envoyRLSOnXDS reports whether the envoy-rls Deployment's container takes
+// its rules from xDS, and so mounts no rules ConfigMap.
+func envoyRLSOnXDS(objs *Objects) bool {
+	for _, d := range objs.Deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if d.Name == envoyRLSName && c.Name == envoyRLSName && xdsRules(c) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // envValue returns the literal value of the container's env variable name,
@@ -127,9 +150,10 @@ func hasContainerPort(c corev1.Container, port int32) bool {
 	return false
 }
 
-// checkRedisURLs checks that a literal ENVOY_RLS_REDIS_URL points at a
-// Service the manifests define, on a port it has.
-func checkRedisURLs(p *problems, objs *Objects) {
+// checkRedisURLs checks that each host of a literal ENVOY_RLS_REDIS_URL
+// (several, comma-separated, for Sentinel and Cluster) is a Service port
+// of the manifests or one of external.
+func checkRedisURLs(p *problems, objs *Objects, external []string) {
 	for _, d := range objs.Deployments {
 		for _, c := range d.Spec.Template.Spec.Containers {
 			for _, e := range c.Env {
@@ -142,8 +166,10 @@ func checkRedisURLs(p *problems, objs *Objects) {
 					p.add("%s: %w", where, err)
 					continue
 				}
-				if !svcHostExists(u.Host, objs.Services) {
-					p.add("%s: %s is not a Service and port of these manifests", where, u.Host)
+				for _, host := range strings.Split(u.Host, ",") {
+					if !svcHostExists(host, objs.Services) && !slices.Contains(external, host) {
+						p.add("%s: %s is not a Service and port of these manifests", where, host)
+					}
 				}
 			}
 		}
@@ -180,7 +206,10 @@ func svcHostExists(hostport string, services []*corev1.Service) bool {
 // Deployments are checked too, but may be a subset.
 func checkRulesConfigMap(p *problems, objs *Objects, want Rules) {
 	cm := rulesConfigMap(objs)
-	if cm == nil {
+	switch {
+	case cm == nil && envoyRLSOnXDS(objs):
+		return
+	case cm == nil:
 		p.add("no ConfigMap is mounted as the envoy-rls rules directory")
 		return
 	}

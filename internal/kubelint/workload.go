@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,10 +218,11 @@ func containerPortName(d *appsv1.Deployment, target intstr.IntOrString) string {
 	return ""
 }
 
-func checkPDB(p *problems, where string, pdb *policyv1.PodDisruptionBudget, deps []*appsv1.Deployment) {
+func checkPDB(p *problems, where string, pdb *policyv1.PodDisruptionBudget, deps []*appsv1.Deployment, hpas []*autoscalingv2.HorizontalPodAutoscaler) {
 	if pdb.Spec.UnhealthyPodEvictionPolicy != nil {
 		p.enum(where, "spec.unhealthyPodEvictionPolicy", string(*pdb.Spec.UnhealthyPodEvictionPolicy), evictionPolicy)
 	}
+	requireEvictableUnhealthy(p, where, pdb)
 	if pdb.Spec.Selector == nil {
 		p.add("%s: spec.selector is required", where)
 		return
@@ -233,6 +235,9 @@ func checkPDB(p *problems, where string, pdb *policyv1.PodDisruptionBudget, deps
 		return
 	}
 	for _, d := range targets {
+		if d.Spec.Replicas == nil && scaledBy(d, hpas) {
+			continue // checkHPA compares the budget with minReplicas
+		}
 		replicas := int32(1)
 		if d.Spec.Replicas != nil {
 			replicas = *d.Spec.Replicas
@@ -241,4 +246,15 @@ func checkPDB(p *problems, where string, pdb *policyv1.PodDisruptionBudget, deps
 			p.add("%s: minAvailable %d with %d replicas of %s blocks every node drain", where, pdb.Spec.MinAvailable.IntVal, replicas, d.Name)
 		}
 	}
+}
+
+// scaledBy reports whether an autoscaler of hpas scales d.
+func scaledBy(d *appsv1.Deployment, hpas []*autoscalingv2.HorizontalPodAutoscaler) bool {
+	for _, h := range hpas {
+		ref := h.Spec.ScaleTargetRef
+		if h.Namespace == d.Namespace && ref.Kind == "Deployment" && ref.Name == d.Name {
+			return true
+		}
+	}
+	return false
 }

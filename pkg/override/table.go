@@ -95,7 +95,7 @@ func New(cfg Config) (*Table, error) {
 		}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{t.changes, t.errs} {
+		for _, c := range []prometheus.Collector{t.changes, t.errs, newActiveCollector(t)} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("override: register metrics: %w", err)
 			}

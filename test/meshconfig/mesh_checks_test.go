@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // overrides replaces repository files (by slash-separated relative path)
@@ -105,6 +106,13 @@ func checkBuild(t *testing.T, what string, fsys filesys.FileSystem, o overrides)
 	if err != nil {
 		return nil, append(errs, err)
 	}
+	return objs, append(errs, checkEnvoyFilters(objs, snap)...)
+}
+
+// checkEnvoyFilters checks each EnvoyFilter of objs and simulates its
+// descriptors for its domain's sample requests against snap.
+func checkEnvoyFilters(objs *kubelint.Objects, snap *rules.Snapshot) []error {
+	var errs []error
 	for _, ef := range envoyFilters(objs) {
 		p, err := checkEnvoyFilter(ef, objs.Services)
 		if err != nil {
@@ -118,7 +126,7 @@ func checkBuild(t *testing.T, what string, fsys filesys.FileSystem, o overrides)
 		}
 		errs = append(errs, checkSamples(p.where, p.filter, p.vhosts, snap, samples))
 	}
-	return objs, errs
+	return errs
 }
 
 // kustomizeTree is an in-memory manifests tree as kubelint reads it.
@@ -209,6 +217,16 @@ var fileChecks = map[string]fileCheck{
 	"image":     checkImageBuild,
 	"scripts":   checkScripts,
 	"uds":       checkSidecarUDS,
+	"operator":  checkOperatorComponents,
+}
+
+// checkOperatorComponents builds the manifests with the Gateway API
+// gateway, the NetworkPolicy and the autoscaler, and runs the manifests'
+// checks on them.
+func checkOperatorComponents(t *testing.T, o overrides) error {
+	fsys := variantFS(t, []string{gatewayAPIComponent, networkPolicyComponent, hpaComponent}, o.manifestOverrides())
+	_, errs := checkBuild(t, "manifests with the operator's components", fsys, o)
+	return errors.Join(errs...)
 }
 
 // TestShippedFilesPassEveryCheck is the baseline of the mutation test: the

@@ -209,8 +209,8 @@ var rlsClusterName = regexp.MustCompile(`^outbound\|(\d+)\|\|([a-z0-9-]+)\.([a-z
 // the proxy to simulate.
 func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioProxy, error) {
 	var errs []error
-	if len(ef.spec.GetWorkloadSelector().GetLabels()) == 0 {
-		errs = append(errs, fmt.Errorf("%s: spec.workloadSelector.labels is required (without it the filter patches every proxy in the namespace)", ef.where))
+	if err := checkTargeting(ef); err != nil {
+		errs = append(errs, err)
 	}
 	if !ef.hasPriority {
 		errs = append(errs, fmt.Errorf("%s: spec.priority must be set: it orders this filter against other EnvoyFilters", ef.where))
@@ -282,6 +282,25 @@ func checkEnvoyFilter(ef *envoyFilterDoc, services []*corev1.Service) (*istioPro
 	}
 	p.vhosts = vhosts
 	return p, nil
+}
+
+// checkTargeting requires an EnvoyFilter to name the proxies it patches:
+// pods by workloadSelector labels, or Gateway API gateways by targetRefs
+// (Istio finds their proxies), not both.
+func checkTargeting(ef *envoyFilterDoc) error {
+	labels, refs := ef.spec.GetWorkloadSelector().GetLabels(), ef.spec.GetTargetRefs()
+	switch {
+	case len(labels) > 0 && len(refs) > 0:
+		return fmt.Errorf("%s: spec.workloadSelector and spec.targetRefs are exclusive", ef.where)
+	case len(labels) == 0 && len(refs) == 0:
+		return fmt.Errorf("%s: spec.workloadSelector.labels or spec.targetRefs is required (without one the filter patches every proxy in the namespace)", ef.where)
+	}
+	for i, r := range refs {
+		if r.GetGroup() != "gateway.networking.k8s.io" || r.GetKind() != "Gateway" || r.GetName() == "" {
+			return fmt.Errorf("%s: spec.targetRefs[%d] %s/%s %q: want a gateway.networking.k8s.io Gateway by name", ef.where, i, r.GetGroup(), r.GetKind(), r.GetName())
+		}
+	}
+	return nil
 }
 
 // checkRLSCluster checks that cluster is Istio's name for a gRPC port of a

@@ -167,7 +167,12 @@ var manifestVariants = []struct {
 	{"sidecar-uds", []string{"components/sidecar", udsComponent}},
 	{"managed-redis", []string{"components/managed-redis"}},
 	{"per-version", []string{versionsComponent}},
-	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis", versionsComponent}},
+	{"gateway-helm", []string{gatewayHelmComponent}},
+	{"gateway-api", []string{gatewayAPIComponent}},
+	{"network-policy", []string{networkPolicyComponent}},
+	{"hpa", []string{hpaComponent}},
+	{"monitoring", []string{monitoringComponent}},
+	{"all", []string{"components/sidecar", udsComponent, "components/managed-redis", versionsComponent, networkPolicyComponent, hpaComponent, monitoringComponent}},
 }
 
 // variantFS returns the manifests with the variant's components enabled.
@@ -209,6 +214,12 @@ func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
 				{"Deployment", "envoy-rls", "envoy-rls", true},
 				{"Service", "envoy-rls", "envoy-rls", true},
 				{"PodDisruptionBudget", "envoy-rls", "envoy-rls", true},
+				{"NetworkPolicy", "envoy-rls", "envoy-rls", slices.Contains(v.components, networkPolicyComponent)},
+				{"HorizontalPodAutoscaler", "envoy-rls", "envoy-rls", slices.Contains(v.components, hpaComponent)},
+				{"ServiceMonitor", "envoy-rls", "envoy-rls", slices.Contains(v.components, monitoringComponent)},
+				{"PrometheusRule", "envoy-rls", "envoy-rls", slices.Contains(v.components, monitoringComponent)},
+				{"Gateway", "istio-system", "edge", slices.Contains(v.components, gatewayAPIComponent)},
+				{"HTTPRoute", "default", "edge", slices.Contains(v.components, gatewayAPIComponent)},
 				{"ConfigMap", "envoy-rls", "envoy-rls-config", true},
 				{"EnvoyFilter", "istio-system", "envoy-rls-gateway", true},
 				{"EnvoyFilter", "default", "envoy-rls-sidecar", sidecar},
