@@ -181,11 +181,11 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 			states[i], out[i] = take(c.Policy, states[i], now, c.Hits, true)
 		case allowed:
 			states[i], out[i] = Step(c.Policy, states[i], admitAt(c, now, wait), c.Hits, false)
-			if wait > 0 {
-				out[i].Delay, out[i].ReservedAt = wait, now+wait
-			}
 		default:
 			_, out[i] = step(c.Policy, states[i], now, 0, false, false)
+		}
+		if allowed && wait > 0 {
+			out[i].Delay, out[i].ReservedAt = wait, now+wait
 		}
 	}
 	return allowed

@@ -494,6 +494,7 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
 		s.sorted = append(s.sorted, checks[i])
 	}
+	denyAcrossSlots(s)
 	lo := 0
 	for j, i := range s.order {
 		if j+1 < len(s.order) && s.slots[s.order[j+1]] == s.slots[i] {
