@@ -68,6 +68,7 @@ type serveConfig struct {
 	grpc              grpcFlags
 	xds               xdsFlags
 	override          overrideFlags
+	hold              holdFlags
 }
 
 func serveFlags(stderr io.Writer) (*serveConfig, func([]string) error) {
@@ -115,6 +116,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.grpc.register(fs)
 	c.xds.register(fs)
 	c.override.register(fs)
+	c.hold.register(fs)
 	return c, fs
 }
 
@@ -201,7 +203,10 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
 		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
-	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains}, nil
+	if err := c.hold.check(); err != nil {
+		return rules.Options{}, err
+	}
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains, MaxDelay: c.hold.maxDelay}, nil
 }
 
 // check parses and checks every flag, naming the flag in each error.
@@ -296,6 +301,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Metrics:          rls.NewMetrics(reg),
 		ReferenceMetrics: referenceMetrics(cfg, reg),
 		Logger:           log,
+		Hold:             cfg.hold.config(reg),
 	})
 	if err != nil {
 		return err
@@ -348,6 +354,8 @@ type servers struct {
 	health *health.Server
 	ready  *readiness.Tracker
 	log    *zap.Logger
+	// release ends the service's held requests (rls.Service.ReleaseHeld).
+	release func()
 }
 
 // newServers builds the gRPC server (the service, health, reflection), the
@@ -364,7 +372,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 	if creds != nil {
 		gopts = append(gopts, creds)
 	}
-	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log}
+	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log, release: svc.ReleaseHeld}
 	svc.Register(s.grpc)
 	s.ready = newReadiness(ctx, ready, s.health, log)
 	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, ready: s.ready})
@@ -426,6 +434,9 @@ func (s *servers) shutdown(cfg *serveConfig, delay bool) {
 	if cfg.shutdownDelay > 0 && delay {
 		time.Sleep(cfg.shutdownDelay)
 	}
+	// Held requests (on_limit: delay) are answered now, not at their
+	// reserved time, so the drain below does not wait for them.
+	s.release()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
