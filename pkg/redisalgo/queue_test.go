@@ -36,22 +36,28 @@ func TestQueueSuite(t *testing.T) {
 	}
 }
 
-// TestQueueAcrossSlotsDenies: on a cluster, a request whose keys span two
-// hash slots does not queue (each slot's script call would pick its own
-// wait); it is denied, and what the other slot consumed is refunded.
-func TestQueueAcrossSlotsDenies(t *testing.T) {
+// TestQueueAcrossSlots: on a cluster, a request whose keys span two hash
+// slots queues on the first slot's limits and applies the other slot's at
+// arrival; when the other slot denies, the reservation is cancelled, so
+// the next request gets its slot.
+func TestQueueAcrossSlots(t *testing.T) {
 	b := newBackend(t, redistest.SharedCluster(t).ClusterClient(t), Options{CallerTime: true})
 	q := backendtest.QueueCheck(t.Name(), "q", backendtest.ShapingPolicy, backendtest.ShapingMaxDelay)
-	other := backendtest.QueueCheck(t.Name(), "other", algo.Policy{Algorithm: algo.TokenBucket, Limit: 100, Period: algo.Second}, 0)
+	other := backendtest.QueueCheck(t.Name(), "other", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 0)
 	for v := 0; keySlot(AppendKey(nil, other)) == keySlot(AppendKey(nil, q)); v++ {
 		other.Entries[0].Value = "other" + string(rune('a'+v))
 	}
-	backendtest.Apply(t, b, backendtest.Start, q)
-	ds := backendtest.Apply(t, b, backendtest.Start, q, other)
-	if ds[0].Allowed || ds[0].Delay != 0 {
-		t.Fatalf("a queued limit beside a key of another slot: %+v, want denied", ds)
+	now := backendtest.Start
+	backendtest.Apply(t, b, now, q)
+	ds := backendtest.Apply(t, b, now, q, other)
+	if !ds[0].Allowed || !ds[1].Allowed || ds[0].Delay != 100_000 {
+		t.Fatalf("queued beside an admitting key of another slot: %+v, want both allowed, queued 100ms", ds)
 	}
-	if d := backendtest.Apply(t, b, backendtest.Start, q)[0]; d.Delay != 100_000 {
-		t.Fatalf("alone again: %+v, want queued 100ms (the cross-slot request reserved nothing)", d)
+	ds = backendtest.Apply(t, b, now, q, other)
+	if ds[0].Allowed || ds[1].Allowed || ds[0].Delay != 0 {
+		t.Fatalf("queued beside a denying key of another slot: %+v, want denied", ds)
+	}
+	if d := backendtest.Apply(t, b, now, q)[0]; d.Delay != 200_000 {
+		t.Fatalf("alone again: %+v, want queued 200ms (the denied request's reservation was cancelled)", d)
 	}
 }
