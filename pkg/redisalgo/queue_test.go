@@ -10,30 +10,19 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// TestQueueSuite runs the queue-mode scenarios on standalone Redis and the
-// cluster, and the shaping scenario across four replicas sharing one Redis:
-// every reservation is made in a script call, so together they admit no
-// more than one backend would, 100 ms apart.
-func TestQueueSuite(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		client func(t *testing.T) redis.UniversalClient
-	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.SharedStandalone(t).Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t).ClusterClient(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			client := tc.client(t)
-			f := func(t *testing.T) backendtest.Backend { return newBackend(t, client, Options{CallerTime: true}) }
-			backendtest.RunQueue(t, f)
-			t.Run("FourReplicas", func(t *testing.T) {
-				replicas := []backendtest.Backend{f(t), f(t), f(t), f(t)}
-				c := backendtest.QueueCheck(t.Name(), "k", backendtest.ShapingPolicy, backendtest.ShapingMaxDelay)
-				passes, denied := backendtest.ConcurrentAdmissions(t, replicas, backendtest.Start, 40, c)
-				backendtest.CheckShaped(t, passes, denied, 40, 6, backendtest.Start, backendtest.ShapingPolicy)
-			})
-		})
-	}
+// queueSuite runs the queue-mode scenarios on client's Redis (standalone
+// or cluster; TestBackendSuite calls it), and the shaping scenario across
+// four replicas sharing it: every reservation is made in a script call, so
+// together they admit no more than one backend would, 100 ms apart.
+func queueSuite(t *testing.T, client redis.UniversalClient) {
+	f := func(t *testing.T) backendtest.Backend { return newBackend(t, client, Options{CallerTime: true}) }
+	backendtest.RunQueue(t, f)
+	t.Run("FourReplicas", func(t *testing.T) {
+		replicas := []backendtest.Backend{f(t), f(t), f(t), f(t)}
+		c := backendtest.QueueCheck(t.Name(), "k", backendtest.ShapingPolicy, backendtest.ShapingMaxDelay)
+		passes, denied := backendtest.ConcurrentAdmissions(t, replicas, backendtest.Start, 40, c)
+		backendtest.CheckShaped(t, passes, denied, 40, 6, backendtest.Start, backendtest.ShapingPolicy)
+	})
 }
 
 // TestQueueAcrossSlots: on a cluster, a request whose keys span two hash

@@ -72,10 +72,16 @@ func (p *parser) onLimit(f map[string]*yaml.Node, line int, path string, alg alg
 }
 
 // maxDelayValue reads a max_delay: a duration above 0, at most the
-// server's ceiling, in whole microseconds.
+// server's ceiling.
 func (p *parser) maxDelayValue(n *yaml.Node, path string) (time.Duration, bool) {
 	ceiling := p.opts.maxDelay()
 	want := fmt.Sprintf("a duration such as 500ms, above 0 and at most the server's --max-delay %s", ceiling)
+	return p.durationIn(n, path, want, time.Microsecond, ceiling)
+}
+
+// durationIn reads n as a duration in [lo, hi]; want says what is wanted
+// in the error.
+func (p *parser) durationIn(n *yaml.Node, path, want string, lo, hi time.Duration) (time.Duration, bool) {
 	s, ok := p.str(n, path)
 	if !ok {
 		return 0, false
@@ -85,7 +91,7 @@ func (p *parser) maxDelayValue(n *yaml.Node, path string) (time.Duration, bool) 
 		p.errorf(n.Line, path, "%q is not a duration (want %s)", s, want)
 		return 0, false
 	}
-	if d < time.Microsecond || d > ceiling {
+	if d < lo || d > hi {
 		p.errorf(n.Line, path, "%s is out of range (want %s)", d, want)
 		return 0, false
 	}
