@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,5 +207,26 @@ func TestHoldCapAndRelease(t *testing.T) {
 	// After the release nothing queues.
 	if a := ask(context.Background(), t, s, req); a.code != "OVER_LIMIT" || a.reservedAt != 0 {
 		t.Fatalf("after the release: %+v, want OVER_LIMIT at once", a)
+	}
+}
+
+// TestHoldHeaders: a held request's answer carries the usual headers (of
+// the limit at its reserved time) and its reserved time and delay.
+func TestHoldHeaders(t *testing.T) {
+	s, _ := newTestService(t, queueRules, func(c *Config) { c.Headers = HeaderOptions{Legacy: true} })
+	t.Cleanup(s.ReleaseHeld)
+	req := request("api", desc("tier=vip"))
+	call(t, s, req)
+	resp := call(t, s, req)
+	got := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		got[h.GetKey()] = h.GetValue()
+	}
+	want := map[string]string{
+		"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1",
+		ReservedAtHeader: strconv.FormatInt(epoch.UnixMicro()+100_000, 10), DelayHeader: "100.000",
+	}
+	if resp.GetOverallCode() != pb.RateLimitResponse_OK || !maps.Equal(got, want) {
+		t.Fatalf("%v, headers %v; want OK with %v", resp.GetOverallCode(), got, want)
 	}
 }
