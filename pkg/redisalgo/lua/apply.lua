@@ -22,18 +22,19 @@
 --           algo.Check.ReservedAt) + 32 when burst follows + 64 when hits
 --           follows + 128 when one more argument follows hits: max_delay
 --           µs of a consume in queue mode (algo.Check.MaxDelay), or the
---           reserved time of a cancel. The common request (one limit, one hit, no burst, at
---           TIME) is 4 arguments: Redis and Lua pay for each one, and at
---           moderate load a script call carries one request.
+--           reserved time of a cancel. The common request (one limit, one
+--           hit, no burst, at TIME) is 4 arguments: Redis and Lua pay for
+--           each one, and at moderate load a script call carries one
+--           request.
 -- Reply     per request: now, status, then per limit: allowed, remaining,
 --           reset_after µs, retry_after µs (-1: never), granted (what an
 --           allowed take consumed, or a cancel gave back, else 0;
 --           algo.Decision has their meaning). An allowed limit's
 --           retry_after is its algo.Decision.Delay: 0 unless the request
---           queued (reserved) to pass that many µs after now. status is allowed_all (0 or 1), or 2 when a
---           key of the request holds another type (WRONGTYPE), 3 for any
---           other error; a failed request's limits read 0, and only that
---           request fails.
+--           queued (reserved) to pass that many µs after now. status is
+--           allowed_all (0 or 1), or 2 when a key of the request holds
+--           another type (WRONGTYPE), 3 for any other error; a failed
+--           request's limits read 0, and only that request fails.
 -- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
 --
 -- First every limit is decided without writing; then, if every limit that
