@@ -20,6 +20,8 @@ import (
 // reserved it a later slot (algo.Decision.Delay) is held in its own
 // handler until that time, then answered OK. Holding costs a timer and the
 // handler's goroutine, which gRPC runs anyway: no goroutine of its own.
+// The wait counts from the backend's answer, so a held request passes at
+// its reserved time plus the backend's latency: late by that, never early.
 //
 //   - Bounded: at most HoldConfig.MaxHeld requests are held at once. A
 //     request that may queue takes a place before the backend sees it;
