@@ -70,6 +70,7 @@ type serveConfig struct {
 	override          overrideFlags
 	statsd            statsdFlags
 	tracing           tracingFlags
+	hold              holdFlags
 
 	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
 	dropInFlag string
@@ -121,6 +122,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.override.register(fs)
 	c.statsd.register(fs)
 	c.tracing.register(fs)
+	c.hold.register(fs)
 	return c, fs
 }
 
@@ -208,7 +210,10 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 	if err := algo.ValidateSlidingLogCap(int64(c.slidingLogCap)); err != nil {
 		return rules.Options{}, fmt.Errorf("--sliding-log-cap: %w", err)
 	}
-	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains,
+	if err := c.hold.check(); err != nil {
+		return rules.Options{}, err
+	}
+	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains, MaxDelay: c.hold.maxDelay,
 		Files: c.dropIn.files, ZeroMissingRequestsPerUnit: c.dropIn.on}, nil
 }
 
@@ -321,6 +326,7 @@ func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err erro
 		Metrics:          rls.NewMetrics(reg),
 		ReferenceMetrics: refMetrics,
 		Logger:           log,
+		Hold:             cfg.hold.config(reg),
 	})
 	if err != nil {
 		return err
@@ -364,6 +370,8 @@ type servers struct {
 	health *health.Server
 	ready  *readiness.Tracker
 	log    *zap.Logger
+	// release ends the service's held requests (rls.Service.ReleaseHeld).
+	release func()
 }
 
 // newServers builds the gRPC server (the service, health, reflection), the
@@ -380,7 +388,7 @@ func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready f
 	if creds != nil {
 		gopts = append(gopts, creds)
 	}
-	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log}
+	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log, release: svc.ReleaseHeld}
 	svc.Register(s.grpc)
 	s.ready = newReadiness(ctx, ready, s.health, log)
 	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, ready: s.ready})
@@ -442,6 +450,9 @@ func (s *servers) shutdown(cfg *serveConfig, delay bool) {
 	if cfg.shutdownDelay > 0 && delay {
 		time.Sleep(cfg.shutdownDelay)
 	}
+	// Held requests (on_limit: delay) are answered now, not at their
+	// reserved time, so the drain below does not wait for them.
+	s.release()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {

@@ -119,6 +119,15 @@ type Decision struct {
 	// Granted is how many hits an allowed take (Check.Take) consumed: at
 	// least 1, at most its Hits. It is 0 for every other decision.
 	Granted int64
+	// Delay is in microseconds: 0 unless the request reserved its hits in
+	// queue mode (Check.MaxDelay); then it is allowed, to pass Delay µs
+	// after now, and every consuming check of the request reports the same
+	// Delay. A token_bucket or gcra check's Remaining and ResetAfter then
+	// describe the limit at that reserved time.
+	Delay int64
+	// ReservedAt is now + Delay in Unix µs (the backend's clock) when Delay
+	// is positive, else 0: the time a cancellation (Check.ReservedAt) names.
+	ReservedAt int64
 }
 
 // Never is the RetryAfter of a denial that no wait would lift.

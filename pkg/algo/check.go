@@ -36,4 +36,14 @@ type Check struct {
 	// auto`). It says how a replica may serve the counter, not which
 	// counter it is, so it is not part of the counter identity.
 	Lease bool
+	// MaxDelay puts the check in queue mode (`on_limit: delay`): a
+	// token_bucket or gcra check that would be denied, but whose RetryAfter
+	// is at most MaxDelay µs, reserves its hits instead (reserve.go). 0, the
+	// default, denies. Other algorithms, takes and refunds ignore it.
+	MaxDelay int64
+	// ReservedAt, on a refund, makes it the cancellation of the hits a
+	// queued request reserved at that time (Unix µs, the Decision's
+	// ReservedAt): they are given back only where no later reservation
+	// depends on them (see Cancel in reserve.go). 0 is a plain refund.
+	ReservedAt int64
 }

@@ -101,8 +101,12 @@ func Merge(checks []Check) (merged []Check, owner []int) {
 			merged = append(merged, *c)
 			net = append(net, 0)
 			j = len(merged) - 1
-		} else if stricter(c.Policy, merged[j].Policy) {
-			merged[j].Policy = c.Policy
+		} else {
+			if stricter(c.Policy, merged[j].Policy) {
+				merged[j].Policy = c.Policy
+			}
+			// Queue mode only when every check on the counter may wait.
+			merged[j].MaxDelay = min(merged[j].MaxDelay, c.MaxDelay)
 		}
 		owner[i] = j
 		if c.Refund {

@@ -118,6 +118,12 @@ func Expiry(p Policy, s State, now int64) int64 {
 // check's state is replaced by its new state. Refunds always apply; a
 // check-only check's state is never replaced.
 //
+// In queue mode (Check.MaxDelay, see reserve.go) a token_bucket or gcra
+// check denied with RetryAfter within its MaxDelay does not deny: the
+// request is allowed to pass after the latest such RetryAfter, reported as
+// Decision.Delay, and its bucket checks consume at that time. A refund with
+// Check.ReservedAt cancels a reservation.
+//
 // For distinct counters this is the function the Lua script apply.lua
 // mirrors (pkg/redisalgo merges before it calls the script). ApplyAll does
 // not allocate except when a sliding log grows or two checks share a
@@ -142,9 +148,13 @@ func ApplyAll(checks []Check, states []State, now int64, out []Decision) (allowe
 // applyDistinct is ApplyAll for checks on distinct counters.
 func applyDistinct(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
 	allowed = true
+	var wait int64 // queue mode: the latest reservation's delay (reserve.go)
 	for i := range checks {
 		c := &checks[i]
 		switch {
+		case c.Refund && c.ReservedAt != 0:
+			states[i], out[i] = cancel(c, states[i], now)
+			continue
 		case c.Refund:
 			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, true)
 			continue
@@ -154,21 +164,28 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 			_, out[i] = step(c.Policy, states[i], now, c.Hits, false, false)
 		}
 		if !out[i].Allowed {
+			if reservable(c, out[i]) {
+				wait = max(wait, out[i].RetryAfter)
+				continue
+			}
 			allowed = false
 		}
 	}
 	for i := range checks {
 		c := &checks[i]
-		if c.Refund || c.Hits <= 0 || !out[i].Allowed {
+		if c.Refund || c.Hits <= 0 || (!allowed && !out[i].Allowed) {
 			continue
 		}
 		switch {
 		case allowed && c.Take:
 			states[i], out[i] = take(c.Policy, states[i], now, c.Hits, true)
 		case allowed:
-			states[i], out[i] = Step(c.Policy, states[i], now, c.Hits, false)
+			states[i], out[i] = Step(c.Policy, states[i], admitAt(c, now, wait), c.Hits, false)
 		default:
 			_, out[i] = step(c.Policy, states[i], now, 0, false, false)
+		}
+		if allowed && wait > 0 {
+			out[i].Delay, out[i].ReservedAt = wait, now+wait
 		}
 	}
 	return allowed

@@ -210,6 +210,8 @@ func (c *Cache) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 			// capacity, which more hits exceed too); it holds while the
 			// policy does, so cache it for a period.
 			until = now + checks[i].Policy.Period
+		} else if until -= queueSlack(&checks[i]); until <= now {
+			continue
 		}
 		if !keyed {
 			c.keys(s, checks)

@@ -142,6 +142,10 @@ type Limit struct {
 	// RequestsPerUnit and Burst are as configured.
 	RequestsPerUnit uint32 `json:"requests_per_unit"`
 	Burst           int64  `json:"burst,omitempty"`
+	// OnLimit is what a request over the limit gets: "deny", or "delay"
+	// (queued for at most MaxDelayMS).
+	OnLimit    string  `json:"on_limit"`
+	MaxDelayMS float64 `json:"max_delay_ms,omitempty"`
 	// Effective is the limit the service applies now.
 	Effective Effective `json:"effective"`
 	// ReplacedBy names the limit another descriptor's rule replaces this
@@ -286,6 +290,7 @@ func (e *Explainer) limit(now time.Time, domain string, r *rules.Rule, l *rules.
 		Effective: Effective{RequestsPerUnit: eff.RequestsPerUnit, Limit: eff.Policy.Limit, Burst: eff.Policy.Burst, Source: "config"},
 		Key:       string(key), Slot: redisalgo.KeySlot(key),
 	}
+	out.OnLimit, out.MaxDelayMS = onLimit(l)
 	if t := c.TagIndex(); t >= 0 {
 		out.HashTag = keyEntries[t].Key
 	}

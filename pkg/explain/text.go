@@ -86,6 +86,11 @@ func (t *textWriter) limit(l Limit) {
 		t.printf(", burst %d", l.Effective.Burst)
 	}
 	t.printf(" (source: %s)\n", l.Effective.Source)
+	if l.OnLimit == "delay" {
+		t.printf("    on limit: delay, queued for at most %s\n", ms(l.MaxDelayMS))
+	} else {
+		t.printf("    on limit: deny\n")
+	}
 	for _, s := range l.Effective.Sources {
 		if s.Ignored {
 			t.printf("    ignored: %s (it changed the algorithm or period)\n", s.Name)

@@ -494,6 +494,7 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
 		s.sorted = append(s.sorted, checks[i])
 	}
+	queueInOneSlot(s)
 	lo := 0
 	for j, i := range s.order {
 		if j+1 < len(s.order) && s.slots[s.order[j+1]] == s.slots[i] {
@@ -612,6 +613,10 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 				}
 			}
 			ch.Refund = true
+			if d := c.out[j]; d.Delay > 0 {
+				// A reservation is cancelled, never refunded (queue.go).
+				ch.ReservedAt, ch.MaxDelay = d.ReservedAt, 0
+			}
 			r.checks = append(r.checks, ch)
 			keys = append(keys, c.script.keys[j])
 			idx = append(idx, j)

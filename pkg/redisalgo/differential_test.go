@@ -166,6 +166,11 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		// takes counts allowed takes granted [0] less than they asked,
 		// [1] all of it.
 		takes [2]int
+		// reserved are queue-mode reservations a later step may cancel;
+		// queued counts [0] delayed requests, [1] cancels that gave back,
+		// [2] cancels that could not.
+		reserved []diffReservation
+		queued   [3]int
 	)
 	for step := range steps {
 		if r.IntN(100) == 0 {
@@ -188,7 +193,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 			// The entry names the limit's own key, so that ApplyAll sees
 			// distinct counters as the script does.
-			checks = append(checks, algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund, Take: take})
+			c := algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund, Take: take}
+			c.MaxDelay, c.ReservedAt = diffQueueMode(r, c, l.key, reserved)
+			checks = append(checks, c)
 			keys = append(keys, l.key)
 		}
 		first := limits[pick[0]].p
@@ -221,6 +228,15 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			if g := goOut[i].Granted; c.Take && g > 0 {
 				takes[min(g/c.Hits, 1)]++
 			}
+			switch {
+			case c.ReservedAt != 0 && goOut[i].Granted > 0:
+				queued[1]++
+			case c.ReservedAt != 0:
+				queued[2]++
+			case goOut[i].Delay > 0 && !c.Take:
+				queued[0]++
+				reserved = append(reserved, diffReservation{key: keys[i], hits: c.Hits, at: goOut[i].ReservedAt})
+			}
 		}
 		for i, k := range keys {
 			got, present, err := parseState(k, checks[i].Policy, after[i])
@@ -229,7 +245,11 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 			p := checks[i].Policy
 			e := algo.Expiry(p, states[i], now)
-			written := checks[i].Refund || (goAllowed && checks[i].Hits > 0)
+			written := goAllowed && checks[i].Hits > 0
+			if checks[i].Refund {
+				// A cancel that cannot give back leaves the key alone.
+				written = checks[i].ReservedAt == 0 || goOut[i].Granted > 0
+			}
 			if !present {
 				// Redis may expire a key whose TTL the script set to a
 				// few ms before the script ends: its clock runs on.
@@ -255,10 +275,45 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 	if takes[0] == 0 || takes[1] == 0 {
 		t.Errorf("takes: %d granted in part, %d granted whole; want both exercised", takes[0], takes[1])
 	}
+	if queued[0] == 0 || queued[1] == 0 || queued[2] == 0 {
+		t.Errorf("queue mode: %d delayed requests, %d cancels gave back, %d could not; want each exercised", queued[0], queued[1], queued[2])
+	}
+	t.Logf("queue mode: %d delayed requests, %d cancels gave back, %d could not", queued[0], queued[1], queued[2])
 	if gcraForms[0] == 0 || gcraForms[1] == 0 {
 		t.Errorf("gcra values written: %d plain, %d with a fraction; want both spellings exercised", gcraForms[0], gcraForms[1])
 	}
 	t.Logf("gcra values written: %d plain, %d with a fraction", gcraForms[0], gcraForms[1])
+}
+
+// diffReservation is a reservation the differential test may cancel.
+type diffReservation struct {
+	key      string
+	hits, at int64
+}
+
+// diffQueueMode draws c's queue mode: for a consume on a bucket often a
+// MaxDelay, for a refund on a bucket sometimes the cancellation of an
+// earlier reservation of its key (with the refund's own hits, which need
+// not be the reservation's: a cancel of another size is exercised too).
+func diffQueueMode(r *rand.Rand, c algo.Check, key string, reserved []diffReservation) (maxDelay, reservedAt int64) {
+	if !c.Policy.Algorithm.UsesBurst() {
+		if r.IntN(10) == 0 {
+			return 1 + r.Int64N(algo.Second), 0 // ignored off the buckets
+		}
+		return 0, 0
+	}
+	if c.Refund {
+		for i := len(reserved) - 1; i >= 0 && r.IntN(2) == 0; i-- {
+			if reserved[i].key == key {
+				return 0, reserved[i].at
+			}
+		}
+		return 0, 0
+	}
+	if r.IntN(3) == 0 {
+		return 0, 0
+	}
+	return 1 + r.Int64N(2*max(c.Policy.Period, 1)), 0
 }
 
 // parseState decodes one key's state of policy p as observedScript reads

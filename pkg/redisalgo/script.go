@@ -23,8 +23,8 @@ var applyLua string
 var applyScript = redis.NewScript(applyLua)
 
 // maxArgsPerLimit is the most ARGV entries apply.lua takes per limit:
-// code, limit, period, burst and hits.
-const maxArgsPerLimit = 5
+// code, limit, period, burst, hits and the queue-mode argument.
+const maxArgsPerLimit = 6
 
 // Bits of a limit's code in apply.lua's ARGV above its algorithm.
 const (
@@ -32,6 +32,12 @@ const (
 	codeTake   = 16
 	codeBurst  = 32 // burst follows period
 	codeHits   = 64 // hits follows (else 1)
+	// codeCancel is the mode of a refund that cancels a reservation
+	// (algo.Check.ReservedAt).
+	codeCancel = 24
+	// codeExtra: the queue-mode argument follows hits: MaxDelay, or a
+	// cancel's ReservedAt.
+	codeExtra = 128
 )
 
 // ErrBadReply is wrapped by every error parseApplyInts returns for a reply
@@ -91,6 +97,8 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 			code = 0
 		}
 		switch {
+		case c.Refund && c.ReservedAt != 0:
+			code += codeCancel
 		case c.Refund:
 			code += codeRefund
 		case c.Take:
@@ -102,6 +110,10 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 		if c.Hits != 1 {
 			code += codeHits
 		}
+		extra := queueArg(c)
+		if extra != 0 {
+			code += codeExtra
+		}
 		dst = append(dst, code, c.Policy.Limit, c.Policy.Period)
 		if c.Policy.Burst != 0 {
 			dst = append(dst, c.Policy.Burst)
@@ -109,8 +121,23 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 		if c.Hits != 1 {
 			dst = append(dst, c.Hits)
 		}
+		if extra != 0 {
+			dst = append(dst, extra)
+		}
 	}
 	return dst
+}
+
+// queueArg is a check's queue-mode argument for apply.lua: a cancel's
+// ReservedAt, a queued consume's MaxDelay, else 0 (none).
+func queueArg(c *algo.Check) int64 {
+	switch {
+	case c.Refund:
+		return c.ReservedAt
+	case c.Take:
+		return 0
+	}
+	return max(c.MaxDelay, 0)
 }
 
 // parseApplyInts decodes one request's part of apply.lua's reply, read
@@ -153,6 +180,10 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 			return 0, false, bad(i+4, 0, maxInt)
 		}
 		out[k] = algo.Decision{Allowed: vals[i] == 1, Remaining: vals[i+1], ResetAfter: vals[i+2], RetryAfter: vals[i+3], Granted: vals[i+4]}
+		if d := &out[k]; d.Allowed && d.RetryAfter > 0 {
+			// An allowed limit's retry_after is its queue-mode delay.
+			d.Delay, d.ReservedAt, d.RetryAfter = d.RetryAfter, vals[0]+d.RetryAfter, 0
+		}
 	}
 	return vals[0], vals[1] == 1, nil
 }

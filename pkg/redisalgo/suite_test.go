@@ -33,6 +33,7 @@ func TestBackendSuite(t *testing.T) {
 					return newBackend(t, client, Options{CallerTime: true})
 				})
 			})
+			t.Run("Queue", func(t *testing.T) { queueSuite(t, client) })
 		})
 	}
 }

@@ -205,6 +205,8 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			Hits:    hits,
 			Refund:  refund,
 			Lease:   l.Lease,
+			// Queue mode (hold.go decides whether it applies).
+			MaxDelay: l.MaxDelay.Microseconds(),
 		})
 		p.meta = append(p.meta, checkMeta{
 			desc:       desc,

@@ -67,6 +67,8 @@ type Config struct {
 	// Now is the clock read once per request, the request's time for every
 	// backend on its path; nil means time.Now. Tests inject their own.
 	Now func() time.Time
+	// Hold bounds queue mode (`on_limit: delay`; hold.go).
+	Hold HoldConfig
 }
 
 // RequestLimits bounds what one RateLimitRequest may contain. Zero fields
@@ -118,6 +120,7 @@ type Service struct {
 	limits RequestLimits
 	log    *zap.Logger
 	plans  sync.Pool
+	held   *holder
 }
 
 // New returns a Service for cfg.
@@ -152,7 +155,7 @@ func New(cfg Config) (*Service, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Service{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log.Named("rls")}
+	s := &Service{cfg: cfg, limits: cfg.Limits.withDefaults(), log: log.Named("rls"), held: newHolder(cfg.Hold)}
 	s.plans.New = func() any { return new(plan) }
 	return s, nil
 }
@@ -214,7 +217,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 		s.cfg.Metrics.observeIgnoredOverrides(domainLabel, p.overridesIgnored)
 	}
 	if len(p.checks) > 0 {
-		if err := s.apply(ctx, p); err != nil {
+		if err := s.applyAndHold(ctx, p); err != nil {
 			// Per request at Debug: during an outage every request fails,
 			// and the backend's own breaker logs the transitions once.
 			s.log.Debug("backend failed", zap.String("domain", req.GetDomain()), zap.Error(err))
@@ -225,6 +228,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 		}
 	}
 	resp := p.response(req, s.cfg.ShadowMode, s.cfg.Headers)
+	addHoldHeaders(resp, p)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.observeChecks(domainLabel, p, s.cfg.ShadowMode)
 	}

@@ -26,7 +26,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease", "warmup"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease", "warmup", "on_limit", "max_delay"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -130,8 +130,9 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	burst, burstOK := p.burst(f, path, alg)
 	lease, leaseOK := p.lease(f, path, alg)
 	warmup, warmupOK := p.warmup(f, path)
-	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK && warmupOK) {
+	maxDelay, delayOK := p.onLimit(f, line, path, alg, lease)
+	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup, MaxDelay: maxDelay}
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK && warmupOK && delayOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {

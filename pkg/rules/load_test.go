@@ -158,6 +158,7 @@ func TestExamples(t *testing.T) {
 		{"edge", entries("remote_address=198.51.100.10"), "edge.remote_address_198.51.100.10", nil, true},
 		{"edge", entries("user_id=alice"), "edge.user_id", []string{"user_per_second", "user_per_day"}, false},
 		{"edge", entries("tier=partner", "user_id=alice"), "partner_per_second", []string{"partner_per_second"}, false},
+		{"edge", entries("tier=vip", "user_id=alice"), "vip_per_second", []string{"vip_per_second"}, false},
 		{"edge", entries("path=/api/login"), "login_path", []string{"login_path"}, false},
 		{"edge", entries("path=/api/orders?page=2"), "api_paths", []string{"api_paths"}, false},
 		{"edge", entries("path=/healthz"), "edge.path_/healthz", nil, true},

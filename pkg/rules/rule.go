@@ -18,6 +18,9 @@ type Options struct {
 	// algo.DefaultSlidingLogCap. It must pass algo.ValidateSlidingLogCap
 	// (every limit is rejected otherwise); check the flag that sets it.
 	SlidingLogCap int64
+	// MaxDelay is the longest max_delay a limit may set (--max-delay); zero
+	// means DefaultMaxDelay.
+	MaxDelay time.Duration
 	// MergeDomains lets several files of a directory define one domain,
 	// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their top-level
 	// descriptors are joined, in file name order. Without it a domain
@@ -196,4 +199,8 @@ type Limit struct {
 	// Warmup is the limit's warm-up ramp, nil for none. Only a
 	// LimitAdjuster (pkg/warmup) applies it: Policy is the ramp's target.
 	Warmup *Warmup
+	// MaxDelay is `on_limit: delay` with its max_delay: a request over the
+	// limit is queued for at most this long instead of denied
+	// (algo.Check.MaxDelay). 0, `on_limit: deny`, the default, denies.
+	MaxDelay time.Duration
 }

@@ -77,20 +77,7 @@ func (p *parser) warmup(f map[string]*yaml.Node, path string) (*Warmup, bool) {
 
 func (p *parser) warmupPeriod(n *yaml.Node, path string) (time.Duration, bool) {
 	want := fmt.Sprintf("a duration such as 10m, above 0 and at most %s", MaxWarmupPeriod)
-	s, ok := p.str(n, path)
-	if !ok {
-		return 0, false
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		p.errorf(n.Line, path, "%q is not a duration (want %s)", s, want)
-		return 0, false
-	}
-	if d <= 0 || d > MaxWarmupPeriod {
-		p.errorf(n.Line, path, "%s is out of range (want %s)", d, want)
-		return 0, false
-	}
-	return d, true
+	return p.durationIn(n, path, want, 1, MaxWarmupPeriod)
 }
 
 // warmupFrom reads the starting fraction. A fraction of 0 would start the

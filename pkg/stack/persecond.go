@@ -61,6 +61,7 @@ func (p perSecond) Apply(ctx context.Context, now time.Time, checks []algo.Check
 		}
 	}
 	secChecks, mainChecks := pick(checks, secIdx), pick(checks, mainIdx)
+	queueOnOneSide(secChecks, mainChecks)
 	type result struct {
 		d   []algo.Decision
 		err error
@@ -104,8 +105,7 @@ func (p perSecond) refund(ctx context.Context, now time.Time, apply applyFunc, c
 		if c.Refund || c.Hits <= 0 {
 			continue
 		}
-		c.Refund = true
-		back = append(back, c)
+		back = append(back, giveBack(c, d[i]))
 		idx = append(idx, i)
 	}
 	if len(back) == 0 {

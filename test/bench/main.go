@@ -273,6 +273,12 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) (*results,
 			return nil, err
 		}
 	}
+	if b.wants(queueName) {
+		b.logf("queue mode: %d held requests", queueHeld)
+		if _, err = phase(ctx, "queue mode", queueName, &errs, b.queueRun, stdout, writeQueue); err != nil {
+			return nil, err
+		}
+	}
 	writeTargets(stdout, opts, res.rows, res.mem, res.soak)
 	if len(errs) > 0 {
 		return res, fmt.Errorf("bench: %d phase(s) failed: %w", len(errs), errors.Join(errs...))

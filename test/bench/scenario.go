@@ -194,7 +194,7 @@ func allScenarioNames() []string {
 	for _, s := range loadScenarios() {
 		names = append(names, s.name)
 	}
-	return append(names, memoryName, soakName)
+	return append(names, memoryName, soakName, queueName)
 }
 
 // makeUsers returns n distinct user ids, built once so the workers only

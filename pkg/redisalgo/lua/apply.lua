@@ -18,17 +18,23 @@
 --           only). code = algorithm (1 fixed_window, 2 sliding_window,
 --           3 sliding_log, 4 token_bucket, 5 gcra) + 8 × mode (0 consume,
 --           1 refund, 2 take: hits is the most to consume,
---           algo.Check.Take) + 32 when burst follows + 64 when hits
---           follows. The common request (one limit, one hit, no burst, at
---           TIME) is 4 arguments: Redis and Lua pay for each one, and at
---           moderate load a script call carries one request.
+--           algo.Check.Take, 3 cancel: a refund of a reservation,
+--           algo.Check.ReservedAt) + 32 when burst follows + 64 when hits
+--           follows + 128 when one more argument follows hits: max_delay
+--           µs of a consume in queue mode (algo.Check.MaxDelay), or the
+--           reserved time of a cancel. The common request (one limit, one
+--           hit, no burst, at TIME) is 4 arguments: Redis and Lua pay for
+--           each one, and at moderate load a script call carries one
+--           request.
 -- Reply     per request: now, status, then per limit: allowed, remaining,
 --           reset_after µs, retry_after µs (-1: never), granted (what an
---           allowed take consumed, else 0; algo.Decision has their
---           meaning). status is allowed_all (0 or 1), or 2 when a
---           key of the request holds another type (WRONGTYPE), 3 for any
---           other error; a failed request's limits read 0, and only that
---           request fails.
+--           allowed take consumed, or a cancel gave back, else 0;
+--           algo.Decision has their meaning). An allowed limit's
+--           retry_after is its algo.Decision.Delay: 0 unless the request
+--           queued (reserved) to pass that many µs after now. status is
+--           allowed_all (0 or 1), or 2 when a key of the request holds
+--           another type (WRONGTYPE), 3 for any other error; a failed
+--           request's limits read 0, and only that request fails.
 -- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
 --
 -- First every limit is decided without writing; then, if every limit that
@@ -550,6 +556,49 @@ local function take(l, now, hits)
   return ns, allowed, rem, reset, retry, granted
 end
 
+-- Queue mode (algo/reserve.go): reservations and their cancellation. --
+
+-- algo.reservable: l was denied with l.retry.
+local function reservable(l)
+  return l.maxDelay > 0 and not l.take and not l.refund and l.hits > 0 and (l.alg == 4 or l.alg == 5)
+    and l.retry > 0 and l.retry <= l.maxDelay
+end
+
+-- algo.returnable: the bucket's TAT is still at most reservedAt + burst·T.
+local function returnable(l, reservedAt)
+  local a, limit, period = l.alg, l.limit, l.period
+  if not (a == 4 or a == 5) or limit <= 0 or period <= 0 then
+    return false
+  end
+  local burst = limit
+  if l.burst > 0 then
+    burst = l.burst
+  end
+  local tat, frac = l.state.t, l.state.f
+  if frac < 0 or frac >= limit then
+    tat, frac = tat + 1, 0
+  end
+  local bq, br = mulDiv(burst, period, limit)
+  return fracLE(tat - reservedAt, frac, bq, br)
+end
+
+-- algo.cancel: returns what step returns, then granted (the hits given
+-- back); a reservation that cannot be returned leaves the key alone.
+local function cancel(l, now)
+  if l.hits <= 0 or not returnable(l, l.reservedAt) then
+    local _, allowed, rem, reset, retry = step(l, now, 0, false)
+    return nil, allowed, rem, reset, retry, 0
+  end
+  local ns, allowed, rem, reset, retry = step(l, now, l.hits, true)
+  local burst = l.limit
+  if l.burst > 0 then
+    burst = l.burst
+  end
+  return ns, allowed, rem, reset, retry, math.min(l.hits, burst)
+end
+
+-- End of queue mode. --
+
 -- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.
 local function ttlMs(e)
   if e <= 0 then
@@ -620,20 +669,23 @@ local function commit(l, now)
 end
 
 -- Bits of a limit's code above its algorithm (see ARGV).
-local MODE, BURST, HITS = 8, 32, 64
+local MODE, BURST, HITS, EXTRA = 8, 32, 64, 128
 
 -- limitArgs returns the number of ARGV entries of the limit whose code is
 -- ARGV[b], or nil when that is no code.
 local function limitArgs(b)
   local code = tonumber(ARGV[b])
-  if code == nil or code < 0 or code >= 2 * HITS then
+  if code == nil or code < 0 or code >= 2 * EXTRA then
     return nil
   end
   local m = 3
   if code % HITS >= BURST then
     m = m + 1
   end
-  if code >= HITS then
+  if code % EXTRA >= HITS then
+    m = m + 1
+  end
+  if code >= EXTRA then
     m = m + 1
   end
   return m
@@ -647,6 +699,7 @@ end
 local function applyRequest(r, now, reply)
   local limits = {}
   local allowed = true
+  local wait = 0 -- queue mode: the latest reservation's delay
   local b = r.a
   for i = 1, r.n do
     local code = tonumber(ARGV[b])
@@ -659,8 +712,10 @@ local function applyRequest(r, now, reply)
       period = tonumber(ARGV[b + 2]),
       burst = 0,
       hits = 1,
-      refund = mode == 1,
+      refund = mode == 1 or mode == 3,
       take = mode == 2,
+      maxDelay = 0,
+      reservedAt = 0,
       granted = 0,
       state = false,
       ns = false,
@@ -674,15 +729,25 @@ local function applyRequest(r, now, reply)
       l.burst = tonumber(ARGV[b])
       b = b + 1
     end
-    if code >= HITS then
+    if code % EXTRA >= HITS then
       l.hits = tonumber(ARGV[b])
+      b = b + 1
+    end
+    if code >= EXTRA then
+      if mode == 3 then
+        l.reservedAt = tonumber(ARGV[b])
+      else
+        l.maxDelay = tonumber(ARGV[b])
+      end
       b = b + 1
     end
     if l.hits < 0 then
       l.hits = 0
     end
     l.state = load(l)
-    if l.take and l.hits > 0 then
+    if mode == 3 and l.reservedAt ~= 0 then
+      l.ns, l.allowed, l.remaining, l.reset, l.retry, l.granted = cancel(l, now)
+    elseif l.take and l.hits > 0 then
       l.ns, l.allowed, l.remaining, l.reset, l.retry, l.granted = take(l, now, l.hits)
     else
       l.ns, l.allowed, l.remaining, l.reset, l.retry = step(l, now, l.hits, l.refund)
@@ -690,15 +755,26 @@ local function applyRequest(r, now, reply)
     if l.refund then
       commit(l, now)
     elseif not l.allowed then
-      allowed = false
+      if reservable(l) then
+        wait = math.max(wait, l.retry)
+      else
+        allowed = false
+      end
     end
     limits[i] = l
   end
   reply[#reply + 1] = allowed and 1 or 0
   for i = 1, r.n do
     local l = limits[i]
-    if not l.refund and l.hits > 0 and l.allowed then
+    if not l.refund and l.hits > 0 and (l.allowed or allowed) then
       if allowed then
+        if wait > 0 then
+          -- algo.admitAt: a bucket consumes at its reserved time.
+          if (l.alg == 4 or l.alg == 5) and not l.take then
+            l.ns, l.allowed, l.remaining, l.reset, l.retry = step(l, now + wait, l.hits, false)
+          end
+          l.retry = wait
+        end
         commit(l, now)
       else
         local _

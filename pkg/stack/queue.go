@@ -1,0 +1,42 @@
+package stack
+
+import "github.com/envoy-rls/envoy-rls/pkg/algo"
+
+// Queue mode (algo.Check.MaxDelay) across the two Redis of perSecond: each
+// side is one all-or-nothing call that would pick its own wait, so only
+// the per-second side's checks may queue when both sides have queue-mode
+// checks; the main side's are then applied in deny mode at the request's
+// arrival (as pkg/redisalgo does across Cluster slots). A side that
+// admitted a queued request is given back by cancelling its reservations
+// (algo.Check.ReservedAt), never by a plain refund, which could give back
+// a slot a later reservation depends on.
+
+// queueOnOneSide clears main's MaxDelays when sec has a queue-mode check.
+// Both are the split's own copies.
+func queueOnOneSide(sec, main []algo.Check) {
+	if !hasQueue(sec) {
+		return
+	}
+	for i := range main {
+		main[i].MaxDelay = 0
+	}
+}
+
+func hasQueue(checks []algo.Check) bool {
+	for i := range checks {
+		if checks[i].MaxDelay > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// giveBack turns consuming check c, decided d, into the check that gives
+// its hits back: a cancellation of its reservation when it queued.
+func giveBack(c algo.Check, d algo.Decision) algo.Check {
+	c.Refund, c.MaxDelay = true, 0
+	if d.Delay > 0 {
+		c.ReservedAt = d.ReservedAt
+	}
+	return c
+}
