@@ -26,7 +26,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease", "warmup"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "sub_windows", "lease", "warmup"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -128,10 +128,11 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	mult, multOK := p.unitMultiplier(f, path, unit)
 	alg, algOK := p.limitAlgorithm(f, path)
 	burst, burstOK := p.burst(f, path, alg)
+	subs, subsOK := p.subWindows(f, path, alg, unit.Micros()*int64(mult))
 	lease, leaseOK := p.lease(f, path, alg)
 	warmup, warmupOK := p.warmup(f, path)
 	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK && warmupOK) {
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && subsOK && leaseOK && warmupOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {
@@ -142,10 +143,11 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 		burst = int64(rpu)
 	}
 	l.Policy = algo.Policy{
-		Algorithm: alg,
-		Limit:     int64(rpu),
-		Period:    unit.Micros() * int64(mult),
-		Burst:     burst,
+		Algorithm:  alg,
+		Limit:      int64(rpu),
+		Period:     unit.Micros() * int64(mult),
+		Burst:      burst,
+		SubWindows: subs,
 	}
 	return l, p.validatePolicy(l.Policy, line, path)
 }

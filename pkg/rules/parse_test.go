@@ -87,7 +87,7 @@ descriptors:
           nmae: y
 `,
 			want: []string{
-				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|unlimited|name|replaces|lease|warmup)`,
+				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|sub_windows|unlimited|name|replaces|lease|warmup)`,
 				`rules.yaml:12: descriptors[0].rate_limit.replaces[0].nmae: unknown field (want one of name)`,
 				`rules.yaml:2: domian: unknown field (want one of domain|descriptors)`,
 				`rules.yaml:5: descriptors[0].rate_limt: unknown field (want one of key|value|rate_limit|rate_limits|descriptors|shadow_mode|quota_mode|detailed_metric|value_to_metric|share_threshold|hash_tag|metadata)`,
@@ -488,7 +488,7 @@ descriptors:
 		limits []Limit
 	}{
 		{"shop.plain", "shop.plain", []Limit{{Label: "rate_limit", Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
-			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute}}}},
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute, SubWindows: algo.DefaultSubWindows}}}},
 		{"shop.bucket", "shop.bucket", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
 			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}, Lease: true}}},
 		{"shop.shaped", "shop.shaped", []Limit{{Label: "rate_limit", Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
@@ -498,13 +498,13 @@ descriptors:
 			{Name: "burst", Label: "burst", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 5,
 				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 5, Period: algo.Second, Burst: 9}},
 			{Name: "daily", Label: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day, SubWindows: algo.DefaultSubWindows}},
 			{Label: "rate_limits[2]", Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
 				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}, Lease: true},
 			{Label: "rate_limits[3]", Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month, SubWindows: algo.DefaultSubWindows}},
 			{Label: "rate_limits[4]", Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year, SubWindows: algo.DefaultSubWindows}},
 		}},
 	}
 	for _, tt := range tests {

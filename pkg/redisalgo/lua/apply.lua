@@ -14,8 +14,9 @@
 --           then now in Unix µs (a given now serves tests and refunds that
 --           must happen at the time their consumption did); then per limit
 --           code, limit, period µs, then burst if the code says so (else
---           0 = limit), then hits if the code says so (else 1; 0 = check
---           only). code = algorithm (1 fixed_window, 2 sliding_window,
+--           0 = limit; for sliding_window it is the sub-window count N,
+--           algo.Policy.SubWindows, sent when above 1), then hits if the
+--           code says so (else 1; 0 = check only). code = algorithm (1 fixed_window, 2 sliding_window,
 --           3 sliding_log, 4 token_bucket, 5 gcra) + 8 × mode (0 consume,
 --           1 refund, 2 take: hits is the most to consume,
 --           algo.Check.Take) + 32 when burst follows + 64 when hits
@@ -53,6 +54,11 @@
 --   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
 --                                      count, p = the previous count, n
 --                                      and m = c's and p's digit counts
+--   sliding_window  "<h>,<c0>,<c1>…"  with N ≥ 2 sub-windows: h = the
+--     with N ≥ 2                   absolute index of the current sub-window
+--                                  (algo.subAt), c0 its count, c1 the one
+--                                  before it … (at most N+1 counts; a 0 is
+--                                  empty, trailing zeros are dropped)
 --   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
@@ -233,6 +239,144 @@ local function expirySlidingWindow(period, s, now)
     return s.t + period - now
   end
   return 0
+end
+
+-- algo.subAt: the absolute index of the sub-window holding t, its start
+-- and end; r·n < 2^53 (algo.Policy.Validate).
+local function subAt(t, period, n)
+  local q, r = divmod(t, period)
+  local k = divmod(r * n, period)
+  local base = q * period
+  return q * n + k, base + ceilDiv(k * period, n), base + ceilDiv((k + 1) * period, n)
+end
+
+-- algo.subStart
+local function subStart(idx, period, n)
+  local q, k = divmod(idx, n)
+  return q * period + ceilDiv(k * period, n)
+end
+
+-- algo.subNewest: 0-based, as in Go (s.s[1] is Subs[0]).
+local function subNewest(s)
+  for i = 1, #s.s do
+    if s.s[i] > 0 then
+      return i - 1
+    end
+  end
+  return -1
+end
+
+-- algo.subCounts: counts[j + 1] is sub-window c−j's.
+local function subCounts(s, now, period, n)
+  local c, start, finish = subAt(now, period, n)
+  local counts = {}
+  for j = 1, n + 1 do
+    counts[j] = 0
+  end
+  if subNewest(s) < 0 then
+    return counts, c, start, finish
+  end
+  local h = subAt(s.t, period, n)
+  if h > c then
+    c, start, finish = h, subStart(h, period, n), subStart(h + 1, period, n)
+  end
+  for i = 1, #s.s do
+    local j = c - h + i - 1
+    if j >= 0 and j <= n then
+      counts[j + 1] = math.max(s.s[i], 0)
+    end
+  end
+  return counts, c, start, finish
+end
+
+-- algo.subState
+local function subState(start, counts)
+  local k = #counts
+  while k > 0 and counts[k] <= 0 do
+    k = k - 1
+  end
+  local subs = {}
+  for i = 1, k do
+    subs[i] = counts[i]
+  end
+  return {t = start, s = subs}
+end
+
+-- algo.expirySubWindows
+local function expirySubWindows(period, n, s, now)
+  local i = subNewest(s)
+  if i < 0 then
+    return 0
+  end
+  local h = subAt(s.t, period, n)
+  return subStart(h - i + n + 1, period, n) - now
+end
+
+-- algo.subWait
+local function subWait(limit, hits, period, n, c, counts)
+  local full = 0
+  for j = 1, n do
+    full = full + counts[j]
+  end
+  for k = 0, n do
+    if k > 0 then
+      full = full - counts[n - k + 1]
+    end
+    local need = limit - hits - full
+    if need >= 0 then
+      local start, finish = subStart(c + k, period, n), subStart(c + k + 1, period, n)
+      local partial = counts[n - k + 1]
+      if partial == 0 then
+        return start
+      end
+      local step, steps = slidingQuantum(finish - start)
+      local fit = divmod(need * steps, partial)
+      if fit >= steps then
+        return start
+      end
+      return finish - fit * step
+    end
+  end
+  return subStart(c + n + 1, period, n)
+end
+
+-- algo.stepSubWindows
+local function stepSubWindows(limit, period, n, s, now, hits, refund)
+  local counts, c, start, finish = subCounts(s, now, period, n)
+  local rem = math.min(finish - now, finish - start)
+  local step, steps = slidingQuantum(finish - start)
+  local remSteps = math.min(ceilDiv(rem, step), steps)
+  if refund then
+    for i = 1, n do
+      if hits <= 0 then
+        break
+      end
+      local back = math.min(counts[i], hits)
+      counts[i] = counts[i] - back
+      hits = hits - back
+    end
+    hits = 0
+  end
+  local full = 0
+  for i = 1, n do
+    full = full + counts[i]
+  end
+  local weighted = ceilDiv(counts[n + 1] * remSteps, steps)
+  local ns = subState(start, counts)
+  local reset = expirySubWindows(period, n, ns, now)
+  if hits > limit then
+    return ns, never(reset)
+  end
+  local used = full + weighted
+  if used + hits > limit then
+    return ns, false, math.max(limit - used, 0), reset, subWait(limit, hits, period, n, c, counts) - now
+  end
+  if hits > 0 then
+    counts[1] = counts[1] + hits
+    ns = subState(start, counts)
+    reset = expirySubWindows(period, n, ns, now)
+  end
+  return ns, true, limit - used - hits, reset, 0
 end
 
 -- algo.logReset
@@ -468,10 +612,54 @@ local function windowValue(a, s, period)
   return string.format('%.0f%s%s%.0f%.0f', i, c, p, #c, #p)
 end
 
+-- loadSubs reads a sub-window value "<h>,<c0>,<c1>…" (see the header) as
+-- the start of sub-window h and its counts; an unreadable value reads as
+-- no key.
+local function loadSubs(v, period, n)
+  local fields = {}
+  local i = 1
+  while true do
+    local j = string.find(v, ',', i, true)
+    local f = string.sub(v, i, (j or (#v + 1)) - 1)
+    if f ~= '' and not string.find(f, '^%d+$') then
+      return {t = 0, s = {}}
+    end
+    fields[#fields + 1] = tonumber(f) or 0
+    if not j then
+      break
+    end
+    i = j + 1
+  end
+  if #fields < 2 or #fields > n + 2 or not string.find(v, '^%d') then
+    return {t = 0, s = {}}
+  end
+  local subs = {}
+  for k = 2, #fields do
+    subs[k - 1] = fields[k]
+  end
+  return {t = subStart(fields[1], period, n), s = subs}
+end
+
+-- subsValue formats a sub-window state for SET: the index of sub-window
+-- s.t, then each count, 0 as nothing.
+local function subsValue(s, period, n)
+  local parts = {string.format('%.0f', (subAt(s.t, period, n)))}
+  for i = 1, #s.s do
+    if s.s[i] == 0 then
+      parts[i + 1] = ''
+    else
+      parts[i + 1] = string.format('%.0f', s.s[i])
+    end
+  end
+  return table.concat(parts, ',')
+end
+
 -- stateValue formats limit l's new state for SET (the inverse of load).
 local function stateValue(l, s)
   local a = l.alg
-  if a == 1 or a == 2 then
+  if a == 2 and l.sub > 1 then
+    return subsValue(s, l.period, l.sub)
+  elseif a == 1 or a == 2 then
     return windowValue(a, s, l.period)
   elseif s.f == 0 then
     return string.format('%.0f', s.t)
@@ -487,7 +675,12 @@ local function load(l)
     return nil
   end
   local v = redis.call('GET', l.key)
-  if a == 1 or a == 2 then
+  if a == 2 and l.sub > 1 then
+    if v then
+      return loadSubs(v, l.period, l.sub)
+    end
+    return {t = 0, s = {}}
+  elseif a == 1 or a == 2 then
     local t, c, p = 0, 0, 0
     if v then
       t, c, p = loadWindow(v, a, l.period)
@@ -521,6 +714,8 @@ local function step(l, now, hits, refund)
   end
   if a == 1 then
     return stepFixedWindow(limit, period, l.state, now, hits, refund)
+  elseif a == 2 and l.sub > 1 then
+    return stepSubWindows(limit, period, l.sub, l.state, now, hits, refund)
   elseif a == 2 then
     return stepSlidingWindow(limit, period, l.state, now, hits, refund)
   elseif a == 3 then
@@ -606,6 +801,8 @@ local function commit(l, now)
   local e
   if a == 1 then
     e = expiryFixedWindow(l.period, ns, now)
+  elseif a == 2 and l.sub > 1 then
+    e = expirySubWindows(l.period, l.sub, ns, now)
   elseif a == 2 then
     e = expirySlidingWindow(l.period, ns, now)
   else
@@ -658,6 +855,7 @@ local function applyRequest(r, now, reply)
       limit = tonumber(ARGV[b + 1]),
       period = tonumber(ARGV[b + 2]),
       burst = 0,
+      sub = 0,
       hits = 1,
       refund = mode == 1,
       take = mode == 2,
@@ -673,6 +871,10 @@ local function applyRequest(r, now, reply)
     if code % HITS >= BURST then
       l.burst = tonumber(ARGV[b])
       b = b + 1
+    end
+    -- A sliding window's burst argument is its sub-window count.
+    if l.alg == 2 then
+      l.sub, l.burst = l.burst, 0
     end
     if code >= HITS then
       l.hits = tonumber(ARGV[b])
