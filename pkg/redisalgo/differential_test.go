@@ -349,8 +349,9 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 }
 
 // subWindowsValue is apply.lua's spelling of a sliding_window state in
-// sub-windows: the current sub-window's index, then every count, 0 as
-// nothing, joined by ','.
+// sub-windows: the current sub-window's index in base 36, ':', the width
+// w of the largest count in base 36, then every count in w base-36
+// digits.
 func subWindowsValue(p algo.Policy, s algo.State) string {
 	n := p.Windows()
 	// The index of the sub-window starting at s.Time: the one whose start
@@ -359,15 +360,16 @@ func subWindowsValue(p algo.Policy, s algo.State) string {
 	for algo.SubWindowStart(q+1, p.Period, n) <= s.Time {
 		q++
 	}
-	parts := []string{strconv.FormatInt(q, 10)}
+	w := 1
 	for _, c := range s.Subs {
-		if c == 0 {
-			parts = append(parts, "")
-		} else {
-			parts = append(parts, strconv.FormatInt(c, 10))
-		}
+		w = max(w, len(strconv.FormatInt(c, 36)))
 	}
-	return strings.Join(parts, ",")
+	v := strconv.FormatInt(q, 36) + ":" + strconv.Itoa(w)
+	for _, c := range s.Subs {
+		d := strconv.FormatInt(c, 36)
+		v += strings.Repeat("0", w-len(d)) + d
+	}
+	return v
 }
 
 // windowValue is apply.lua's spelling of a fixed_window (Count) or

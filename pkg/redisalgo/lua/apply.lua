@@ -54,11 +54,14 @@
 --   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
 --                                      count, p = the previous count, n
 --                                      and m = c's and p's digit counts
---   sliding_window  "<h>,<c0>,<c1>…"  with N ≥ 2 sub-windows: h = the
---     with N ≥ 2                   absolute index of the current sub-window
---                                  (algo.subAt), c0 its count, c1 the one
---                                  before it … (at most N+1 counts; a 0 is
---                                  empty, trailing zeros are dropped)
+--   sliding_window  "<h>:<w><c0><c1>…"  with N ≥ 2 sub-windows: h = the
+--     with N ≥ 2      absolute index of the current sub-window (algo.subAt)
+--                     in base 36, w (1-9) the digits per count, then c0 =
+--                     its count, c1 the one before it … (at most N+1, each
+--                     in w base-36 digits, trailing zeros dropped): a busy
+--                     1 s window of 200 in 30 sub-windows is
+--                     "or5ejno:17777777777777777777777777777777", 40 bytes,
+--                     which Redis keeps inside its object (embstr ≤ 44)
 --   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
@@ -612,46 +615,56 @@ local function windowValue(a, s, period)
   return string.format('%.0f%s%s%.0f%.0f', i, c, p, #c, #p)
 end
 
--- loadSubs reads a sub-window value "<h>,<c0>,<c1>…" (see the header) as
+-- base36 spells x ≥ 0 in base 36 (digits 0-9a-z), padded with zeros to
+-- w digits.
+local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
+local function base36(x, w)
+  local out = {}
+  repeat
+    local q, r = divmod(x, 36)
+    out[#out + 1] = string.sub(B36, r + 1, r + 1)
+    x = q
+  until x == 0
+  while #out < w do
+    out[#out + 1] = '0'
+  end
+  return string.reverse(table.concat(out))
+end
+
+-- loadSubs reads a sub-window value "<h>:<w><counts>" (see the header) as
 -- the start of sub-window h and its counts; an unreadable value reads as
 -- no key.
 local function loadSubs(v, period, n)
-  local fields = {}
-  local i = 1
-  while true do
-    local j = string.find(v, ',', i, true)
-    local f = string.sub(v, i, (j or (#v + 1)) - 1)
-    if f ~= '' and not string.find(f, '^%d+$') then
-      return {t = 0, s = {}}
-    end
-    fields[#fields + 1] = tonumber(f) or 0
-    if not j then
-      break
-    end
-    i = j + 1
+  local hs, ws, digits = string.match(v, '^([0-9a-z]+):([1-9])([0-9a-z]+)$')
+  if not hs then
+    return {t = 0, s = {}}
   end
-  if #fields < 2 or #fields > n + 2 or not string.find(v, '^%d') then
+  local w = tonumber(ws)
+  local k = #digits / w
+  if k ~= math.floor(k) or k > n + 1 then
     return {t = 0, s = {}}
   end
   local subs = {}
-  for k = 2, #fields do
-    subs[k - 1] = fields[k]
+  for i = 1, k do
+    subs[i] = tonumber(string.sub(digits, (i - 1) * w + 1, i * w), 36)
   end
-  return {t = subStart(fields[1], period, n), s = subs}
+  return {t = subStart(tonumber(hs, 36), period, n), s = subs}
 end
 
--- subsValue formats a sub-window state for SET: the index of sub-window
--- s.t, then each count, 0 as nothing.
+-- subsValue formats a sub-window state for SET (the inverse of loadSubs):
+-- the index of sub-window s.t, then every count in as many base-36 digits
+-- as the largest needs.
 local function subsValue(s, period, n)
-  local parts = {string.format('%.0f', (subAt(s.t, period, n)))}
+  local m = 0
   for i = 1, #s.s do
-    if s.s[i] == 0 then
-      parts[i + 1] = ''
-    else
-      parts[i + 1] = string.format('%.0f', s.s[i])
-    end
+    m = math.max(m, s.s[i])
   end
-  return table.concat(parts, ',')
+  local w = #base36(m, 1)
+  local parts = {base36((subAt(s.t, period, n)), 1), ':', base36(w, 1)}
+  for i = 1, #s.s do
+    parts[#parts + 1] = base36(s.s[i], w)
+  end
+  return table.concat(parts)
 end
 
 -- stateValue formats limit l's new state for SET (the inverse of load).
