@@ -163,6 +163,27 @@ descriptors:
 			},
 		},
 		{
+			name: "sub_windows out of range and without a sliding window",
+			yaml: `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 0}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 61}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, sub_windows: 10}
+  - key: d
+    rate_limit: {unlimited: true, sub_windows: 10}
+`,
+			want: []string{
+				`rules.yaml:4: descriptors[0].rate_limit.sub_windows: 0 is out of range (want an integer 1..60; 1 is the two-window estimate)`,
+				`rules.yaml:6: descriptors[1].rate_limit.sub_windows: 61 is out of range (want an integer 1..60; 1 is the two-window estimate)`,
+				`rules.yaml:8: descriptors[2].rate_limit.sub_windows: set for algorithm token_bucket (want sub_windows only with sliding_window)`,
+				`rules.yaml:10: descriptors[3].rate_limit.sub_windows: set together with unlimited: true (want either unlimited or a limit)`,
+			},
+		},
+		{
 			name: "lease mode and algorithm",
 			yaml: `
 domain: d
@@ -480,6 +501,12 @@ descriptors:
       - {unit: week, requests_per_unit: 2000, algorithm: fixed_window, lease: auto}
       - {unit: month, requests_per_unit: 0}
       - {unit: year, requests_per_unit: 4294967295}
+  - key: two
+    rate_limit: {unit: second, requests_per_unit: 3, sub_windows: 1}
+  - key: ten
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding_window, sub_windows: 10}
+  - key: aeon
+    rate_limit: {unit: year, unit_multiplier: 35, requests_per_unit: 3}
 `, Options{DefaultAlgorithm: algo.SlidingWindow})
 
 	tests := []struct {
@@ -506,6 +533,14 @@ descriptors:
 			{Label: "rate_limits[4]", Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
 				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year, SubWindows: algo.DefaultSubWindows}},
 		}},
+		{"shop.two", "shop.two", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: algo.Second, SubWindows: 1}}}},
+		{"shop.ten", "shop.ten", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: algo.Second, SubWindows: 10}}}},
+		// 35 years × 30 sub-windows would not be exact in Lua: the
+		// default gives way to what fits.
+		{"shop.aeon", "shop.aeon", []Limit{{Label: "rate_limit", Unit: algo.UnitYear, UnitMultiplier: 35, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: 35 * algo.Year, SubWindows: 8}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
