@@ -91,3 +91,18 @@ func BenchmarkSubWindowMemory(b *testing.B) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// BenchmarkSubWindowScript measures Redis's CPU per decision of a
+// sliding window in N sub-windows on 100 busy counters (each hit about
+// every 20 ms, so at 30 sub-windows of a second most hold hits): the Lua
+// cost of reading, stepping and writing N+1 counts. Run it with
+// -benchtime=2s or more, so that the counters fill their sub-windows.
+func BenchmarkSubWindowScript(b *testing.B) {
+	client := redistest.SharedStandalone(b).Client(b)
+	for _, n := range subWindowCounts {
+		b.Run("N="+itoa(n), func(b *testing.B) {
+			p := algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1 << 20, Period: algo.Second, SubWindows: n}
+			scriptLoad(b, client, p, 10, 100)
+		})
+	}
+}
