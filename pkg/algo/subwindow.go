@@ -126,19 +126,19 @@ func stepSubWindows(p Policy, s State, now, hits int64, refund bool) (State, Dec
 		full += v
 	}
 	weighted := ceilDiv(counts[n]*remSteps, steps)
+	used := full + weighted
+	allowed := hits <= limit && used+hits <= limit
+	if allowed {
+		counts[0] += hits
+	}
+	// One state and one expiry per step: the script builds each as a table.
 	ns := subState(start, counts)
 	reset := expirySubWindows(p, ns, now)
-	if hits > limit {
+	switch {
+	case hits > limit:
 		return ns, never(reset)
-	}
-	used := full + weighted
-	if used+hits > limit {
+	case !allowed:
 		return ns, Decision{Remaining: max(limit-used, 0), ResetAfter: reset, RetryAfter: subWait(limit, hits, period, n, c, counts) - now}
-	}
-	if hits > 0 {
-		counts[0] += hits
-		ns = subState(start, counts)
-		reset = expirySubWindows(p, ns, now)
 	}
 	return ns, Decision{Allowed: true, Remaining: limit - used - hits, ResetAfter: reset}
 }

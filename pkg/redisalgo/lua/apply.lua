@@ -365,19 +365,17 @@ local function stepSubWindows(limit, period, n, s, now, hits, refund)
     full = full + counts[i]
   end
   local weighted = ceilDiv(counts[n + 1] * remSteps, steps)
+  local used = full + weighted
+  local allowed = hits <= limit and used + hits <= limit
+  if allowed then
+    counts[1] = counts[1] + hits
+  end
   local ns = subState(start, counts)
   local reset = expirySubWindows(period, n, ns, now)
   if hits > limit then
     return ns, never(reset)
-  end
-  local used = full + weighted
-  if used + hits > limit then
+  elseif not allowed then
     return ns, false, math.max(limit - used, 0), reset, subWait(limit, hits, period, n, c, counts) - now
-  end
-  if hits > 0 then
-    counts[1] = counts[1] + hits
-    ns = subState(start, counts)
-    reset = expirySubWindows(period, n, ns, now)
   end
   return ns, true, limit - used - hits, reset, 0
 end
@@ -619,6 +617,9 @@ end
 -- w digits.
 local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
 local function base36(x, w)
+  if x < 36 and w <= 1 then
+    return string.sub(B36, x + 1, x + 1)
+  end
   local out = {}
   repeat
     local q, r = divmod(x, 36)
@@ -645,8 +646,21 @@ local function loadSubs(v, period, n)
     return {t = 0, s = {}}
   end
   local subs = {}
-  for i = 1, k do
-    subs[i] = tonumber(string.sub(digits, (i - 1) * w + 1, i * w), 36)
+  if w == 1 then
+    -- One digit each, the common case: read the bytes ('0' is 48, 'a' 97).
+    local bytes = {string.byte(digits, 1, k)}
+    for i = 1, k do
+      local b = bytes[i]
+      if b >= 97 then
+        subs[i] = b - 87
+      else
+        subs[i] = b - 48
+      end
+    end
+  else
+    for i = 1, k do
+      subs[i] = tonumber(string.sub(digits, (i - 1) * w + 1, i * w), 36)
+    end
   end
   return {t = subStart(tonumber(hs, 36), period, n), s = subs}
 end
