@@ -131,8 +131,8 @@ func Expiry(p Policy, s State, now int64) int64 {
 //
 // For distinct counters this is the function the Lua script apply.lua
 // mirrors (pkg/redisalgo merges before it calls the script). ApplyAll does
-// not allocate except when a sliding log grows or two checks share a
-// counter.
+// not allocate except when a sliding log grows, a sliding window in
+// sub-windows steps (its N+1 counts) or two checks share a counter.
 func ApplyAll(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
 	merged, owner := Merge(checks)
 	if merged == nil {
