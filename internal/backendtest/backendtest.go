@@ -38,6 +38,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("DistinctCounters", func(t *testing.T) { distinctCounters(t, f) })
 	t.Run("SharedCounter", func(t *testing.T) { sharedCounter(t, f) })
 	t.Run("ConcurrentExact", func(t *testing.T) { concurrentExact(t, f) })
+	t.Run("SubWindows", func(t *testing.T) { subWindows(t, f) })
 }
 
 func check(domain string, pol algo.Policy, hits int64, kv ...string) algo.Check {

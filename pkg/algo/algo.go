@@ -95,6 +95,12 @@ type Policy struct {
 	// Burst is the bucket capacity for token_bucket and gcra; zero means Limit.
 	// Other algorithms ignore it.
 	Burst int64
+	// SubWindows is, for sliding_window, the number of sub-windows its
+	// period is counted in (subwindow.go): 0 or 1 keeps the two-window
+	// estimate (previous and current window), 2..MaxSubWindows count each
+	// sub-window. It is part of the counter identity, since it changes
+	// what the state means. Other algorithms must leave it 0.
+	SubWindows int64
 }
 
 // Decision is the outcome of one Step for one limit.

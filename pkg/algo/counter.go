@@ -8,7 +8,7 @@ import (
 // A counter is the stored state that checks share. This file is its one
 // definition: two checks apply to the same counter exactly when they have
 // the same domain, entries (keys and values, in order), hash-tag entry,
-// algorithm and period. The rules parser (two limits of one rule), the
+// algorithm, period and sub-window count (Policy.Windows). The rules parser (two limits of one rule), the
 // request plan, the in-process store, the deny cache and the Redis key all
 // name counters through SameCounter, SharesCounter or AppendIdentity.
 //
@@ -19,9 +19,10 @@ import (
 // its counter, not which counter it is.
 
 // SharesCounter reports whether two limits on the same descriptor would
-// count in one counter: they have the same algorithm and period.
+// count in one counter: they have the same algorithm, period and number
+// of sub-windows (Windows).
 func (p Policy) SharesCounter(q Policy) bool {
-	return p.Algorithm == q.Algorithm && p.Period == q.Period
+	return p.Algorithm == q.Algorithm && p.Period == q.Period && p.Windows() == q.Windows()
 }
 
 // TagIndex returns the index of the entry that is c's hash tag, or -1 when
@@ -42,9 +43,10 @@ func SameCounter(a, b *Check) bool {
 
 // AppendIdentity appends an encoding of the counter c applies to: the
 // domain, every entry's key and value (each length-prefixed, so no two
-// different descriptors encode alike), the hash-tag index, the algorithm
-// and the period. Two checks encode alike exactly when SameCounter holds.
-// It allocates nothing when dst has room.
+// different descriptors encode alike), the hash-tag index, the algorithm,
+// the period and, when above 1, the sub-window count. Two checks encode
+// alike exactly when SameCounter holds. It allocates nothing when dst has
+// room.
 func (c Check) AppendIdentity(dst []byte) []byte {
 	dst = appendLenString(dst, c.Domain)
 	dst = binary.AppendUvarint(dst, uint64(len(c.Entries)))
@@ -54,7 +56,13 @@ func (c Check) AppendIdentity(dst []byte) []byte {
 	}
 	dst = binary.AppendVarint(dst, int64(c.TagIndex()))
 	dst = append(dst, byte(c.Policy.Algorithm))
-	return binary.AppendVarint(dst, c.Policy.Period)
+	dst = binary.AppendVarint(dst, c.Policy.Period)
+	if n := c.Policy.Windows(); n > 1 {
+		// The period's varint ends itself, so this optional suffix keeps
+		// every identity distinct.
+		dst = binary.AppendUvarint(dst, uint64(n))
+	}
+	return dst
 }
 
 func appendLenString(dst []byte, s string) []byte {

@@ -5,7 +5,8 @@ import (
 )
 
 // FuzzStep runs arbitrary policies and op sequences (time steps, hits,
-// refunds, clock steps back) through Step and checks the invariants of
+// refunds, clock steps back; sliding windows in 0..MaxSubWindows
+// sub-windows) through Step and checks the invariants of
 // checkExact on every step: no panic, Remaining within [0, capacity],
 // ResetAfter ≥ 0, exact ResetAfter and Expiry, and Remaining consistent with
 // what passes.
@@ -16,10 +17,17 @@ func FuzzStep(f *testing.F) {
 	f.Add(uint8(3), uint32(3), uint64(Second), uint32(5), []byte{0, 0, 0, 5, 1, 0, 0, 1, 0, 0, 0, 0x81})
 	f.Add(uint8(4), uint32(1000), uint64(Hour), uint32(1), []byte{128, 0, 0, 1, 7, 0, 0, 3})
 	f.Add(uint8(3), uint32(MaxLimit), uint64(Year), uint32(1<<20), []byte{0, 0, 0, 1, 0, 0, 1, 0x82})
+	f.Add(uint8(1), uint32(10), uint64(Second), uint32(DefaultSubWindows), []byte{0, 0, 0, 10, 0, 40, 0, 1, 0x80, 2, 0, 3, 0, 0, 0, 0x85})
+	f.Add(uint8(1), uint32(7), uint64(999_983), uint32(MaxSubWindows), []byte{0, 0, 0, 7, 0, 1, 0, 1, 5, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, limit uint32, period uint64, burst uint32, ops []byte) {
 		p := Policy{Algorithm: Algorithm(alg%5 + 1), Limit: int64(limit), Period: int64(period % uint64(MaxPeriod+1)), Burst: int64(burst)}
 		if p.Algorithm == SlidingLog {
 			p.Limit %= 2000
+		}
+		if p.Algorithm == SlidingWindow {
+			// A sliding window has no burst: the argument is its
+			// sub-window count instead.
+			p.SubWindows, p.Burst = int64(burst%uint32(MaxSubWindows+1)), 0
 		}
 		if p.Validate() != nil {
 			return

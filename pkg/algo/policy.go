@@ -92,6 +92,12 @@ func (p Policy) ValidateWithLogCap(logCap int64) error {
 	if p.Burst < 0 {
 		bad("burst %d (want ≥ 0; 0 means the limit)", p.Burst)
 	}
+	if problem := subWindowsProblem(p); problem != "" {
+		bad("%s", problem)
+	}
+	if problem := subWindowsProblem(p); problem != "" {
+		bad("%s", problem)
+	}
 	if problem := logCapProblem(logCap); problem != "" {
 		bad("%s", problem)
 	} else if p.Algorithm == SlidingLog && p.Limit > logCap {

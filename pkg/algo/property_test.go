@@ -21,7 +21,18 @@ func randPolicy(r *rand.Rand, a Algorithm) Policy {
 	if (a == TokenBucket || a == GCRA) && r.IntN(2) == 0 {
 		p.Burst = 1 + r.Int64N(3*p.Limit)
 	}
+	if a == SlidingWindow {
+		p.SubWindows = randSubWindows(r, p.Period)
+	}
 	return p
+}
+
+// randSubWindows draws a sliding window's sub-window count for period:
+// half the time none (the two-window estimate), else 1..MaxSubWindows,
+// often the default, never more than the period's µs.
+func randSubWindows(r *rand.Rand, period int64) int64 {
+	subs := []int64{0, 0, 0, 1, 2, 3, 7, DefaultSubWindows, DefaultSubWindows, MaxSubWindows}
+	return min(subs[r.IntN(len(subs))], period)
 }
 
 type event struct {
@@ -106,6 +117,10 @@ func TestBoundFixedWindow(t *testing.T) {
 func TestBoundSlidingWindow(t *testing.T) {
 	for _, seed := range seeds(12) {
 		p, evs := simulateChecked(t, SlidingWindow, seed, 3000)
+		if p.Windows() > 1 {
+			checkSubWindowBound(t, p, evs)
+			continue
+		}
 		perWindow := admittedPerWindow(evs, p.Period)
 		for j, ev := range evs {
 			if !ev.d.Allowed || ev.hits == 0 {
@@ -382,7 +397,7 @@ func checkExact(t *testing.T, p Policy, s State, now, hits int64, refund bool) {
 			fail("RetryAfter not the first µs: passes 1 µs earlier")
 		}
 	}
-	if p.Algorithm == SlidingWindow {
+	if p.Algorithm == SlidingWindow && p.Windows() == 1 {
 		if ns.Count > 0 || ns.Prev > 0 {
 			if end := ns.Time + p.Period - now; d.ResetAfter != end {
 				fail("ResetAfter %d, want the window's end %d", d.ResetAfter, end)

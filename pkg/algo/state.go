@@ -9,6 +9,9 @@ package algo
 //     ["<Time>:<Count>"].
 //   - sliding_window: Time = start of the current window, Count its hits,
 //     Prev the hits of the window before it ["<Time>:<Count>:<Prev>"].
+//     With SubWindows N ≥ 2 instead: Time = start of the current
+//     sub-window, Subs[i] the hits of the i-th sub-window before it (at
+//     most N+1, trailing zeros dropped) ["<index>,<Subs[0]>,<Subs[1]>…"].
 //   - sliding_log: Log = the times of the admitted hits, ascending, one
 //     entry per hit (a sorted set in Redis).
 //   - token_bucket: the time at which the bucket is full again (the
@@ -23,6 +26,7 @@ type State struct {
 	Count int64
 	Prev  int64
 	Log   []int64
+	Subs  []int64
 }
 
 // Step applies hits to one limit at time now (Unix µs) and returns the new
@@ -60,6 +64,9 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 	case FixedWindow:
 		return stepFixedWindow(p, s, now, hits, refund)
 	case SlidingWindow:
+		if p.SubWindows > 1 {
+			return stepSubWindows(p, s, now, hits, refund)
+		}
 		return stepSlidingWindow(p, s, now, hits, refund)
 	case SlidingLog:
 		return stepSlidingLog(p, s, now, hits, refund, build)
@@ -94,7 +101,11 @@ func Expiry(p Policy, s State, now int64) int64 {
 	case FixedWindow:
 		e = expiryFixedWindow(p, s, now)
 	case SlidingWindow:
-		e = expirySlidingWindow(p, s, now)
+		if p.SubWindows > 1 {
+			e = expirySubWindows(p, s, now)
+		} else {
+			e = expirySlidingWindow(p, s, now)
+		}
 	case SlidingLog:
 		e = expirySlidingLog(p, s, now)
 	case TokenBucket, GCRA:
@@ -126,8 +137,8 @@ func Expiry(p Policy, s State, now int64) int64 {
 //
 // For distinct counters this is the function the Lua script apply.lua
 // mirrors (pkg/redisalgo merges before it calls the script). ApplyAll does
-// not allocate except when a sliding log grows or two checks share a
-// counter.
+// not allocate except when a sliding log grows, a sliding window in
+// sub-windows steps (its N+1 counts) or two checks share a counter.
 func ApplyAll(checks []Check, states []State, now int64, out []Decision) (allowed bool) {
 	merged, owner := Merge(checks)
 	if merged == nil {

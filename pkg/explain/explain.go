@@ -142,6 +142,9 @@ type Limit struct {
 	// RequestsPerUnit and Burst are as configured.
 	RequestsPerUnit uint32 `json:"requests_per_unit"`
 	Burst           int64  `json:"burst,omitempty"`
+	// SubWindows is a sliding_window's sub-window count (1: the
+	// two-window estimate).
+	SubWindows int64 `json:"sub_windows,omitempty"`
 	// OnLimit is what a request over the limit gets: "deny", or "delay"
 	// (queued for at most MaxDelayMS).
 	OnLimit    string  `json:"on_limit"`
@@ -201,6 +204,9 @@ type RawState struct {
 	Count      int64 `json:"count,omitempty"`
 	Prev       int64 `json:"prev,omitempty"`
 	LogEntries int   `json:"log_entries,omitempty"`
+	// SubWindows are a sliding window's sub-window counts, the current
+	// sub-window's first (TimeUS is its start), then each one before it.
+	SubWindows []int64 `json:"sub_windows,omitempty"`
 }
 
 // Explain explains req. Live (with a Peeker) it reads every counter of
@@ -267,7 +273,7 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 		rep.Descriptors[where[i][0]].Limits[where[i][1]].State = &State{
 			Exists: p.Exists, Allowed: d.Allowed, Remaining: d.Remaining,
 			ResetAfterMS: float64(d.ResetAfter) / 1e3, TTLMS: ttl,
-			Raw: RawState{TimeUS: p.State.Time, Frac: p.State.Frac, Count: p.State.Count, Prev: p.State.Prev, LogEntries: len(p.State.Log)},
+			Raw: RawState{TimeUS: p.State.Time, Frac: p.State.Frac, Count: p.State.Count, Prev: p.State.Prev, LogEntries: len(p.State.Log), SubWindows: p.State.Subs},
 		}
 	}
 	return rep, nil
@@ -286,7 +292,7 @@ func (e *Explainer) limit(now time.Time, domain string, r *rules.Rule, l *rules.
 	out := Limit{
 		Name: l.Name, Label: l.Label, Algorithm: l.Policy.Algorithm.String(),
 		Unit: l.Unit.String(), UnitMultiplier: l.UnitMultiplier, PeriodUS: l.Policy.Period,
-		RequestsPerUnit: l.RequestsPerUnit, Burst: l.Policy.Burst,
+		RequestsPerUnit: l.RequestsPerUnit, Burst: l.Policy.Burst, SubWindows: l.Policy.SubWindows,
 		Effective: Effective{RequestsPerUnit: eff.RequestsPerUnit, Limit: eff.Policy.Limit, Burst: eff.Policy.Burst, Source: "config"},
 		Key:       string(key), Slot: redisalgo.KeySlot(key),
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -190,6 +191,11 @@ func explainLive(t *testing.T, client *redisclient.Client, a algo.Algorithm) {
 		l := rep.Descriptors[0].Limits[0]
 		if !rep.Live || l.State == nil || !l.State.Exists || l.State.Remaining != 3 || l.State.TTLMS <= 0 {
 			t.Fatalf("explain %d: limit %+v state %+v, want a live counter with remaining 3", i, l, l.State)
+		}
+		// A sliding window shows its sub-window counts: the one hit, in
+		// the current sub-window.
+		if a == algo.SlidingWindow && (l.SubWindows != algo.DefaultSubWindows || fmt.Sprint(l.State.Raw.SubWindows) != "[1]") {
+			t.Fatalf("explain %d: %d sub-windows, counts %v; want %d and [1]", i, l.SubWindows, l.State.Raw.SubWindows, algo.DefaultSubWindows)
 		}
 		if client == nil {
 			continue

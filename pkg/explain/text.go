@@ -3,6 +3,7 @@ package explain
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -81,6 +82,9 @@ func (t *textWriter) limit(l Limit) {
 	if l.Burst > 0 {
 		t.printf(", burst %d", l.Burst)
 	}
+	if l.SubWindows > 0 {
+		t.printf(", %d sub-windows", l.SubWindows)
+	}
 	t.printf("\n    effective: %d per %s", l.Effective.Limit, period)
 	if l.Effective.Burst > 0 {
 		t.printf(", burst %d", l.Effective.Burst)
@@ -110,7 +114,19 @@ func (t *textWriter) limit(l Limit) {
 			return
 		}
 		t.printf("    state: remaining %d, resets in %s, ttl %s\n", s.Remaining, ms(s.ResetAfterMS), ms(s.TTLMS))
+		if len(s.Raw.SubWindows) > 0 {
+			t.printf("    sub-window counts, current first: %s\n", joinCounts(s.Raw.SubWindows))
+		}
 	}
+}
+
+// joinCounts spells counts separated by spaces.
+func joinCounts(counts []int64) string {
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = strconv.FormatInt(c, 10)
+	}
+	return strings.Join(parts, " ")
 }
 
 func ms(v float64) string {

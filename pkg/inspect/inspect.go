@@ -309,7 +309,7 @@ func (w *walk) add(rd read, now int64) {
 	if rd.freq != nil {
 		k.Freq = rd.freq.Val()
 	}
-	pol := algo.Policy{Algorithm: rd.key.Algorithm, Period: rd.key.Period}
+	pol := algo.Policy{Algorithm: rd.key.Algorithm, Period: rd.key.Period, SubWindows: rd.key.SubWindows}
 	ruleName := w.match(&k, rd.key, &pol)
 	switch {
 	case rd.logged != nil && rd.logged.Err() == nil && rd.live.Err() == nil:
@@ -380,6 +380,9 @@ func describeState(pol algo.Policy, st algo.State, now int64, known bool) (strin
 	case algo.FixedWindow:
 		return fmt.Sprintf("window at %s: %d hits", us(st.Time), st.Count), st.Count
 	case algo.SlidingWindow:
+		if pol.Windows() > 1 {
+			return describeSubWindows(pol, st)
+		}
 		return fmt.Sprintf("window at %s: %d hits, previous %d", us(st.Time), st.Count, st.Prev), st.Count
 	}
 	wait := max(st.Time-now, 0)

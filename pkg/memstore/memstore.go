@@ -97,7 +97,7 @@ type Store struct {
 type shard struct {
 	mu   sync.Mutex
 	m    map[key]entry
-	logs map[key][]int64 // sliding-log entries, beside their entry in m
+	logs map[key][]int64 // sliding-log entries or sub-window counts, beside their entry in m
 	max  int             // this shard's share of Options.MaxKeys
 	_    [24]byte        // keep neighbouring shard locks off one cache line
 }
@@ -114,6 +114,8 @@ type key [2]uint64
 //	fixed_window    until = Time + Period (the window's end, its expiry)
 //	sliding_window  until = Time + 2·Period (its expiry when Count > 0, a
 //	                later one otherwise)
+//	sliding_window  until = the expiry, n = Time; the sub-window counts
+//	in N ≥ 2        are in shard.logs
 //	sliding_log     until = the expiry; the log itself is in shard.logs
 //	token_bucket,   until = Time (the TAT; the expiry is at most 1 µs later)
 //	gcra
@@ -129,11 +131,24 @@ func toEntry(p algo.Policy, st *algo.State, now, ttl int64) entry {
 	case algo.FixedWindow:
 		return entry{until: st.Time + p.Period, n: st.Count}
 	case algo.SlidingWindow:
+		if p.Windows() > 1 {
+			// Sub-windows: the counts are in shard.logs, n is Time.
+			return entry{until: now + ttl - 1, n: st.Time}
+		}
 		return entry{until: st.Time + 2*p.Period, n: st.Count, prev: st.Prev}
 	case algo.TokenBucket, algo.GCRA:
 		return entry{until: st.Time, n: st.Frac}
 	}
 	return entry{until: now + ttl - 1}
+}
+
+// counts returns the slice of st that shard.logs keeps: a sliding log's
+// entries or a sub-windowed sliding window's counts (no state has both).
+func counts(st *algo.State) []int64 {
+	if len(st.Subs) > 0 {
+		return st.Subs
+	}
+	return st.Log
 }
 
 // state is the inverse of toEntry.
@@ -142,6 +157,9 @@ func (e entry) state(p algo.Policy, log []int64) algo.State {
 	case algo.FixedWindow:
 		return algo.State{Time: e.until - p.Period, Count: e.n}
 	case algo.SlidingWindow:
+		if p.Windows() > 1 {
+			return algo.State{Time: e.n, Subs: log}
+		}
 		return algo.State{Time: e.until - 2*p.Period, Count: e.n, Prev: e.prev}
 	case algo.TokenBucket, algo.GCRA:
 		return algo.State{Time: e.until, Frac: e.n}
@@ -270,8 +288,8 @@ func (s *Store) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 			}
 		}
 		sh.m[k] = toEntry(checks[i].Policy, st, now, ttl)
-		if len(st.Log) > 0 {
-			sh.logs[k] = st.Log
+		if l := counts(st); len(l) > 0 {
+			sh.logs[k] = l
 		} else {
 			delete(sh.logs, k)
 		}

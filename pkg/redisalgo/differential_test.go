@@ -131,6 +131,13 @@ func diffPolicy(r *rand.Rand, a algo.Algorithm) algo.Policy {
 				}
 			}
 		}
+		if a == algo.SlidingWindow {
+			// Half the sliding windows count in sub-windows, often at the
+			// default, sometimes at the edges (1 is the two-window
+			// estimate under the sub-window field).
+			subs := []int64{0, 0, 1, 2, 3, 7, algo.DefaultSubWindows, algo.DefaultSubWindows, algo.MaxSubWindows}
+			p.SubWindows = subs[r.IntN(len(subs))]
+		}
 		if p.Validate() == nil {
 			return p
 		}
@@ -171,6 +178,8 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		// [2] cancels that could not.
 		reserved []diffReservation
 		queued   [3]int
+		// subStates counts the sub-window states compared.
+		subStates int
 	)
 	for step := range steps {
 		if r.IntN(100) == 0 {
@@ -261,6 +270,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			if !sameState(p.Algorithm, got, states[i]) {
 				t.Fatalf("step %d: %s (%+v, check %+v):\n go    %+v\n redis %+v", step, k, p, checks[i], states[i], got)
 			}
+			if p.Windows() > 1 {
+				subStates++
+			}
 			if p.Algorithm == algo.GCRA && written {
 				gcraForms[min(got.Frac, 1)]++
 			}
@@ -279,6 +291,10 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		t.Errorf("queue mode: %d delayed requests, %d cancels gave back, %d could not; want each exercised", queued[0], queued[1], queued[2])
 	}
 	t.Logf("queue mode: %d delayed requests, %d cancels gave back, %d could not", queued[0], queued[1], queued[2])
+	if subStates == 0 {
+		t.Errorf("no sliding_window state in sub-windows compared")
+	}
+	t.Logf("sub-window states compared: %d", subStates)
 	if gcraForms[0] == 0 || gcraForms[1] == 0 {
 		t.Errorf("gcra values written: %d plain, %d with a fraction; want both spellings exercised", gcraForms[0], gcraForms[1])
 	}
@@ -363,7 +379,11 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 		if s, err = DecodeState(p, strs[0]); err != nil {
 			return s, true, fmt.Errorf("%s: %w", key, err)
 		}
-		if want := windowValue(a, p.Period, s); strs[0] != want {
+		want := windowValue(a, p.Period, s)
+		if p.Windows() > 1 {
+			want = subWindowsValue(p, s)
+		}
+		if strs[0] != want {
 			return s, true, fmt.Errorf("%s: %v value %q, want %q", key, a, strs[0], want)
 		}
 	default:
@@ -381,6 +401,30 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 		}
 	}
 	return s, true, err
+}
+
+// subWindowsValue is apply.lua's spelling of a sliding_window state in
+// sub-windows: the current sub-window's index in base 36, ':', the width
+// w of the largest count in base 36, then every count in w base-36
+// digits.
+func subWindowsValue(p algo.Policy, s algo.State) string {
+	n := p.Windows()
+	// The index of the sub-window starting at s.Time: the one whose start
+	// it is, found from below (indices are ≥ Time·n/period − 1).
+	q := s.Time / p.Period * n
+	for algo.SubWindowStart(q+1, p.Period, n) <= s.Time {
+		q++
+	}
+	w := 1
+	for _, c := range s.Subs {
+		w = max(w, len(strconv.FormatInt(c, 36)))
+	}
+	v := strconv.FormatInt(q, 36) + ":" + strconv.Itoa(w)
+	for _, c := range s.Subs {
+		d := strconv.FormatInt(c, 36)
+		v += strings.Repeat("0", w-len(d)) + d
+	}
+	return v
 }
 
 // windowValue is apply.lua's spelling of a fixed_window (Count) or
@@ -417,7 +461,8 @@ func sameState(a algo.Algorithm, redisState, goState algo.State) bool {
 	case algo.FixedWindow:
 		return redisState.Time == goState.Time && redisState.Count == goState.Count
 	case algo.SlidingWindow:
-		return redisState.Time == goState.Time && redisState.Count == goState.Count && redisState.Prev == goState.Prev
+		return redisState.Time == goState.Time && redisState.Count == goState.Count && redisState.Prev == goState.Prev &&
+			slices.Equal(redisState.Subs, goState.Subs)
 	case algo.SlidingLog:
 		return slices.Equal(redisState.Log, goState.Log)
 	case algo.TokenBucket, algo.GCRA:

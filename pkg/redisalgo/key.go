@@ -140,8 +140,11 @@ var algCodes = [...]byte{
 
 // appendPolicy appends what of p names the counter: the algorithm's letter,
 // then the period in base 36, in seconds when it is whole (every period
-// the rules can express is), else '.' and the microseconds. The letter has
-// a fixed length, so the period starts right after it.
+// the rules can express is), else '.' and the microseconds, then for a
+// sliding_window in N ≥ 2 sub-windows '/' and N (appendSubWindows): its
+// state means something else, so it never shares a key with the
+// two-window estimate's. The letter has a fixed length, so the period
+// starts right after it.
 func appendPolicy(dst []byte, p algo.Policy) []byte {
 	if a := p.Algorithm; int(a) < len(algCodes) && algCodes[a] != 0 {
 		dst = append(dst, algCodes[a])
@@ -151,10 +154,12 @@ func appendPolicy(dst []byte, p algo.Policy) []byte {
 		dst = append(dst, 'x', hexDigits[a>>4], hexDigits[a&0x0f])
 	}
 	if p.Period%algo.Second == 0 {
-		return strconv.AppendInt(dst, p.Period/algo.Second, 36)
+		dst = strconv.AppendInt(dst, p.Period/algo.Second, 36)
+	} else {
+		dst = append(dst, '.')
+		dst = strconv.AppendInt(dst, p.Period, 36)
 	}
-	dst = append(dst, '.')
-	return strconv.AppendInt(dst, p.Period, 36)
+	return appendSubWindows(dst, p)
 }
 
 // mustEscape marks bytes that appendPart percent-encodes: the layout's
@@ -282,6 +287,9 @@ type Key struct {
 	Algorithm algo.Algorithm
 	// Period is in µs.
 	Period int64
+	// SubWindows is a sliding_window's sub-window count when above 1,
+	// else 0 (algo.Policy.SubWindows).
+	SubWindows int64
 }
 
 // ErrNotOurs is wrapped by ParseKey's errors: the name is not one that
@@ -461,6 +469,16 @@ func (k *Key) parsePolicy(s string) error {
 			return fmt.Errorf("unknown algorithm letter in %q", s)
 		}
 		k.Algorithm, s = algo.Algorithm(a), s[1:]
+	}
+	s, n, err := cutSubWindows(s)
+	if err != nil {
+		return err
+	}
+	if n > 1 && k.Algorithm != algo.SlidingWindow {
+		return fmt.Errorf("sub-windows for algorithm %s in %q", k.Algorithm, s)
+	}
+	if n > 1 {
+		k.SubWindows = n
 	}
 	us, micro := strings.CutPrefix(s, ".")
 	v, err := strconv.ParseInt(us, 36, 64)

@@ -28,6 +28,9 @@ func wantPart(s string) Part {
 // wantKey is what ParseKey must read back from c's key.
 func wantKey(c algo.Check) Key {
 	k := Key{Domain: wantPart(c.Domain), HashTag: c.TagIndex(), Algorithm: c.Policy.Algorithm, Period: c.Policy.Period}
+	if n := c.Policy.Windows(); n > 1 {
+		k.SubWindows = n
+	}
 	for _, e := range c.Entries {
 		k.Entries = append(k.Entries, KeyEntry{Key: wantPart(e.Key), Value: wantPart(e.Value)})
 	}
@@ -111,6 +114,10 @@ var keyCases = []struct {
 	{"algorithm zero", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Period: algo.Hour}}},
 	{"hash tag with colon in the rest", algo.Check{Domain: "d", Entries: entries("u", "x", "p", "a:b"), HashTag: 0, Policy: tokenMinute}},
 	{"hash tag with long value", algo.Check{Domain: "d", Entries: entries("user", strings.Repeat("u", 200)), HashTag: 0, Policy: tokenMinute}},
+	{"sliding window in sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 30}}},
+	{"sliding window in other sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 60}}},
+	{"sliding window in µs sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: 0, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: 1_500_000, SubWindows: 7}}},
+	{"sliding window in one sub-window", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 1}}},
 }
 
 func TestAppendKey(t *testing.T) {
@@ -148,6 +155,12 @@ func TestKeyLayout(t *testing.T) {
 			Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 5, Period: 1_500_000}}, "r2{d:l.w5eo}"},
 		{"unknown algorithm", algo.Check{Domain: "d", HashTag: -1,
 			Policy: algo.Policy{Algorithm: 200, Period: algo.Second}}, "r2{d:xC81}"},
+		// The two-window estimate keeps the keys it always had (so its
+		// stored states read on); sub-windows name theirs.
+		{"sliding window, two windows", algo.Check{Domain: "d", HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 1}}, "r2{d:s1}"},
+		{"sliding window in 30 sub-windows", algo.Check{Domain: "d", HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 30}}, "r2{d:s1/30}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := string(AppendKey(nil, tc.check)); got != tc.want {
@@ -266,6 +279,9 @@ func FuzzKey(f *testing.F) {
 			HashTag: tag,
 			Policy:  algo.Policy{Algorithm: algo.Algorithm(alg), Period: period},
 		}
+		if c.Policy.Algorithm == algo.SlidingWindow {
+			c.Policy.SubWindows = int64(n>>2) % (algo.MaxSubWindows + 1)
+		}
 		// checkKey proves the key decodes back to c's identity (so distinct
 		// identities get distinct keys) and that the tag is intact.
 		checkKey(t, c, AppendKey(nil, c))
@@ -347,6 +363,9 @@ func FuzzParseKey(f *testing.F) {
 	}
 	f.Add("pre:r2{d:a:b:x0A1o}")
 	f.Add("pre:r2{d:a:%3a:f1o}")
+	f.Add("pre:r2{d:a:b:s1/30}")
+	f.Add("pre:r2{d:a:b:s1/1}")
+	f.Add("pre:r2{d:a:b:f1/30}")
 	f.Fuzz(func(t *testing.T, name string) {
 		k, err := ParseKey(name, "pre:")
 		if err != nil {
@@ -355,7 +374,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 			return
 		}
-		c := algo.Check{Domain: k.Domain.Text, HashTag: k.HashTag, Policy: algo.Policy{Algorithm: k.Algorithm, Period: k.Period}}
+		c := algo.Check{Domain: k.Domain.Text, HashTag: k.HashTag, Policy: algo.Policy{Algorithm: k.Algorithm, Period: k.Period, SubWindows: k.SubWindows}}
 		digest := k.Domain.Digest
 		for _, e := range k.Entries {
 			c.Entries = append(c.Entries, algo.Entry{Key: e.Key.Text, Value: e.Value.Text})
@@ -389,6 +408,11 @@ func TestParseKeyRefuses(t *testing.T) {
 		"pre:r2{d:a:b:x01f1o}",                       // a known algorithm as a number
 		"pre:r2{d:a:b:fzzzzzzzzzzzzz}",               // overflowing period
 		"pre:r2{" + strings.Repeat("0", 65) + ":t0}", // a 65-byte part kept as is (fuzz)
+		"pre:r2{d:a:b:s1/1}",                         // one sub-window is spelt without
+		"pre:r2{d:a:b:s1/61}",                        // above MaxSubWindows
+		"pre:r2{d:a:b:s1/030}",                       // non-canonical count
+		"pre:r2{d:a:b:s1/}",                          // no count
+		"pre:r2{d:a:b:f1/30}",                        // sub-windows of a fixed window
 	} {
 		if k, err := ParseKey(name, "pre:"); err == nil || !errors.Is(err, ErrNotOurs) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotOurs", name, k, err)

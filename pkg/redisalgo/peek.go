@@ -97,6 +97,9 @@ func LogState(members []redis.Z) algo.State {
 // stateValue, as its load reads it (see the storage section of apply.lua's
 // header). A sliding log is a sorted set: see LogState.
 func DecodeState(p algo.Policy, v string) (algo.State, error) {
+	if n := p.Windows(); n > 1 {
+		return decodeSubWindows(v, p.Period, n)
+	}
 	switch p.Algorithm {
 	case algo.FixedWindow, algo.SlidingWindow:
 		start, c, prev, err := decodeWindow(v, p.Algorithm == algo.SlidingWindow)

@@ -104,7 +104,8 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 		case c.Take:
 			code += codeTake
 		}
-		if c.Policy.Burst != 0 {
+		burst := burstArg(c.Policy)
+		if burst != 0 {
 			code += codeBurst
 		}
 		if c.Hits != 1 {
@@ -115,8 +116,8 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 			code += codeExtra
 		}
 		dst = append(dst, code, c.Policy.Limit, c.Policy.Period)
-		if c.Policy.Burst != 0 {
-			dst = append(dst, c.Policy.Burst)
+		if burst != 0 {
+			dst = append(dst, burst)
 		}
 		if c.Hits != 1 {
 			dst = append(dst, c.Hits)
@@ -138,6 +139,19 @@ func queueArg(c *algo.Check) int64 {
 		return 0
 	}
 	return max(c.MaxDelay, 0)
+}
+
+// burstArg is the burst argument apply.lua takes for p: for a
+// sliding_window, which has no burst, its sub-window count when above 1
+// (else 0: the two-window estimate).
+func burstArg(p algo.Policy) int64 {
+	if p.Algorithm == algo.SlidingWindow {
+		if n := p.Windows(); n > 1 {
+			return n
+		}
+		return 0
+	}
+	return p.Burst
 }
 
 // parseApplyInts decodes one request's part of apply.lua's reply, read

@@ -26,7 +26,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "lease", "warmup", "on_limit", "max_delay"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "sub_windows", "lease", "warmup", "on_limit", "max_delay"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -128,11 +128,12 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	mult, multOK := p.unitMultiplier(f, path, unit)
 	alg, algOK := p.limitAlgorithm(f, path)
 	burst, burstOK := p.burst(f, path, alg)
+	subs, subsOK := p.subWindows(f, path, alg, unit.Micros()*int64(mult))
 	lease, leaseOK := p.lease(f, path, alg)
 	warmup, warmupOK := p.warmup(f, path)
 	maxDelay, delayOK := p.onLimit(f, line, path, alg, lease)
 	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup, MaxDelay: maxDelay}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK && leaseOK && warmupOK && delayOK) {
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && subsOK && leaseOK && warmupOK && delayOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {
@@ -143,10 +144,11 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 		burst = int64(rpu)
 	}
 	l.Policy = algo.Policy{
-		Algorithm: alg,
-		Limit:     int64(rpu),
-		Period:    unit.Micros() * int64(mult),
-		Burst:     burst,
+		Algorithm:  alg,
+		Limit:      int64(rpu),
+		Period:     unit.Micros() * int64(mult),
+		Burst:      burst,
+		SubWindows: subs,
 	}
 	return l, p.validatePolicy(l.Policy, line, path)
 }

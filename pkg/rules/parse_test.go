@@ -87,7 +87,7 @@ descriptors:
           nmae: y
 `,
 			want: []string{
-				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|unlimited|name|replaces|lease|warmup|on_limit|max_delay)`,
+				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|sub_windows|unlimited|name|replaces|lease|warmup|on_limit|max_delay)`,
 				`rules.yaml:12: descriptors[0].rate_limit.replaces[0].nmae: unknown field (want one of name)`,
 				`rules.yaml:2: domian: unknown field (want one of domain|descriptors)`,
 				`rules.yaml:5: descriptors[0].rate_limt: unknown field (want one of key|value|rate_limit|rate_limits|descriptors|shadow_mode|quota_mode|detailed_metric|value_to_metric|share_threshold|hash_tag|metadata)`,
@@ -160,6 +160,27 @@ descriptors:
 			want: []string{
 				`rules.yaml:4: descriptors[0].rate_limit.burst: 0 is out of range (want an integer 1..4294967295)`,
 				`rules.yaml:6: descriptors[1].rate_limit.burst: set for algorithm fixed_window (want burst only with token_bucket or gcra)`,
+			},
+		},
+		{
+			name: "sub_windows out of range and without a sliding window",
+			yaml: `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 0}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 61}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, sub_windows: 10}
+  - key: d
+    rate_limit: {unlimited: true, sub_windows: 10}
+`,
+			want: []string{
+				`rules.yaml:4: descriptors[0].rate_limit.sub_windows: 0 is out of range (want an integer 1..60; 1 is the two-window estimate)`,
+				`rules.yaml:6: descriptors[1].rate_limit.sub_windows: 61 is out of range (want an integer 1..60; 1 is the two-window estimate)`,
+				`rules.yaml:8: descriptors[2].rate_limit.sub_windows: set for algorithm token_bucket (want sub_windows only with sliding_window)`,
+				`rules.yaml:10: descriptors[3].rate_limit.sub_windows: set together with unlimited: true (want either unlimited or a limit)`,
 			},
 		},
 		{
@@ -480,6 +501,12 @@ descriptors:
       - {unit: week, requests_per_unit: 2000, algorithm: fixed_window, lease: auto}
       - {unit: month, requests_per_unit: 0}
       - {unit: year, requests_per_unit: 4294967295}
+  - key: two
+    rate_limit: {unit: second, requests_per_unit: 3, sub_windows: 1}
+  - key: ten
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding_window, sub_windows: 10}
+  - key: aeon
+    rate_limit: {unit: year, unit_multiplier: 35, requests_per_unit: 3}
 `, Options{DefaultAlgorithm: algo.SlidingWindow})
 
 	tests := []struct {
@@ -488,7 +515,7 @@ descriptors:
 		limits []Limit
 	}{
 		{"shop.plain", "shop.plain", []Limit{{Label: "rate_limit", Unit: algo.UnitMinute, UnitMultiplier: 1, RequestsPerUnit: 100,
-			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute}}}},
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Minute, SubWindows: algo.DefaultSubWindows}}}},
 		{"shop.bucket", "shop.bucket", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 10,
 			Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Second, Burst: 10}, Lease: true}}},
 		{"shop.shaped", "shop.shaped", []Limit{{Label: "rate_limit", Unit: algo.UnitHour, UnitMultiplier: 6, RequestsPerUnit: 7,
@@ -498,14 +525,22 @@ descriptors:
 			{Name: "burst", Label: "burst", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 5,
 				Policy: algo.Policy{Algorithm: algo.TokenBucket, Limit: 5, Period: algo.Second, Burst: 9}},
 			{Name: "daily", Label: "daily", Unit: algo.UnitDay, UnitMultiplier: 1, RequestsPerUnit: 500,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 500, Period: algo.Day, SubWindows: algo.DefaultSubWindows}},
 			{Label: "rate_limits[2]", Unit: algo.UnitWeek, UnitMultiplier: 1, RequestsPerUnit: 2000,
 				Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2000, Period: algo.Week}, Lease: true},
 			{Label: "rate_limits[3]", Unit: algo.UnitMonth, UnitMultiplier: 1, RequestsPerUnit: 0,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 0, Period: algo.Month, SubWindows: algo.DefaultSubWindows}},
 			{Label: "rate_limits[4]", Unit: algo.UnitYear, UnitMultiplier: 1, RequestsPerUnit: 4294967295,
-				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year}},
+				Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 4294967295, Period: algo.Year, SubWindows: algo.DefaultSubWindows}},
 		}},
+		{"shop.two", "shop.two", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: algo.Second, SubWindows: 1}}}},
+		{"shop.ten", "shop.ten", []Limit{{Label: "rate_limit", Unit: algo.UnitSecond, UnitMultiplier: 1, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: algo.Second, SubWindows: 10}}}},
+		// 35 years × 30 sub-windows would not be exact in Lua: the
+		// default gives way to what fits.
+		{"shop.aeon", "shop.aeon", []Limit{{Label: "rate_limit", Unit: algo.UnitYear, UnitMultiplier: 35, RequestsPerUnit: 3,
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 3, Period: 35 * algo.Year, SubWindows: 8}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {

@@ -232,6 +232,7 @@ func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
 		Algorithm       string `json:"algorithm"`
 		PeriodUS        int64  `json:"period_us"`
 		Burst           int64  `json:"burst,omitempty"`
+		SubWindows      int64  `json:"sub_windows,omitempty"`
 		Lease           bool   `json:"lease,omitempty"`
 		// Effective is set by Dump: the requests_per_unit in force now.
 		Effective *uint32     `json:"effective_requests_per_unit,omitempty"`
@@ -274,7 +275,7 @@ func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
 				l := &r.Limits[i]
 				lj := limitJSON{
 					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
-					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst,
+					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst, SubWindows: l.Policy.SubWindows,
 					Lease: l.Lease, Warmup: newWarmupJSON(l.Warmup),
 				}
 				if eff != nil {

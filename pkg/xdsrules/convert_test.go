@@ -191,6 +191,10 @@ func TestExtensionsRefuseBadFiles(t *testing.T) {
 			[]string{"domains.api.limits.x: rate_limits[0].unit", "fortnight"}},
 		{"bad warmup", "domains: {api: {limits: {x: {warmup: {period: 10m, from: 2}}}}}",
 			[]string{"domains.api.limits.x", "warmup.from"}},
+		{"sub_windows out of range", "domains: {api: {defaults: {algorithm: sliding_window, sub_windows: 61}}}",
+			[]string{"ext.yaml: domains.api.defaults: sub_windows", "1..60"}},
+		{"sub_windows of a token bucket", "domains: {api: {limits: {x: {algorithm: token_bucket, sub_windows: 4}}}}",
+			[]string{"domains.api.limits.x: sub_windows", "only with sliding_window"}},
 		{"every problem", "domains: {a: {defaults: {burst: 0, algorithm: gcra}}, b: {defaults: {unit: second}}}",
 			[]string{"domains.a.defaults", "domains.b.defaults"}},
 	} {
@@ -205,5 +209,27 @@ func TestExtensionsRefuseBadFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExtensionsSubWindows: sub_windows set in the extensions file
+// reaches the limit it names; limits it does not name keep the default.
+func TestExtensionsSubWindows(t *testing.T) {
+	ext, err := xdsrules.ParseExtensions("ext.yaml", []byte("domains: {api: {limits: {per_user: {algorithm: sliding_window, sub_windows: 10}}}}"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := xdstest.Config("api-rules", "api",
+		&rlsconf.RateLimitDescriptor{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 100, Name: "per_user"}},
+		&rlsconf.RateLimitDescriptor{Key: "path", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 100}})
+	snap, err := xdsrules.BuildSnapshot([]*rlsconf.RateLimitConfig{conf}, "1", ext, rules.Options{DefaultAlgorithm: algo.SlidingWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int64{"user": 10, "path": algo.DefaultSubWindows} {
+		r := snap.Match("api", []algo.Entry{{Key: key, Value: "x"}})
+		if r == nil || len(r.Limits) != 1 || r.Limits[0].Policy.SubWindows != want {
+			t.Errorf("%s: rule %+v, want %d sub-windows", key, r, want)
+		}
 	}
 }

@@ -33,7 +33,7 @@ import (
 //	          - {unit: day, requests_per_unit: 10000, name: daily}
 //
 // defaults and limits take the rate_limit extension fields (algorithm,
-// unit_multiplier, burst, lease, warmup, on_limit, max_delay); limits also take hash_tag and
+// unit_multiplier, burst, sub_windows, lease, warmup, on_limit, max_delay); limits also take hash_tag and
 // rate_limits. Each value is checked as the rule grammar checks it when
 // the file is loaded, and again in every push it applies to. The limits
 // themselves, their names and the tree stay the control plane's: the file
@@ -56,7 +56,7 @@ type limitExt struct {
 }
 
 var (
-	limitExtFields = []string{"algorithm", "unit_multiplier", "burst", "lease", "warmup", "on_limit", "max_delay"}
+	limitExtFields = []string{"algorithm", "unit_multiplier", "burst", "sub_windows", "lease", "warmup", "on_limit", "max_delay"}
 	namedExtFields = append(slices.Clone(limitExtFields), "hash_tag", "rate_limits")
 )
 

@@ -131,7 +131,7 @@ func TestClusterE2E(t *testing.T) {
 	keys := clusterKeys(t, cc)
 	masters := map[string]bool{}
 	for i := range many {
-		k := keyFor(t, keys, fmt.Sprintf("shop:user:spread-%d:s1uo0", i))
+		k := keyFor(t, keys, fmt.Sprintf("shop:user:spread-%d:s1uo0/30", i))
 		masters[c.MasterForSlot(t, keySlot(t, cc, k)).Addr] = true
 	}
 	if len(masters) < 2 {

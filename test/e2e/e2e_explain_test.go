@@ -86,7 +86,7 @@ func TestExplainOffline(t *testing.T) {
 		t.Errorf("vip's candidates %+v, want exact chosen over the key at line 6", c)
 	}
 	l := vip.Limits[0]
-	if l.Algorithm != "sliding_window" || l.Effective.Limit != 100 || l.Effective.Source != "config" || l.Key != "prod:r2{shop:user:vip:s1o}" || l.Slot < 0 || l.State != nil {
+	if l.Algorithm != "sliding_window" || l.Effective.Limit != 100 || l.Effective.Source != "config" || l.Key != "prod:r2{shop:user:vip:s1o/30}" || l.Slot < 0 || l.State != nil {
 		t.Errorf("vip's limit %+v", l)
 	}
 	if bob := rep.Descriptors[1]; bob.Rule == nil || bob.Rule.Path != "shop.user.path" || bob.Limits[0].Algorithm != "token_bucket" {
@@ -96,7 +96,7 @@ func TestExplainOffline(t *testing.T) {
 		t.Errorf("nope %+v", nope)
 	}
 	out, _, code := runCLI(t, nil, "explain", "--config-dir", dir, "--domain", "shop", "-d", "user=vip")
-	for _, want := range []string{"* chosen exact    user=vip", "beaten key      user", "redis key: r2{shop:user:vip:s1o}"} {
+	for _, want := range []string{"* chosen exact    user=vip", "beaten key      user", "redis key: r2{shop:user:vip:s1o/30}"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain text (exit %d) lacks %q:\n%s", code, want, out)
 		}

@@ -53,8 +53,10 @@ type burstCase struct {
 	rule  string
 	limit uint32
 	unit  pb.RateLimitResponse_RateLimit_Unit
-	// period bounds duration_until_reset, allowed or denied: the end of
-	// the sliding window, the refill of the whole bucket.
+	// period bounds duration_until_reset, allowed or denied: the
+	// sliding window's newest hit leaving the period (its sub-window's end
+	// plus a period, at most a period and one of its 30 sub-windows), the
+	// refill of the whole bucket.
 	period time.Duration
 }
 
@@ -62,7 +64,7 @@ var burstCases = []burstCase{
 	{name: "token_bucket", key: "client", rule: "per_client", limit: 5, unit: pb.RateLimitResponse_RateLimit_HOUR,
 		period: time.Hour},
 	{name: "sliding_window", key: "user", rule: "per_user", limit: 3, unit: pb.RateLimitResponse_RateLimit_DAY,
-		period: 24 * time.Hour},
+		period: 24*time.Hour + 24*time.Hour/30},
 }
 
 // runBurst drives every burstCase on s to its limit and one past it, then

@@ -98,10 +98,10 @@ func TestRedisBurst(t *testing.T) {
 	// The default tag is the limit's whole identity.
 	for _, want := range []string{
 		"shop:client:redis:t2s0",
-		"shop:user:redis:s1uo0",
-		"shop:user:redis-fresh:s1uo0",
-		"shop:plan:free:s1e0",
-		"shop:user:a%7Db%7Bc%3Ad:s1uo0",
+		"shop:user:redis:s1uo0/30",
+		"shop:user:redis-fresh:s1uo0/30",
+		"shop:plan:free:s1e0/30",
+		"shop:user:a%7Db%7Bc%3Ad:s1uo0/30",
 	} {
 		if !hasTag(tags, want) {
 			t.Errorf("no key with hash tag {%s}; keys: %v", want, keys)

@@ -14,8 +14,9 @@
 --           then now in Unix µs (a given now serves tests and refunds that
 --           must happen at the time their consumption did); then per limit
 --           code, limit, period µs, then burst if the code says so (else
---           0 = limit), then hits if the code says so (else 1; 0 = check
---           only). code = algorithm (1 fixed_window, 2 sliding_window,
+--           0 = limit; for sliding_window it is the sub-window count N,
+--           algo.Policy.SubWindows, sent when above 1), then hits if the
+--           code says so (else 1; 0 = check only). code = algorithm (1 fixed_window, 2 sliding_window,
 --           3 sliding_log, 4 token_bucket, 5 gcra) + 8 × mode (0 consume,
 --           1 refund, 2 take: hits is the most to consume,
 --           algo.Check.Take, 3 cancel: a refund of a reservation,
@@ -59,6 +60,14 @@
 --   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
 --                                      count, p = the previous count, n
 --                                      and m = c's and p's digit counts
+--   sliding_window  "<h>:<w><c0><c1>…"  with N ≥ 2 sub-windows: h = the
+--     with N ≥ 2      absolute index of the current sub-window (algo.subAt)
+--                     in base 36, w (1-9) the digits per count, then c0 =
+--                     its count, c1 the one before it … (at most N+1, each
+--                     in w base-36 digits, trailing zeros dropped): a busy
+--                     1 s window of 200 in 30 sub-windows is
+--                     "or5ejno:17777777777777777777777777777777", 40 bytes,
+--                     which Redis keeps inside its object (embstr ≤ 44)
 --   sliding_log     zset  one member "<time>:<n>" per hit, score = time; n
 --                         numbers the hits of one µs (six digits, so members
 --                         of equal score sort by n)
@@ -239,6 +248,142 @@ local function expirySlidingWindow(period, s, now)
     return s.t + period - now
   end
   return 0
+end
+
+-- algo.subAt: the absolute index of the sub-window holding t, its start
+-- and end; r·n < 2^53 (algo.Policy.Validate).
+local function subAt(t, period, n)
+  local q, r = divmod(t, period)
+  local k = divmod(r * n, period)
+  local base = q * period
+  return q * n + k, base + ceilDiv(k * period, n), base + ceilDiv((k + 1) * period, n)
+end
+
+-- algo.subStart
+local function subStart(idx, period, n)
+  local q, k = divmod(idx, n)
+  return q * period + ceilDiv(k * period, n)
+end
+
+-- algo.subNewest: 0-based, as in Go (s.s[1] is Subs[0]).
+local function subNewest(s)
+  for i = 1, #s.s do
+    if s.s[i] > 0 then
+      return i - 1
+    end
+  end
+  return -1
+end
+
+-- algo.subCounts: counts[j + 1] is sub-window c−j's.
+local function subCounts(s, now, period, n)
+  local c, start, finish = subAt(now, period, n)
+  local counts = {}
+  for j = 1, n + 1 do
+    counts[j] = 0
+  end
+  if subNewest(s) < 0 then
+    return counts, c, start, finish
+  end
+  local h = subAt(s.t, period, n)
+  if h > c then
+    c, start, finish = h, subStart(h, period, n), subStart(h + 1, period, n)
+  end
+  for i = 1, #s.s do
+    local j = c - h + i - 1
+    if j >= 0 and j <= n then
+      counts[j + 1] = math.max(s.s[i], 0)
+    end
+  end
+  return counts, c, start, finish
+end
+
+-- algo.subState
+local function subState(start, counts)
+  local k = #counts
+  while k > 0 and counts[k] <= 0 do
+    k = k - 1
+  end
+  local subs = {}
+  for i = 1, k do
+    subs[i] = counts[i]
+  end
+  return {t = start, s = subs}
+end
+
+-- algo.expirySubWindows
+local function expirySubWindows(period, n, s, now)
+  local i = subNewest(s)
+  if i < 0 then
+    return 0
+  end
+  local h = subAt(s.t, period, n)
+  return subStart(h - i + n + 1, period, n) - now
+end
+
+-- algo.subWait
+local function subWait(limit, hits, period, n, c, counts)
+  local full = 0
+  for j = 1, n do
+    full = full + counts[j]
+  end
+  for k = 0, n do
+    if k > 0 then
+      full = full - counts[n - k + 1]
+    end
+    local need = limit - hits - full
+    if need >= 0 then
+      local start, finish = subStart(c + k, period, n), subStart(c + k + 1, period, n)
+      local partial = counts[n - k + 1]
+      if partial == 0 then
+        return start
+      end
+      local step, steps = slidingQuantum(finish - start)
+      local fit = divmod(need * steps, partial)
+      if fit >= steps then
+        return start
+      end
+      return finish - fit * step
+    end
+  end
+  return subStart(c + n + 1, period, n)
+end
+
+-- algo.stepSubWindows
+local function stepSubWindows(limit, period, n, s, now, hits, refund)
+  local counts, c, start, finish = subCounts(s, now, period, n)
+  local rem = math.min(finish - now, finish - start)
+  local step, steps = slidingQuantum(finish - start)
+  local remSteps = math.min(ceilDiv(rem, step), steps)
+  if refund then
+    for i = 1, n do
+      if hits <= 0 then
+        break
+      end
+      local back = math.min(counts[i], hits)
+      counts[i] = counts[i] - back
+      hits = hits - back
+    end
+    hits = 0
+  end
+  local full = 0
+  for i = 1, n do
+    full = full + counts[i]
+  end
+  local weighted = ceilDiv(counts[n + 1] * remSteps, steps)
+  local used = full + weighted
+  local allowed = hits <= limit and used + hits <= limit
+  if allowed then
+    counts[1] = counts[1] + hits
+  end
+  local ns = subState(start, counts)
+  local reset = expirySubWindows(period, n, ns, now)
+  if hits > limit then
+    return ns, never(reset)
+  elseif not allowed then
+    return ns, false, math.max(limit - used, 0), reset, subWait(limit, hits, period, n, c, counts) - now
+  end
+  return ns, true, limit - used - hits, reset, 0
 end
 
 -- algo.logReset
@@ -474,10 +619,80 @@ local function windowValue(a, s, period)
   return string.format('%.0f%s%s%.0f%.0f', i, c, p, #c, #p)
 end
 
+-- base36 spells x ≥ 0 in base 36 (digits 0-9a-z), padded with zeros to
+-- w digits.
+local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
+local function base36(x, w)
+  if x < 36 and w <= 1 then
+    return string.sub(B36, x + 1, x + 1)
+  end
+  local out = {}
+  repeat
+    local q, r = divmod(x, 36)
+    out[#out + 1] = string.sub(B36, r + 1, r + 1)
+    x = q
+  until x == 0
+  while #out < w do
+    out[#out + 1] = '0'
+  end
+  return string.reverse(table.concat(out))
+end
+
+-- loadSubs reads a sub-window value "<h>:<w><counts>" (see the header) as
+-- the start of sub-window h and its counts; an unreadable value reads as
+-- no key.
+local function loadSubs(v, period, n)
+  local hs, ws, digits = string.match(v, '^([0-9a-z]+):([1-9])([0-9a-z]+)$')
+  if not hs then
+    return {t = 0, s = {}}
+  end
+  local w = tonumber(ws)
+  local k = #digits / w
+  if k ~= math.floor(k) or k > n + 1 then
+    return {t = 0, s = {}}
+  end
+  local subs = {}
+  if w == 1 then
+    -- One digit each, the common case: read the bytes ('0' is 48, 'a' 97).
+    local bytes = {string.byte(digits, 1, k)}
+    for i = 1, k do
+      local b = bytes[i]
+      if b >= 97 then
+        subs[i] = b - 87
+      else
+        subs[i] = b - 48
+      end
+    end
+  else
+    for i = 1, k do
+      subs[i] = tonumber(string.sub(digits, (i - 1) * w + 1, i * w), 36)
+    end
+  end
+  return {t = subStart(tonumber(hs, 36), period, n), s = subs}
+end
+
+-- subsValue formats a sub-window state for SET (the inverse of loadSubs):
+-- the index of sub-window s.t, then every count in as many base-36 digits
+-- as the largest needs.
+local function subsValue(s, period, n)
+  local m = 0
+  for i = 1, #s.s do
+    m = math.max(m, s.s[i])
+  end
+  local w = #base36(m, 1)
+  local parts = {base36((subAt(s.t, period, n)), 1), ':', base36(w, 1)}
+  for i = 1, #s.s do
+    parts[#parts + 1] = base36(s.s[i], w)
+  end
+  return table.concat(parts)
+end
+
 -- stateValue formats limit l's new state for SET (the inverse of load).
 local function stateValue(l, s)
   local a = l.alg
-  if a == 1 or a == 2 then
+  if a == 2 and l.sub > 1 then
+    return subsValue(s, l.period, l.sub)
+  elseif a == 1 or a == 2 then
     return windowValue(a, s, l.period)
   elseif s.f == 0 then
     return string.format('%.0f', s.t)
@@ -493,7 +708,12 @@ local function load(l)
     return nil
   end
   local v = redis.call('GET', l.key)
-  if a == 1 or a == 2 then
+  if a == 2 and l.sub > 1 then
+    if v then
+      return loadSubs(v, l.period, l.sub)
+    end
+    return {t = 0, s = {}}
+  elseif a == 1 or a == 2 then
     local t, c, p = 0, 0, 0
     if v then
       t, c, p = loadWindow(v, a, l.period)
@@ -527,6 +747,8 @@ local function step(l, now, hits, refund)
   end
   if a == 1 then
     return stepFixedWindow(limit, period, l.state, now, hits, refund)
+  elseif a == 2 and l.sub > 1 then
+    return stepSubWindows(limit, period, l.sub, l.state, now, hits, refund)
   elseif a == 2 then
     return stepSlidingWindow(limit, period, l.state, now, hits, refund)
   elseif a == 3 then
@@ -655,6 +877,8 @@ local function commit(l, now)
   local e
   if a == 1 then
     e = expiryFixedWindow(l.period, ns, now)
+  elseif a == 2 and l.sub > 1 then
+    e = expirySubWindows(l.period, l.sub, ns, now)
   elseif a == 2 then
     e = expirySlidingWindow(l.period, ns, now)
   else
@@ -711,6 +935,7 @@ local function applyRequest(r, now, reply)
       limit = tonumber(ARGV[b + 1]),
       period = tonumber(ARGV[b + 2]),
       burst = 0,
+      sub = 0,
       hits = 1,
       refund = mode == 1 or mode == 3,
       take = mode == 2,
@@ -728,6 +953,10 @@ local function applyRequest(r, now, reply)
     if code % HITS >= BURST then
       l.burst = tonumber(ARGV[b])
       b = b + 1
+    end
+    -- A sliding window's burst argument is its sub-window count.
+    if l.alg == 2 then
+      l.sub, l.burst = l.burst, 0
     end
     if code % EXTRA >= HITS then
       l.hits = tonumber(ARGV[b])
