@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,12 +57,21 @@ const (
 
 var systemTitles = [numSystems]string{"floor (no-work gRPC)", "envoyproxy/ratelimit", "envoy-rls"}
 
-func cmpLoads(concurrency int) []cmpLoad {
-	return []cmpLoad{
+// cmpLoads lists the loads, filtered by --compare-only.
+func cmpLoads(o options) []cmpLoad {
+	return onlyNamed(o.cmpOnly, []cmpLoad{
 		{name: "1000", title: "open loop 1000/s", rate: 1000},
 		{name: "4000", title: "open loop 4000/s", rate: 4000},
-		{name: "closed", title: fmt.Sprintf("closed loop, %d callers", concurrency)},
+		{name: "closed", title: fmt.Sprintf("closed loop, %d callers", o.concurrency)},
+	}, func(l cmpLoad) string { return l.name }, []string{"1000", "4000", "closed"})
+}
+
+// onlyNamed keeps the items that only names, when only names any of all.
+func onlyNamed[T any](only []string, items []T, name func(T) string, all []string) []T {
+	if !slices.ContainsFunc(only, func(n string) bool { return slices.Contains(all, n) }) {
+		return items
 	}
+	return slices.DeleteFunc(items, func(it T) bool { return !slices.Contains(only, name(it)) })
 }
 
 // Key spaces of the issue: 100 k users drawn uniformly, and 1 M users drawn
@@ -72,8 +82,9 @@ const (
 	zipfS       = 1.1
 )
 
-func cmpKeySets() []cmpKeys {
-	return []cmpKeys{
+// cmpKeySets lists the key sets, filtered by --compare-only.
+func cmpKeySets(o options) []cmpKeys {
+	return onlyNamed(o.cmpOnly, []cmpKeys{
 		{name: "uniform", title: "uniform, 100 k keys", newValue: func() func(*rand.Rand, int64) string {
 			buf := make([]byte, 0, 16)
 			return func(rnd *rand.Rand, _ int64) string {
@@ -92,7 +103,7 @@ func cmpKeySets() []cmpKeys {
 				return string(buf)
 			}
 		}},
-	}
+	}, func(k cmpKeys) string { return k.name }, []string{"uniform", "zipf"})
 }
 
 // cmpSample is one measured interval of one system.
@@ -243,12 +254,12 @@ func (b *bench) compareRound(ctx context.Context, round int, t [numSystems]cmpTa
 	if round%2 == 1 {
 		order = []cmpSystem{sysRLS, sysRef}
 	}
-	uniform := cmpKeySets()[0]
-	for _, load := range cmpLoads(b.opts.concurrency) {
+	uniform := cmpKeySets(b.opts)[0]
+	for _, load := range cmpLoads(b.opts) {
 		if err := b.compareOne(ctx, t[sysFloor], load, uniform, cmpCellKey{load.name, "", sysFloor}, cells); err != nil {
 			return err
 		}
-		for _, keys := range cmpKeySets() {
+		for _, keys := range cmpKeySets(b.opts) {
 			for _, sys := range order {
 				if err := b.compareOne(ctx, t[sys], load, keys, cmpCellKey{load.name, keys.name, sys}, cells); err != nil {
 					return err
@@ -407,9 +418,9 @@ func figures(c *cmpCell) cmpFigures {
 func writeCompare(w io.Writer, o options, cells map[cmpCellKey]*cmpCell) {
 	tableHead(w, fmt.Sprintf("envoy-rls and envoyproxy/ratelimit, medians of %d rounds (ratio envoy-rls / reference; floor ratio to the reference in parentheses)", o.rounds),
 		"load", "keys", "system", "decisions/s", "p50 µs", "p99 µs", "service CPU µs/decision", "Redis CPU µs/decision", "service + Redis CPU µs/decision", "other load")
-	for _, load := range cmpLoads(o.concurrency) {
+	for _, load := range cmpLoads(o) {
 		fl := figures(cells[cmpCellKey{load.name, "", sysFloor}])
-		for _, keys := range cmpKeySets() {
+		for _, keys := range cmpKeySets(o) {
 			ref := figures(cells[cmpCellKey{load.name, keys.name, sysRef}])
 			rls := figures(cells[cmpCellKey{load.name, keys.name, sysRLS}])
 			writeFigRow(w, load.title, keys.title, systemTitles[sysFloor], fl, ref)
@@ -419,8 +430,8 @@ func writeCompare(w io.Writer, o options, cells map[cmpCellKey]*cmpCell) {
 	}
 	fmt.Fprintln(w)
 	tableHead(w, "Redis INFO commandstats per decision (calls, execution µs; commands a script runs included)", "load", "keys", "envoyproxy/ratelimit", "envoy-rls")
-	for _, load := range cmpLoads(o.concurrency) {
-		for _, keys := range cmpKeySets() {
+	for _, load := range cmpLoads(o) {
+		for _, keys := range cmpKeySets(o) {
 			ref := figures(cells[cmpCellKey{load.name, keys.name, sysRef}])
 			rls := figures(cells[cmpCellKey{load.name, keys.name, sysRLS}])
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", load.title, keys.title, cmdMix(ref), cmdMix(rls))
@@ -501,12 +512,12 @@ func writeCompareTargets(w io.Writer, o options, cells map[cmpCellKey]*cmpCell) 
 		{"Redis CPU/decision", func(f cmpFigures) float64 { return f.redisCPU }, 0.6, false},
 		{"total CPU/decision", func(f cmpFigures) float64 { return f.total }, 0.6, false},
 	}
-	for _, load := range cmpLoads(o.concurrency) {
+	for _, load := range cmpLoads(o) {
 		ts := paced
 		if load.rate == 0 {
 			ts = closed
 		}
-		for _, keys := range cmpKeySets() {
+		for _, keys := range cmpKeySets(o) {
 			ref := figures(cells[cmpCellKey{load.name, keys.name, sysRef}])
 			rls := figures(cells[cmpCellKey{load.name, keys.name, sysRLS}])
 			if !ref.ok || !rls.ok {

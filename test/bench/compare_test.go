@@ -57,7 +57,7 @@ func TestFiguresPerCommand(t *testing.T) {
 // TestKeySets checks that every key set draws keys inside its space and
 // that Zipf's draws are skewed: its most common key takes a large share.
 func TestKeySets(t *testing.T) {
-	for _, ks := range cmpKeySets() {
+	for _, ks := range cmpKeySets(options{}) {
 		t.Run(ks.name, func(t *testing.T) {
 			value := ks.newValue()
 			rnd := rand.New(rand.NewPCG(1, 2))

@@ -52,6 +52,7 @@ type options struct {
 	refBin   string
 	rounds   int
 	cmpLease bool
+	cmpOnly  []string // loads and key sets to run; empty: all
 }
 
 func main() {
@@ -110,8 +111,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refVersion+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
 	fs.IntVar(&o.rounds, "rounds", 4, "interleaved rounds of --compare")
 	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
+	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for v := range strings.SplitSeq(*only, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if !slices.Contains([]string{"1000", "4000", "closed", "uniform", "zipf"}, v) {
+			return o, fmt.Errorf("bench: --compare-only: unknown %q (want 1000, 4000, closed, uniform, zipf)", v)
+		}
+		o.cmpOnly = append(o.cmpOnly, v)
 	}
 	if o.compare {
 		set := map[string]bool{}
