@@ -619,134 +619,6 @@ local function commit(l, now)
   redis.call('SET', key, stateValue(l, ns), 'PX', ms)
 end
 
--- The lean path. A call whose every limit is a plain fixed window (code 1,
--- or 1 + 64 with hits: consume, no burst, no take) with a positive limit
--- and period, is the common call (one per-user or per-route counter). It
--- is decided here without the general framing (limitArgs), applyRequest's
--- 15-field table per limit, the dispatch of load and step, the take and
--- refund branches and the pcall: fewer Lua steps and allocations per call
--- (BENCHMARKS.md has the measurement). It repeats applyRequest's decisions
--- and writes exactly, with the same stepFixedWindow, loadWindow and
--- commit; a WRONGTYPE key fails its request alone, as there. Any other call, or a malformed one, falls
--- through to the general path. The differential test runs both paths
--- against algo.ApplyAll.
-local function leanRequests()
-  local reqs, a, k, nargs = {}, 1, 0, #ARGV
-  while a <= nargs do
-    local n, now = tonumber(ARGV[a]), 0
-    a = a + 1
-    if n ~= nil and n < 0 then
-      n, now = -n, tonumber(ARGV[a])
-      a = a + 1
-    end
-    if n == nil or now == nil or n < 1 or k + n > #KEYS then
-      return nil
-    end
-    reqs[#reqs + 1] = {k = k, a = a, n = n, now = now}
-    for _ = 1, n do
-      local code, limit, period = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-      if (code ~= 1 and code ~= 65) or limit == nil or period == nil or limit <= 0 or period <= 0 then
-        return nil
-      end
-      a = a + 3
-      if code == 65 then
-        if tonumber(ARGV[a]) == nil then
-          return nil
-        end
-        a = a + 1
-      end
-    end
-    k = k + n
-  end
-  if a - 1 ~= nargs or k ~= #KEYS then
-    return nil
-  end
-  return reqs
-end
-
--- leanApply appends request r's reply (after its now) as applyRequest
--- does: every limit read and decided, then, if all allowed, the consuming
--- ones written, else the allowed ones answered check-only.
-local function leanApply(r, now, reply)
-  local base, b, allowed = #reply, r.a, true
-  local lim = {}
-  reply[base + 1] = 1
-  for i = 1, r.n do
-    local code, hits = tonumber(ARGV[b]), 1
-    local l = {limit = tonumber(ARGV[b + 1]), period = tonumber(ARGV[b + 2]), state = {t = 0, c = 0}}
-    b = b + 3
-    if code == 65 then
-      hits = math.max(tonumber(ARGV[b]), 0)
-      b = b + 1
-    end
-    local v = redis.pcall('GET', KEYS[r.k + i])
-    if type(v) == 'table' then
-      return v.err or 'failed'
-    elseif v then
-      l.state.t, l.state.c = loadWindow(v, 1, l.period)
-    end
-    local ok, remaining, reset, retry
-    l.ns, ok, remaining, reset, retry = stepFixedWindow(l.limit, l.period, l.state, now, hits, false)
-    l.hits, l.ok = hits, ok
-    allowed = allowed and ok
-    lim[i] = l
-    local o = base + 1 + 5 * (i - 1)
-    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5] = ok and 1 or 0, remaining, reset, retry, 0
-  end
-  if not allowed then
-    reply[base + 1] = 0
-  end
-  for i = 1, r.n do
-    local l, o = lim[i], base + 1 + 5 * (i - 1)
-    if l.hits > 0 and l.ok then
-      if allowed then
-        l.key, l.alg = KEYS[r.k + i], 1
-        commit(l, now)
-      else
-        local _, ok, remaining, reset, retry = stepFixedWindow(l.limit, l.period, l.state, now, 0, false)
-        reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok and 1 or 0, remaining, reset, retry
-      end
-    end
-  end
-  return nil
-end
-
--- leanCall returns the reply of a lean call, or nil for any other call.
-local function leanCall()
-  local reqs = leanRequests()
-  if not reqs then
-    return nil
-  end
-  local reply, serverNow = {}, 0
-  for _, r in ipairs(reqs) do
-    local now = r.now
-    if now == 0 then
-      if serverNow == 0 then
-        local t = redis.call('TIME')
-        serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      end
-      now = serverNow
-    end
-    local base = #reply
-    reply[base + 1] = now
-    local err = leanApply(r, now, reply)
-    if err then
-      -- As the general path fails a request: its status, zeros.
-      for j = #reply, base + 2, -1 do
-        reply[j] = nil
-      end
-      reply[base + 2] = string.find(err, 'WRONGTYPE', 1, true) and 2 or 3
-      for j = 1, 5 * r.n do
-        reply[base + 2 + j] = 0
-      end
-    end
-  end
-  return reply
-end
--- A lean call's reply; the general path below then frames and applies
--- nothing and returns it.
-local leanReply = leanCall()
-
 -- Bits of a limit's code above its algorithm (see ARGV).
 local MODE, BURST, HITS = 8, 32, 64
 
@@ -860,9 +732,6 @@ end
 local MALFORMED = 'ERR apply.lua: malformed arguments: want per request n (or -n and now) and per key a code, limit, period and the burst and hits its code announces, with n keys each'
 local reqs = {}
 local k, a, nargs = 0, 1, #ARGV
-if leanReply then
-  k, a = #KEYS, nargs + 1
-end
 while a <= nargs do
   local n, now = tonumber(ARGV[a]), 0
   a = a + 1
@@ -893,7 +762,7 @@ end
 
 -- The requests, one after the other: each sees what the ones before it
 -- wrote, as if each had its own script call. Redis's TIME is read once.
-local reply = leanReply or {}
+local reply = {}
 local serverNow = 0
 for _, r in ipairs(reqs) do
   local now = r.now
