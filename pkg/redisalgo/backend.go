@@ -4,7 +4,9 @@
 // pipelines between concurrent requests (batch.go) and merging their script
 // calls into one EVALSHA per slot (merge.go). The script (lua/apply.lua)
 // and its Go argument and reply codec (script.go) mirror the pure cores of
-// pkg/algo. On Redis Cluster it numbers the masters as shards, so that a
+// pkg/algo; calls of plain fixed windows go to lua/lean.lua instead, which
+// takes the same arguments and writes the same state at less Redis CPU
+// (lean.go). On Redis Cluster it numbers the masters as shards, so that a
 // caller can keep a circuit breaker per master, and batches per master
 // (shard.go).
 //
