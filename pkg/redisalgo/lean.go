@@ -9,8 +9,9 @@ import (
 )
 
 // leanLua applies the calls whose every limit is a plain fixed window, as
-// apply.lua would and with its arguments, reply and storage, at about half
-// Redis's CPU; its header says why and what it takes.
+// apply.lua would and with its arguments, reply and storage, at less of
+// Redis's CPU (BENCHMARKS.md, issue 19); its header says why and what it
+// takes.
 //
 //go:embed lua/lean.lua
 var leanLua string

@@ -7,10 +7,12 @@
 -- the same values, so a counter may go through either.
 --
 -- Why a second script: Redis's cost of a script call grows with the
--- script, not only with what the call runs. apply.lua's general path and
--- its ~40 functions cost Redis about twice this script's CPU for the same
--- one fixed-window limit (BENCHMARKS.md, issue 19), and that is the call
--- a per-user or per-route limit makes at every request.
+-- script, not only with what the call runs. In isolation apply.lua (and
+-- even a lean path inside it) costs Redis up to about twice this script's
+-- CPU for the same one fixed-window limit (BENCHMARKS.md, issue 19), and
+-- that is the call a per-user or per-route limit makes at every request.
+-- A script cannot share code with another, so the few helpers below repeat
+-- apply.lua's.
 --
 -- Each function names the apply.lua function (and so the algo function) it
 -- repeats; the differential test (TestDifferentialLean) holds this script
