@@ -23,8 +23,12 @@ STATSD_EXPORTER_STAMP := $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION)
 # for it; the stamp rebuilds it when the version changes.
 HELM_VERSION := v3.22.0
 HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
+# envoyproxy/ratelimit, the reference the bench compares with; only
+# `make bench` and `make bench-compare` install it, under test/bench/.bin.
+REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
+REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 
-.PHONY: run build test test-deps fuzz bench lint fmt vet staticcheck clean
+.PHONY: run build test test-deps fuzz bench bench-compare lint fmt vet staticcheck clean
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -70,11 +74,19 @@ fuzz:
 	  done; \
 	done
 
-## bench: Go micro-benchmarks plus the end-to-end load benchmark (see BENCHMARKS.md)
-bench: test-deps build
+## bench: Go micro-benchmarks, the end-to-end load benchmark, then the comparison with envoyproxy/ratelimit (see BENCHMARKS.md)
+bench: test-deps build $(REF_BIN)
 	$(GO) test -run '^$$' -bench . -skip KeyMemory -benchmem ./pkg/...
 	$(GO) test -run '^$$' -bench KeyMemory -benchtime 1x ./pkg/redisalgo/
 	$(GO) run ./test/bench --bin $(BIN)
+	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
+
+## bench-compare: only the comparison with envoyproxy/ratelimit (~8 minutes)
+bench-compare: test-deps build $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
+
+$(REF_BIN):
+	GOBIN=$(CURDIR)/$(dir $(REF_BIN)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(REF_VERSION)
 
 vet:
 	$(GO) vet ./...

@@ -4,7 +4,9 @@
 // pipelines between concurrent requests (batch.go) and merging their script
 // calls into one EVALSHA per slot (merge.go). The script (lua/apply.lua)
 // and its Go argument and reply codec (script.go) mirror the pure cores of
-// pkg/algo. On Redis Cluster it numbers the masters as shards, so that a
+// pkg/algo; calls of plain fixed windows go to lua/lean.lua instead, which
+// takes the same arguments and writes the same state at less Redis CPU
+// (lean.go). On Redis Cluster it numbers the masters as shards, so that a
 // caller can keep a circuit breaker per master, and batches per master
 // (shard.go).
 //
@@ -231,7 +233,7 @@ func (b *Backend) start(opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// LoadScript loads the script with SCRIPT LOAD on the master, or on every
+// LoadScript loads the scripts (apply.lua, lean.lua) with SCRIPT LOAD on the master, or on every
 // master of a cluster, so that the first requests need no extra round
 // trip. Apply does not depend on it: a node that lacks the script (after a
 // restart, a failover to a replica or SCRIPT FLUSH) gets it with the retry.
@@ -239,12 +241,17 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 	load := func(ctx context.Context, c interface {
 		ScriptLoad(context.Context, string) *redis.StringCmd
 	}) error {
-		sha, err := c.ScriptLoad(ctx, applyLua).Result()
-		if err != nil {
-			return err
-		}
-		if sha != applyScript.Hash() {
-			return fmt.Errorf("server computed SHA1 %s, want %s", sha, applyScript.Hash())
+		for _, s := range []struct {
+			src string
+			sc  *redis.Script
+		}{{applyLua, applyScript}, {leanLua, leanScript}} {
+			sha, err := c.ScriptLoad(ctx, s.src).Result()
+			if err != nil {
+				return err
+			}
+			if sha != s.sc.Hash() {
+				return fmt.Errorf("server computed SHA1 %s, want %s", sha, s.sc.Hash())
+			}
 		}
 		return nil
 	}
@@ -502,6 +509,7 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		}
 		c := call{checks: s.sorted[lo : j+1], out: s.out[lo : j+1]}
 		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
+		c.script.lean = leanChecks(c.checks)
 		s.calls = append(s.calls, c)
 		lo = j + 1
 	}

@@ -43,6 +43,9 @@ type scriptCall struct {
 	// eval sends the call as EVAL with the script's source instead of
 	// EVALSHA, after NOSCRIPT.
 	eval bool
+	// lean sends the call to lean.lua instead of apply.lua; the backend
+	// sets it for a request's calls that leanChecks accepts.
+	lean bool
 
 	// reply is the call's share of its command's reply (replySize of its
 	// limits), or err the command's error.
@@ -88,7 +91,7 @@ type merger struct {
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
 // merge returns the commands for calls: one per run of calls that share a
-// slot and the eval flag, each carrying calls whose summed cost stays
+// slot, the eval flag and the script (lean or apply), each carrying calls whose summed cost stays
 // within maxCost, so that no merged script holds Redis much longer than
 // one request may (a call above maxCost goes alone). Calls keep their
 // queue order within a command. After the round trip, split hands each
@@ -98,6 +101,14 @@ func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) 
 	byCommand := func(x, y *scriptCall) int {
 		if x.eval != y.eval {
 			if x.eval {
+				return 1
+			}
+			return -1
+		}
+		if x.lean != y.lean {
+			// Concurrent requests, so either order is one they may
+			// have arrived in.
+			if x.lean {
 				return 1
 			}
 			return -1
@@ -132,6 +143,8 @@ var (
 	argEval    any = "eval"
 	argSHA     any = applyScript.Hash()
 	argScript  any = applyLua
+	argLeanSHA any = leanScript.Hash()
+	argLean    any = leanLua
 )
 
 // add builds the one command of calls: every call's keys, then every
@@ -140,8 +153,13 @@ var (
 // each value into an interface.
 func (m *merger) add(ctx context.Context, calls []*scriptCall) {
 	name, script := argEvalSHA, argSHA
-	if calls[0].eval {
+	switch {
+	case calls[0].eval && calls[0].lean:
+		name, script = argEval, argLean
+	case calls[0].eval:
 		name, script = argEval, argScript
+	case calls[0].lean:
+		script = argLeanSHA
 	}
 	start, keys := len(m.args), 0
 	for _, c := range calls {

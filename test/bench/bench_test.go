@@ -74,7 +74,7 @@ func TestParseRedisInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := redisStats{cpu: 1750 * time.Millisecond, commands: 120, reads: 30, evalsha: 100, calls: map[string]int64{"evalsha": 100}}
+	want := redisStats{cpu: 1750 * time.Millisecond, commands: 120, reads: 30, evalsha: 100, calls: map[string]int64{"evalsha": 100}, usec: map[string]int64{"evalsha": 900}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("parseRedisInfo = %+v, want %+v", got, want)
 	}

@@ -47,6 +47,12 @@ type options struct {
 	scenarios      []string
 	rlsArgs        []string
 	timeout        time.Duration
+	// The comparison with the reference (compare.go).
+	compare  bool
+	refBin   string
+	rounds   int
+	cmpLease bool
+	cmpOnly  []string // loads and key sets to run; empty: all
 }
 
 func main() {
@@ -68,7 +74,11 @@ func main() {
 	// children then die by their parent-death signal.
 	context.AfterFunc(ctx, stop)
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
-	_, err = run(ctx, opts, os.Stdout, os.Stderr)
+	if opts.compare {
+		_, err = runCompare(ctx, opts, os.Stdout, os.Stderr)
+	} else {
+		_, err = run(ctx, opts, os.Stdout, os.Stderr)
+	}
 	cancel()
 	stop()
 	if err != nil {
@@ -96,8 +106,33 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	scen := fs.String("scenarios", strings.Join(allScenarioNames(), ","), "comma list of phases to run; the floor runs whenever a load scenario does")
 	rlsArgs := fs.String("rls-args", "", "extra arguments for every envoy-rls process, space separated")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	fs.BoolVar(&o.compare, "compare", false, "run only the comparison with envoyproxy/ratelimit (--ref-bin): each on its own Redis, interleaved rounds, medians; "+
+		"--duration and --warmup default to 6s and 1s there")
+	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refVersion+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
+	fs.IntVar(&o.rounds, "rounds", 4, "interleaved rounds of --compare")
+	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
+	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for v := range strings.SplitSeq(*only, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if !slices.Contains([]string{"1000", "4000", "closed", "uniform", "zipf"}, v) {
+			return o, fmt.Errorf("bench: --compare-only: unknown %q (want 1000, 4000, closed, uniform, zipf)", v)
+		}
+		o.cmpOnly = append(o.cmpOnly, v)
+	}
+	if o.compare {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			o.duration = 6 * time.Second
+		}
+		if !set["warmup"] {
+			o.warmup = time.Second
+		}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench: unexpected arguments %q", fs.Args())
@@ -119,6 +154,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("bench: --duration and --timeout must be positive, --warmup and --soak not negative")
 	case o.concurrency < 1 || o.perConn < 1 || o.maxRequests < 1:
 		return o, errors.New("bench: --concurrency, --workers-per-conn and --max-requests must be positive")
+	case o.rounds < 1:
+		return o, errors.New("bench: --rounds must be positive")
 	case o.users < 1 || o.keys < 0 || o.keysPerRequest < 1:
 		return o, errors.New("bench: --users and --keys-per-request must be positive, --keys not negative")
 	}
@@ -134,8 +171,9 @@ type bench struct {
 	users []string
 	redis *redisServer
 
-	mu       sync.Mutex
-	children []*child
+	mu         sync.Mutex
+	children   []*child
+	extraRedis []*redisServer // the comparison's, one per system
 }
 
 func (b *bench) track(c *child) {
@@ -146,11 +184,14 @@ func (b *bench) track(c *child) {
 
 func (b *bench) close() {
 	b.mu.Lock()
-	cs := b.children
-	b.children = nil
+	cs, rs := b.children, b.extraRedis
+	b.children, b.extraRedis = nil, nil
 	b.mu.Unlock()
 	for _, c := range cs {
 		c.stop()
+	}
+	for _, r := range rs {
+		r.close()
 	}
 	if b.redis != nil {
 		b.redis.close()
@@ -174,7 +215,15 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: find own executable: %w", err)
 	}
 	b.self = self
-	if b.needsRLS() {
+	if opts.compare {
+		if b.opts.refBin, err = filepath.Abs(opts.refBin); err != nil {
+			return nil, fmt.Errorf("bench: --ref-bin: %w", err)
+		}
+		if st, err := os.Stat(b.opts.refBin); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("bench: --ref-bin %s: not a file (make bench-compare installs it)", b.opts.refBin)
+		}
+	}
+	if b.needsRLS() || opts.compare {
 		if b.opts.bin, err = filepath.Abs(opts.bin); err != nil {
 			return nil, fmt.Errorf("bench: --bin: %w", err)
 		}
@@ -196,6 +245,10 @@ func (b *bench) needsRLS() bool {
 	}
 	return false
 }
+
+// refVersion is the envoyproxy/ratelimit version the comparison runs
+// (the Makefile's REF_VERSION installs it).
+const refVersion = "v1.4.1-0.20260122083618-3fb702589d36"
 
 // floorAgainName is the floor's second run, after the other scenarios.
 const floorAgainName = "floor-again"

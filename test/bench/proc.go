@@ -36,6 +36,12 @@ type child struct {
 // startChild starts bin with args, its stdout and stderr going to
 // dir/<name>.log.
 func startChild(name, dir, bin string, args ...string) (*child, error) {
+	return startChildEnv(name, dir, nil, bin, args...)
+}
+
+// startChildEnv is startChild with env added to the driver's environment
+// (the reference takes its settings from the environment).
+func startChildEnv(name, dir string, env []string, bin string, args ...string) (*child, error) {
 	logPath := filepath.Join(dir, name+".log")
 	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -43,6 +49,9 @@ func startChild(name, dir, bin string, args ...string) (*child, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -41,12 +41,18 @@ func findRedisServer(flagValue string) (string, error) {
 
 // startRedis starts redis-server on a free loopback port and waits for PING.
 func startRedis(ctx context.Context, bin, dir string) (*redisServer, error) {
+	return startRedisNamed(ctx, bin, dir, "redis")
+}
+
+// startRedisNamed is startRedis with its log named name (the comparison
+// starts one per system).
+func startRedisNamed(ctx context.Context, bin, dir, name string) (*redisServer, error) {
 	for attempt := 0; ; attempt++ {
 		port, err := childproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		p, err := startChild("redis", dir, bin,
+		p, err := startChild(name, dir, bin,
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
 			"--daemonize", "no", "--protected-mode", "no", "--dir", dir)
@@ -110,6 +116,9 @@ type redisStats struct {
 	// calls counts every command by name (INFO commandstats), including
 	// those a Lua script runs with redis.call.
 	calls map[string]int64
+	// usec is each command's execution time in µs (INFO commandstats),
+	// by the same names.
+	usec map[string]int64
 }
 
 // stats reads the counters with one INFO call. That call itself counts as
@@ -123,7 +132,7 @@ func (r *redisServer) stats(ctx context.Context) (redisStats, error) {
 }
 
 func parseRedisInfo(text string) (redisStats, error) {
-	s := redisStats{calls: map[string]int64{}}
+	s := redisStats{calls: map[string]int64{}, usec: map[string]int64{}}
 	var user, sys float64
 	var seen int
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -156,6 +165,10 @@ func parseRedisInfo(text string) (redisStats, error) {
 					var c int64
 					c, err = strconv.ParseInt(n, 10, 64)
 					s.calls[name] = c
+				} else if n, ok := strings.CutPrefix(f, "usec="); ok && err == nil {
+					var u int64
+					u, err = strconv.ParseInt(n, 10, 64)
+					s.usec[name] = u
 				}
 			}
 			if name == "evalsha" {
@@ -182,6 +195,7 @@ func (s redisStats) sub(before redisStats) redisStats {
 		reads:    max(0, s.reads-before.reads-1),
 		evalsha:  s.evalsha - before.evalsha,
 		calls:    map[string]int64{},
+		usec:     map[string]int64{},
 	}
 	for name, n := range s.calls {
 		if name == "info" {
@@ -189,6 +203,9 @@ func (s redisStats) sub(before redisStats) redisStats {
 		}
 		if n -= before.calls[name]; n > 0 {
 			d.calls[name] = n
+			// The INFO call's own time is not counted yet when INFO
+			// reports, so only the calls need correcting.
+			d.usec[name] = max(0, s.usec[name]-before.usec[name])
 		}
 	}
 	return d

@@ -27,6 +27,19 @@ type server struct {
 // startServer writes the scenario's rules and starts its server, retrying
 // on fresh ports when one was taken between allocation and bind.
 func (b *bench) startServer(ctx context.Context, name string, floor bool, redis bool, rules string, extra ...string) (*server, error) {
+	var rd *redisServer
+	if redis {
+		if b.redis == nil {
+			return nil, errors.New("bench: scenario needs Redis but none was started")
+		}
+		rd = b.redis
+	}
+	return b.startServerOn(ctx, name, floor, rd, rules, extra...)
+}
+
+// startServerOn is startServer on the given Redis (nil: the in-process
+// store), so that the comparison can give each system its own.
+func (b *bench) startServerOn(ctx context.Context, name string, floor bool, rd *redisServer, rules string, extra ...string) (*server, error) {
 	dir := filepath.Join(b.tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -60,11 +73,8 @@ func (b *bench) startServer(ctx context.Context, name string, floor bool, redis 
 			// No debug listener: replicas on one machine would share its
 			// default port.
 			args = []string{"serve", "--config-dir", rulesDir, "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr, "--debug-addr=", "--log-level", "warn"}
-			if redis {
-				if b.redis == nil {
-					return nil, errors.New("bench: scenario needs Redis but none was started")
-				}
-				args = append(args, "--redis-url", "redis://"+b.redis.addr)
+			if rd != nil {
+				args = append(args, "--redis-url", "redis://"+rd.addr)
 			}
 			args = append(append(args, b.opts.rlsArgs...), extra...)
 		}
@@ -99,7 +109,17 @@ type snapshot struct {
 // The /metrics scrape costs the server CPU, so it happens outside the
 // measured interval: before the CPU read at the start, after it at the end.
 func (b *bench) snap(ctx context.Context, s *server, withRedis, start bool) (snapshot, error) {
+	var rd *redisServer
+	if withRedis {
+		rd = b.redis
+	}
+	return snapOn(ctx, s, rd, start)
+}
+
+// snapOn is snap with the server's own Redis (nil: none).
+func snapOn(ctx context.Context, s *server, rd *redisServer, start bool) (snapshot, error) {
 	var sn snapshot
+	withRedis := rd != nil
 	var err error
 	scrape := func() {
 		if withRedis {
@@ -120,7 +140,7 @@ func (b *bench) snap(ctx context.Context, s *server, withRedis, start bool) (sna
 		return sn, err
 	}
 	if withRedis {
-		if sn.redis, err = b.redis.stats(ctx); err != nil {
+		if sn.redis, err = rd.stats(ctx); err != nil {
 			return sn, err
 		}
 	}

@@ -1,0 +1,215 @@
+-- lean.lua applies the common call, every limit a plain fixed window, as
+-- apply.lua would: the same KEYS, ARGV, reply and storage (apply.lua's
+-- header documents them), for calls whose every limit has code 1, or
+-- 1 + 64 with hits (consume, no burst, no take, no refund), a positive
+-- limit and a positive period. The backend sends such calls here
+-- (scriptCall.lean) and every other call to apply.lua; both scripts write
+-- the same values, so a counter may go through either.
+--
+-- Why a second script: Redis's cost of a script call grows with the
+-- script, not only with what the call runs. In isolation apply.lua (and
+-- even a lean path inside it) costs Redis up to about twice this script's
+-- CPU for the same one fixed-window limit (BENCHMARKS.md, issue 19), and
+-- that is the call a per-user or per-route limit makes at every request.
+-- A script cannot share code with another, so the few helpers below repeat
+-- apply.lua's.
+--
+-- Each function names the apply.lua function (and so the algo function) it
+-- repeats; the differential test (TestDifferentialLean) holds this script
+-- to algo.ApplyAll as TestDifferential holds apply.lua. Every request is
+-- all or nothing: its limits are read and decided first, and written only
+-- when all allowed; a key of another type fails its request alone
+-- (status 2), before anything of that request is written.
+
+-- apply.lua's divmod (algo.divmod)
+local function divmod(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+    r = r + b
+  elseif r >= b then
+    q = q + 1
+    r = r - b
+  end
+  return q, r
+end
+
+-- apply.lua's loadWindow for a fixed window (a = 1): the window start in
+-- µs and its count; an unreadable value reads as no key.
+local function loadWindow(v, period)
+  if string.find(v, ':', 1, true) then
+    local i, c = string.match(v, '^(-?%d+):?(-?%d*):?(-?%d*)$')
+    if not i then
+      return 0, 0
+    end
+    return tonumber(i) * period, tonumber(c) or 0
+  end
+  if not string.find(v, '^-?%d+$') then
+    return 0, 0
+  end
+  local n = #v
+  local nc = tonumber(string.sub(v, n, n)) or 0
+  n = n - 1
+  local c = tonumber(string.sub(v, n - nc + 1, n)) or 0
+  n = n - nc
+  local i = tonumber(string.sub(v, 1, n))
+  if not i then
+    return 0, 0
+  end
+  return i * period, c
+end
+
+-- apply.lua's windowValue for a fixed window: the window index, then the
+-- count and its digit count, or "<i>:<c>" when the count does not fit.
+local function windowValue(t, c, period)
+  local i = divmod(t, period)
+  if c == 0 then
+    return string.format('%.0f0', i)
+  end
+  if c < 0 or c >= 1e9 then
+    return string.format('%.0f:%.0f', i, c)
+  end
+  local cs = string.format('%.0f', c)
+  return string.format('%.0f%s%.0f', i, cs, #cs)
+end
+
+-- apply.lua's stepFixedWindow without refunds (algo.stepFixedWindow):
+-- returns the new window start and count, allowed, remaining, reset,
+-- retry.
+local function step(limit, period, t, c, now, hits)
+  local _, off = divmod(now, period)
+  local start, count = now - off, 0
+  if t >= start and c > 0 then
+    start, count = t, c
+  end
+  local reset = 0
+  if count > 0 then
+    reset = start + period - now
+  end
+  if hits > limit then
+    return start, count, false, 0, reset, -1
+  end
+  if count + hits > limit then
+    return start, count, false, math.max(limit - count, 0), reset, start + period - now
+  end
+  count = count + hits
+  if count > 0 then
+    reset = start + period - now
+  end
+  return start, count, true, limit - count, reset, 0
+end
+
+-- The framing, checked before anything is applied: per request n (or -n
+-- then now), then per limit code, limit, period and hits when the code
+-- says so. Anything else is an error reply, so that nothing is written.
+local MALFORMED = 'ERR lean.lua: malformed arguments: want per request n (or -n and now) and per key code 1 or 65, a positive limit and period, and hits after code 65, with n keys each'
+local nargs, nkeys = #ARGV, #KEYS
+local reqs, a, k = {}, 1, 0
+while a <= nargs do
+  local n, now = tonumber(ARGV[a]), 0
+  a = a + 1
+  if n ~= nil and n < 0 then
+    n, now = -n, tonumber(ARGV[a])
+    a = a + 1
+  end
+  if n == nil or now == nil or n < 1 or k + n > nkeys then
+    return redis.error_reply(MALFORMED)
+  end
+  reqs[#reqs + 1] = {k, a, n, now}
+  for _ = 1, n do
+    local code, limit, period = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    if (code ~= 1 and code ~= 65) or limit == nil or period == nil or limit <= 0 or period <= 0 then
+      return redis.error_reply(MALFORMED)
+    end
+    a = a + 3
+    if code == 65 then
+      if tonumber(ARGV[a]) == nil then
+        return redis.error_reply(MALFORMED)
+      end
+      a = a + 1
+    end
+  end
+  k = k + n
+end
+if a - 1 ~= nargs or k ~= nkeys then
+  return redis.error_reply(MALFORMED)
+end
+
+-- The requests in order, each seeing what the ones before it wrote (as
+-- apply.lua). Per limit, lim holds limit, period, read start and count,
+-- hits and the new start and count, flat: lim[8 * (i - 1) + 1 …].
+local reply, serverNow, lim = {}, 0, {}
+for _, r in ipairs(reqs) do
+  local rk, b, n, now = r[1], r[2], r[3], r[4]
+  if now == 0 then
+    if serverNow == 0 then
+      local t = redis.call('TIME')
+      serverNow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = serverNow
+  end
+  local base = #reply
+  reply[base + 1] = now
+  reply[base + 2] = 1
+  local allowed, failed = true, nil
+  for i = 1, n do
+    local code, limit, period, hits = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), 1
+    b = b + 3
+    if code == 65 then
+      hits = math.max(tonumber(ARGV[b]), 0)
+      b = b + 1
+    end
+    local v = redis.pcall('GET', KEYS[rk + i])
+    local t, c = 0, 0
+    if type(v) == 'table' then
+      -- apply.lua's failed: 2 for WRONGTYPE, 3 for anything else.
+      failed = 3
+      if type(v.err) == 'string' and string.find(v.err, 'WRONGTYPE', 1, true) then
+        failed = 2
+      end
+      break
+    elseif v then
+      t, c = loadWindow(v, period)
+    end
+    local ns, nc, ok, remaining, reset, retry = step(limit, period, t, c, now, hits)
+    allowed = allowed and ok
+    local l = 8 * (i - 1)
+    lim[l + 1], lim[l + 2], lim[l + 3], lim[l + 4], lim[l + 5], lim[l + 6], lim[l + 7] = limit, period, t, c, hits, ns, nc
+    local o = base + 2 + 5 * (i - 1)
+    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5] = ok and 1 or 0, remaining, reset, retry, 0
+  end
+  if failed then
+    for j = #reply, base + 2, -1 do
+      reply[j] = nil
+    end
+    reply[base + 2] = failed
+    for j = 1, 5 * n do
+      reply[base + 2 + j] = 0
+    end
+  else
+    if not allowed then
+      reply[base + 2] = 0
+    end
+    for i = 1, n do
+      local l, o = 8 * (i - 1), base + 2 + 5 * (i - 1)
+      local limit, period, hits, ns, nc = lim[l + 1], lim[l + 2], lim[l + 5], lim[l + 6], lim[l + 7]
+      if hits > 0 and reply[o + 1] == 1 then
+        if allowed then
+          -- apply.lua's commit: a consumed window has a count, so its
+          -- expiry (algo.expiryFixedWindow) is the window's end, > now.
+          local e = ns + period - now
+          local ms, rem = divmod(e, 1000)
+          if rem > 0 then
+            ms = ms + 1
+          end
+          redis.call('SET', KEYS[rk + i], windowValue(ns, nc, period), 'PX', ms)
+        else
+          local _, _, ok, remaining, reset, retry = step(limit, period, lim[l + 3], lim[l + 4], now, 0)
+          reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok and 1 or 0, remaining, reset, retry
+        end
+      end
+    end
+  end
+end
+return reply
