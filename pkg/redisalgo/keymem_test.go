@@ -190,7 +190,30 @@ func perKeyGrowth(tb testing.TB, client *redis.Client, keys int, before float64,
 	if got != int64(keys) {
 		tb.Fatalf("server holds %d keys, want %d (did some expire during the fill?)", got, keys)
 	}
+	finishRehash(tb, client, keys)
 	return (infoSum(tb, client, "memory", "used_memory:") - before) / float64(n)
+}
+
+// finishRehash ends any incremental rehash of the key and expiry tables
+// before memory is read. A table that grew during the fill (at 16 384 keys,
+// say) keeps its old bucket array until enough operations or server cron
+// runs have moved every bucket; read before that, used_memory carries the
+// old array too (128 KiB at 16 384 buckets, 6.5 bytes/key over 20 000
+// keys), and on a busy machine the cron may not have run yet. Each
+// RANDOMKEY moves buckets of both tables (the random pick, then the expiry
+// lookup), so one per key is more than enough.
+func finishRehash(tb testing.TB, client *redis.Client, keys int) {
+	tb.Helper()
+	ctx := context.Background()
+	for done := 0; done < keys; done += memChunk {
+		pipe := client.Pipeline()
+		for range min(memChunk, keys-done) {
+			pipe.RandomKey(ctx)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			tb.Fatalf("RANDOMKEY to finish rehashing: %v", err)
+		}
+	}
 }
 
 // keyMemoryPolicies are the measured counters: every algorithm at 1 per
