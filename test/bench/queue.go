@@ -58,7 +58,7 @@ func (b *bench) queueRun(ctx context.Context) (*queueResult, error) {
 	}
 	defer s.proc.stop()
 	q := &queueResult{}
-	load := loadConfig{target: s.grpcAddr, concurrency: b.opts.concurrency, perConn: b.opts.perConn, warmup: time.Second, duration: queueLoad, maxRequests: b.opts.maxRequests}
+	load := loadConfig{target: s.grpcAddr, concurrency: b.opts.concurrency, perConn: b.opts.perConn, warmup: b.opts.warmup, duration: min(queueLoad, b.opts.duration), maxRequests: b.opts.maxRequests}
 	if q.without, err = runLoad(ctx, load, perUser("bench-queue")(b.users)); err != nil {
 		return nil, err
 	}
