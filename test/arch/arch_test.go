@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -58,7 +59,7 @@ type goPackage struct {
 // TestImportRules checks every package of the module against its entry in
 // moduleRules, with the dependency graph `go list -deps` reports.
 func TestImportRules(t *testing.T) {
-	mod, pkgs := listModule(t)
+	mod, _, pkgs := listModule(t)
 	for _, v := range check(mod, pkgs, moduleRules) {
 		t.Error(v)
 	}
@@ -67,7 +68,7 @@ func TestImportRules(t *testing.T) {
 // TestDocRulesHaveEntries: a package whose doc states an import rule has an
 // entry that enforces one, so a rule written in a doc cannot go unchecked.
 func TestDocRulesHaveEntries(t *testing.T) {
-	mod, pkgs := listModule(t)
+	mod, _, pkgs := listModule(t)
 	importRule := regexp.MustCompile(`must (not|never) import|must import nothing|must not be imported|must not know|must not see`)
 	imported := regexp.MustCompile(`must not be imported|must not import it`)
 	for _, p := range pkgs {
@@ -93,8 +94,8 @@ func TestDocRulesHaveEntries(t *testing.T) {
 }
 
 // listModule runs `go list -deps -json ./...` at the module root and
-// returns the module path and every package listed.
-func listModule(t *testing.T) (string, []goPackage) {
+// returns the module path, the root directory and every package listed.
+func listModule(t *testing.T) (mod, dir string, pkgs []goPackage) {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
 	if err != nil {
@@ -112,11 +113,11 @@ func listModule(t *testing.T) (string, []goPackage) {
 	if err != nil {
 		t.Fatalf("go list -deps -json ./...: %v\n%s", err, stderr.Bytes())
 	}
-	pkgs, err := decodePackages(out)
+	pkgs, err = decodePackages(out)
 	if err != nil {
 		t.Fatalf("go list -deps -json ./...: %v", err)
 	}
-	return mod, pkgs
+	return mod, dir, pkgs
 }
 
 func decodePackages(out []byte) ([]goPackage, error) {
@@ -251,4 +252,26 @@ func rel(mod, path string) string {
 		return "."
 	}
 	return strings.TrimPrefix(path, mod+"/")
+}
+
+// TestReadmeMapsEveryPackage: the README's package map (its Development
+// section) has a line for every package of the module, so a new package
+// cannot go unmentioned there.
+func TestReadmeMapsEveryPackage(t *testing.T) {
+	mod, dir, pkgs := listModule(t)
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped := map[string]bool{}
+	for line := range strings.Lines(string(readme)) {
+		if f := strings.Fields(line); len(f) > 1 {
+			mapped[f[0]] = true
+		}
+	}
+	for _, p := range pkgs {
+		if name := rel(mod, p.ImportPath); inModule(mod, p.ImportPath) && !mapped[name] {
+			t.Errorf("%s has no line in the README's package map (## Development): add one saying what it does", name)
+		}
+	}
 }
