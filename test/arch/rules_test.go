@@ -4,6 +4,11 @@ package arch
 // itself and the Envoy protobuf types generated for it.
 var grpcStack = []string{"google.golang.org/grpc", "github.com/envoyproxy/go-control-plane"}
 
+// envoyTypes are Envoy's generated protobuf types. pkg/rls's doc: "rls is
+// the only package of the request path that sees Envoy's RateLimitService
+// types".
+const envoyTypes = "github.com/envoyproxy/go-control-plane"
+
 // redis is the Redis client; "must not talk to Redis" forbids it.
 const redis = "github.com/redis/go-redis"
 
@@ -51,13 +56,13 @@ var moduleRules = map[string]rule{
 	"pkg/stack": {allow: []string{
 		"pkg/algo", "pkg/denycache", "pkg/failover", "pkg/lease",
 		"pkg/memstore", "pkg/redisalgo", "pkg/redisclient",
-	}, forbid: grpcStack},
+	}, forbid: grpcStack, forbidDirect: []string{"flag", "net/url"}},
 	// "It knows nothing about rate limits: it must not import any envoy-rls
 	// package" (but the client-TLS builder, once 23b's merge lands).
 	"pkg/redisclient": {allow: []string{"pkg/tlsfiles"}, forbid: grpcStack},
 
-	// "It must not know how limits are stored": no backend.
-	"pkg/rls": {allow: []string{"pkg/algo", "pkg/rules"}},
+	// "It must not know how limits are stored": no backend, no Redis.
+	"pkg/rls": {allow: []string{"pkg/algo", "pkg/rules"}, forbid: []string{redis}},
 	// "It must not talk to Redis, import the backends or gRPC types."
 	"pkg/rules": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
 	// "It must not talk to Redis, import the backends, or serve anything."
@@ -80,12 +85,12 @@ var moduleRules = map[string]rule{
 	"pkg/warmup": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
 	// "It plugs into the service through rls.RequestTracer ... so neither
 	// the service nor the backends know a tracing library."
-	"pkg/tracing": {allow: []string{"pkg/algo", "pkg/rls"}},
+	"pkg/tracing": {allow: []string{"pkg/algo", "pkg/rls"}, forbidDirect: []string{envoyTypes}},
 	// "It must not count anything itself, read the environment or touch
 	// Prometheus."
 	"pkg/refstats": {forbidDirect: []string{"github.com/prometheus/"}},
 	// "It knows nothing of rate limiting itself, must not import backends."
-	"pkg/admin": {},
+	"pkg/admin": {forbid: grpcStack},
 	// "It knows nothing of HTTP, gRPC, rules or backends and must not
 	// import them."
 	"pkg/readiness": {forbid: append([]string{"net/http"}, grpcStack...)},
