@@ -7,6 +7,10 @@
 // until it is added there with the rule its doc states, and a package
 // whose doc states a "must not import" rule must have a restricting entry.
 //
+// It also keeps the map of the code current: the README's package map has
+// a line for every package, and every link into docs/architecture.md names
+// one of its headings (docs/architecture.md#import-rules).
+//
 // The package has no runtime code and must not be imported; it only runs
-// `go list` and reads the module's package comments.
+// `go list` and reads the module's source files, README.md and docs.
 package arch
