@@ -59,6 +59,7 @@ type goPackage struct {
 // TestImportRules checks every package of the module against its entry in
 // moduleRules, with the dependency graph `go list -deps` reports.
 func TestImportRules(t *testing.T) {
+	t.Parallel()
 	mod, _, pkgs := listModule(t)
 	for _, v := range check(mod, pkgs, moduleRules) {
 		t.Error(v)
@@ -68,6 +69,7 @@ func TestImportRules(t *testing.T) {
 // TestDocRulesHaveEntries: a package whose doc states an import rule has an
 // entry that enforces one, so a rule written in a doc cannot go unchecked.
 func TestDocRulesHaveEntries(t *testing.T) {
+	t.Parallel()
 	mod, _, pkgs := listModule(t)
 	importRule := regexp.MustCompile(`must (not|never) import|must import nothing|must not be imported|must not know|must not see`)
 	imported := regexp.MustCompile(`must not be imported|must not import it`)
@@ -258,6 +260,7 @@ func rel(mod, path string) string {
 // section) has a line for every package of the module, so a new package
 // cannot go unmentioned there.
 func TestReadmeMapsEveryPackage(t *testing.T) {
+	t.Parallel()
 	mod, dir, pkgs := listModule(t)
 	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 // at a time is broken, and wants the message that names the package and
 // the forbidden import; the clean module must pass.
 func TestCheckFailsOnBrokenRule(t *testing.T) {
+	t.Parallel()
 	const mod = "example.com/m"
 	rules := map[string]rule{
 		"pkg/core":    {stdlibOnly: true},

@@ -20,6 +20,7 @@ var outsideDesign = regexp.MustCompile(`DESIGN §`)
 // TestDesignLinks: every link into docs/architecture.md names one of its
 // headings, and nothing cites the old design document outside the tree.
 func TestDesignLinks(t *testing.T) {
+	t.Parallel()
 	_, dir, _ := listModule(t)
 	doc, err := os.ReadFile(filepath.Join(dir, "docs", "architecture.md"))
 	if err != nil {
