@@ -1,7 +1,8 @@
 // Package randsteps draws random request streams for the algorithm tests
 // (pkg/algo's property tests, pkg/redisalgo's differential test): time
 // steps scaled to a limit's rate, and hit counts around its capacity. It
-// knows nothing of pkg/algo, whose own tests import it.
+// knows nothing of pkg/algo, whose own tests import it. It must not be
+// imported by non-test code.
 package randsteps
 
 import "math/rand/v2"

@@ -2,9 +2,10 @@
 // handlers. The service handler is for the cluster: liveness, readiness,
 // Prometheus metrics, and handlers it is given (such as the /json twin of
 // the gRPC API). The debug handler is for an operator on the debug
-// listener, loopback by default: the loaded rules and optionally pprof. It
-// knows nothing of rate limiting itself, must not import backends, and must
-// not mount debug endpoints on the service handler.
+// listener, loopback by default: the loaded rules, the live explain and
+// the token-protected admin API it is given (overrides), and optionally
+// pprof. It knows nothing of rate limiting itself, must not import
+// backends, and must not mount debug endpoints on the service handler.
 package admin
 
 import (

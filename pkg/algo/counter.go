@@ -13,7 +13,7 @@ import (
 // name counters through SameCounter, SharesCounter or AppendIdentity.
 //
 // Limit and Burst are not part of it, so raising requests_per_unit keeps the
-// counts (DESIGN §5); the algorithm and period are, because they change what
+// counts (docs/architecture.md#keys); the algorithm and period are, because they change what
 // the state means. The hash-tag entry is, because it picks a different
 // Redis key for the same entries. Hits and Refund are what a check does to
 // its counter, not which counter it is.

@@ -2,22 +2,20 @@ package algo
 
 // State is the stored state of one limit for any algorithm. The zero value
 // means "no state yet" (a missing Redis key), and so does any state once
-// Expiry has passed. Each algorithm uses these fields (in brackets, the
-// Redis string value that holds them; apply.lua's header has the details):
+// Expiry has passed. Each algorithm uses these fields (how Redis holds
+// them is docs/architecture.md#values; apply.lua's header has the details):
 //
-//   - fixed_window: Time = start of the window Count belongs to
-//     ["<Time>:<Count>"].
+//   - fixed_window: Time = start of the window Count belongs to.
 //   - sliding_window: Time = start of the current window, Count its hits,
-//     Prev the hits of the window before it ["<Time>:<Count>:<Prev>"].
-//     With SubWindows N ≥ 2 instead: Time = start of the current
-//     sub-window, Subs[i] the hits of the i-th sub-window before it (at
-//     most N+1, trailing zeros dropped) ["<index>,<Subs[0]>,<Subs[1]>…"].
+//     Prev the hits of the window before it. With SubWindows N ≥ 2
+//     instead: Time = start of the current sub-window, Subs[i] the hits of
+//     the i-th sub-window before it (at most N+1, trailing zeros dropped).
 //   - sliding_log: Log = the times of the admitted hits, ascending, one
 //     entry per hit (a sorted set in Redis).
 //   - token_bucket: the time at which the bucket is full again (the
 //     theoretical arrival time, TAT), exactly: Time + Frac/Limit µs, with
-//     0 ≤ Frac < Limit ["<Time>" when Frac is 0, else "<Time>:<Frac>"].
-//   - gcra: the same exact TAT and value as token_bucket.
+//     0 ≤ Frac < Limit.
+//   - gcra: the same exact TAT as token_bucket.
 //
 // All times are Unix microseconds.
 type State struct {

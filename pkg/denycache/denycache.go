@@ -1,9 +1,9 @@
-// Package denycache is the local deny cache of DESIGN §6: a wrapper around
-// a rate-limit backend (Redis, in production) that remembers, per limit,
-// "a request of at least h hits is denied until T" from the backend's own
-// denials, and answers such requests in-process until T without calling the
-// backend. Under a flood of over-limit traffic most denials then cost no
-// Redis round trip.
+// Package denycache is the local deny cache (docs/architecture.md#layers):
+// a wrapper around a rate-limit backend (Redis, in production) that
+// remembers, per limit, "a request of at least h hits is denied until T"
+// from the backend's own denials, and answers such requests in-process
+// until T without calling the backend. Under a flood of over-limit
+// traffic most denials then cost no Redis round trip.
 //
 // # Why it never over-admits
 //

@@ -45,7 +45,8 @@ type Limiter interface {
 // open. The zero value is ModeError.
 type Mode uint8
 
-// The failure modes of DESIGN §6 (flag --redis-failure-mode).
+// The failure modes of docs/architecture.md#failure-model (flag
+// --redis-failure-mode).
 const (
 	// ModeError returns the error; pkg/rls answers UNAVAILABLE and Envoy's
 	// failure_mode_deny decides.

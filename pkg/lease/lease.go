@@ -1,4 +1,4 @@
-// Package lease is the local tier of the two-tier limiter (DESIGN §6): a
+// Package lease is the local tier of the two-tier limiter (docs/architecture.md#layers): a
 // backend layer that, for a counter running hot on this replica, takes a
 // lease of k hits from the shared state in one script call and then
 // answers up to k decisions on that counter in-process, with no Redis call.

@@ -1,6 +1,6 @@
 package redisalgo
 
-// Cross-request batching (DESIGN §6). While a pipeline is in flight,
+// Cross-request batching (docs/architecture.md#batching-calls-in-flight). While a pipeline is in flight,
 // concurrent Apply calls put their script calls in one queue; as soon as
 // that pipeline returns, one flusher goroutine sends everything queued as a
 // single pipeline, and so on until the queue is empty. Under load each round

@@ -1,6 +1,7 @@
 package redisalgo
 
-// Typed script calls and their merging (DESIGN §6). A request queues one
+// Typed script calls and their merging
+// (docs/architecture.md#batching-calls-in-flight). A request queues one
 // scriptCall per slot group: the slot, the keys and the integer arguments,
 // its cost, and where its reply goes; nothing is encoded yet. At flush,
 // merge turns every run of queued calls that share a slot (on standalone

@@ -48,7 +48,7 @@ var ErrBadReply = errors.New("malformed apply.lua reply")
 // ErrWrongType is returned for a request when one of its keys holds a value
 // that is not a rate-limit state (Redis's WRONGTYPE): something other than
 // envoy-rls wrote under its key prefix.
-var ErrWrongType error = replyError("a key of this request holds a value of another type (WRONGTYPE); something else writes under the rls: key prefix")
+var ErrWrongType error = replyError("a key of this request holds a value of another type (WRONGTYPE); something else writes under envoy-rls's key prefix")
 
 // ErrScriptFailed is returned for a request that apply.lua could not apply
 // for a reason other than WRONGTYPE (Redis's log or its error stats say

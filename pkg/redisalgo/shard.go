@@ -1,6 +1,6 @@
 package redisalgo
 
-// Shards (DESIGN §6: "the breaker is kept per Redis node"). On Redis
+// Shards (docs/architecture.md#failure-model: one breaker per master). On Redis
 // Cluster every master serves its own slots, and a dead master must cost
 // only its own keys. So the backend numbers the masters: Shard tells the
 // caller (pkg/failover) which master a check goes to, Apply reports the

@@ -317,8 +317,9 @@ func (s *Service) apply(ctx context.Context, p *plan) error {
 	return nil
 }
 
-// applyAllOrNothing applies the plan's checks as DESIGN §3 says: a
-// denied request consumes nothing.
+// applyAllOrNothing applies the plan's checks as
+// docs/architecture.md#all-or-nothing says: a denied request consumes
+// nothing.
 func (s *Service) applyAllOrNothing(ctx context.Context, p *plan) error {
 	p.selectChecks(func(int) bool { return true })
 	if err := s.run(ctx, p); err != nil {

@@ -75,8 +75,8 @@ func Parse(name string, data []byte, opts Options) (*Domain, error) {
 }
 
 // parser is the grammar: envoyproxy/ratelimit's rule file and our
-// extensions (DESIGN §2), read through the reader, compiled into a match
-// tree of Rules.
+// extensions (docs/architecture.md#config-sources), read through the
+// reader, compiled into a match tree of Rules.
 type parser struct {
 	reader
 	opts Options

@@ -8,6 +8,10 @@
 //	                 → redisalgo (Lua on Redis)
 //	in-process: memstore
 //
+// With a per-second Redis (Config.PerSecondRedis) each Redis gets these
+// layers of its own, and a split above them sends each check by its
+// period (persecond.go). docs/architecture.md#layers says why this order.
+//
 // The deny cache sits inside the failure policy: outside it, the answers of
 // the deny and local failure modes would be cached and outlive Redis's
 // return. The lease layer sits inside the failure policy too, so a request

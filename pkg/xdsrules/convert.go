@@ -18,7 +18,7 @@
 // limit name.
 //
 // This package reads configuration only. It must not talk to Redis, import
-// the backends, or serve anything: cmd/envoy-rls wires its Current,
+// the backends, or serve anything: the composition root wires its Current,
 // Ready and metrics into the service.
 package xdsrules
 

@@ -17,7 +17,8 @@ import (
 
 // Extensions carries, for an xDS-configured service, what the
 // RateLimitConfig proto cannot: envoy-rls's extensions to the rule file
-// (DESIGN §2). It is a small local YAML file (--xds-extensions-file):
+// (docs/architecture.md#config-sources). It is a small local YAML file
+// (--xds-extensions-file):
 //
 //	domains:
 //	  api:

@@ -69,7 +69,7 @@ var burstCases = []burstCase{
 
 // runBurst drives every burstCase on s to its limit and one past it, then
 // checks that two descriptors give two statuses in order and that a denied
-// request consumes nothing (DESIGN §3 all-or-nothing). value makes the
+// request consumes nothing (docs/architecture.md#all-or-nothing). value makes the
 // descriptors unique to the caller.
 func runBurst(t *testing.T, s *server, value string) {
 	t.Helper()

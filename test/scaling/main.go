@@ -8,9 +8,11 @@
 //
 // It is a model, not a load test: it starts no process and opens no
 // socket. Its inputs are per-decision costs measured by make bench
-// (BENCHMARKS.md) and the lease layer's rules (pkg/lease); it must not
-// import pkg/ code, so that it models the design rather than exercising
-// it. It is deterministic for a seed, and streams over the key ranks
+// (BENCHMARKS.md) and the lease layer's rules (pkg/lease). From pkg/ it
+// imports only the key encoding and hash slot (pkg/algo, pkg/redisalgo),
+// so that its keys land where envoy-rls's do; it must not import the
+// backend layers or the service, so that it models the design rather
+// than exercising it. It is deterministic for a seed, and streams over the key ranks
 // (memory O(shards), time O(keys), bounded by -keys ≤ 2e8).
 package main
 

@@ -1,0 +1,90 @@
+package arch
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// designLink is a link into the design of record, from anywhere in the
+// tree (code comments write the path from the repository root).
+var designLink = regexp.MustCompile(`architecture\.md#([a-z0-9-]+)`)
+
+// outsideDesign is how comments used to cite a design document that is
+// not in the repository.
+var outsideDesign = regexp.MustCompile(`DESIGN §`)
+
+// TestDesignLinks: every link into docs/architecture.md names one of its
+// headings, and nothing cites the old design document outside the tree.
+func TestDesignLinks(t *testing.T) {
+	t.Parallel()
+	_, dir, _ := listModule(t)
+	doc, err := os.ReadFile(filepath.Join(dir, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := headingAnchors(string(doc))
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != dir && (strings.HasPrefix(name, ".") || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".lua":
+		default:
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		for _, m := range designLink.FindAllStringSubmatch(string(data), -1) {
+			if !anchors[m[1]] {
+				t.Errorf("%s links to docs/architecture.md#%s, which is no heading there", rel, m[1])
+			}
+		}
+		if rel != filepath.Join("test", "arch", "links_test.go") && outsideDesign.Match(data) {
+			t.Errorf("%s cites \"DESIGN §\", a document outside the repository: link a section of docs/architecture.md instead", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives the markdown headings of
+// doc: lower case, spaces as '-', punctuation dropped.
+func headingAnchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	inFence := false
+	for line := range strings.Lines(doc) {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+		}
+		if inFence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || ('a' <= r && r <= 'z') || ('0' <= r && r <= '9'):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
+}

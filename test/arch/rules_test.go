@@ -1,0 +1,135 @@
+package arch
+
+// grpcStack is what "knows about gRPC" means in the package docs: gRPC
+// itself and the Envoy protobuf types generated for it.
+var grpcStack = []string{"google.golang.org/grpc", "github.com/envoyproxy/go-control-plane"}
+
+// envoyTypes are Envoy's generated protobuf types. pkg/rls's doc: "rls is
+// the only package of the request path that sees Envoy's RateLimitService
+// types".
+const envoyTypes = "github.com/envoyproxy/go-control-plane"
+
+// redis is the Redis client; "must not talk to Redis" forbids it.
+const redis = "github.com/redis/go-redis"
+
+// testSupport lists the internal/ packages that exist for tests only; their
+// docs say non-test code must not import them.
+var testSupport = []string{
+	"internal/backendtest", "internal/eventually", "internal/otlptest",
+	"internal/promtest", "internal/randsteps", "internal/redistest",
+	"internal/rulestest", "internal/statsdtest", "internal/testcert",
+	"internal/upstream", "internal/xdstest",
+}
+
+// moduleRules is the allow-list: for every package of the module (path
+// relative to the module), the module packages its non-test code may import
+// and the other rules its package doc states. Each entry quotes the rule
+// it enforces; change the doc and the entry together.
+var moduleRules = map[string]rule{
+	// Composition roots: they wire everything, but never test support.
+	"cmd/envoy-rls": {allow: []string{"*"}},
+	"internal/app":  {allow: []string{"*"}}, // 23a's composition root
+
+	// "This package must import nothing outside the standard library."
+	"pkg/algo": {stdlibOnly: true},
+	// "It must not import any other package of envoy-rls."
+	"pkg/shardmap": {},
+	// The client-TLS-from-files builder: the standard library only.
+	"pkg/tlsfiles": {stdlibOnly: true},
+
+	// "must not import pkg/rules, pkg/memstore, pkg/rls or anything that
+	// knows about gRPC; it depends on pkg/algo and go-redis only."
+	"pkg/redisalgo": {allow: []string{"pkg/algo"}, forbid: grpcStack},
+	// "memstore must not import other backends or anything that knows
+	// about gRPC." (pkg/shardmap is no backend.)
+	"pkg/memstore": {allow: []string{"pkg/algo", "pkg/shardmap"}, forbid: grpcStack},
+	// "denycache must not import any backend, pkg/rls or anything that
+	// knows about gRPC."
+	"pkg/denycache": {allow: []string{"pkg/algo", "pkg/shardmap"}, forbid: grpcStack},
+	// "lease must not import any backend, pkg/rls or gRPC."
+	"pkg/lease": {allow: []string{"pkg/algo", "pkg/shardmap"}, forbid: grpcStack},
+	// "failover must not import any backend (pkg/memstore, pkg/redisalgo),
+	// pkg/rls or anything that knows about gRPC."
+	"pkg/failover": {allow: []string{"pkg/algo"}, forbid: grpcStack},
+	// "stack must not parse flags, URLs or environment variables, build
+	// Redis clients, or know gRPC."
+	"pkg/stack": {allow: []string{
+		"pkg/algo", "pkg/denycache", "pkg/failover", "pkg/lease",
+		"pkg/memstore", "pkg/redisalgo", "pkg/redisclient",
+	}, forbid: grpcStack, forbidDirect: []string{"flag", "net/url"}},
+	// "It knows nothing about rate limits: it must not import any envoy-rls
+	// package" (but the client-TLS builder, once 23b's merge lands).
+	"pkg/redisclient": {allow: []string{"pkg/tlsfiles"}, forbid: grpcStack},
+
+	// "It must not know how limits are stored": no backend, no Redis.
+	"pkg/rls": {allow: []string{"pkg/algo", "pkg/rules"}, forbid: []string{redis}},
+	// "It must not talk to Redis, import the backends or gRPC types."
+	"pkg/rules": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
+	// "It must not talk to Redis, import the backends, or serve anything."
+	"pkg/xdsrules": {allow: []string{"pkg/rules", "pkg/tlsfiles"}, forbid: []string{redis}},
+	// "It must not see gRPC types (the service's adjusted limits reach it as
+	// rls.Effective)": pkg/rls may, explain's own files may not.
+	"pkg/explain": {
+		allow:        []string{"pkg/algo", "pkg/redisalgo", "pkg/rls", "pkg/rules"},
+		forbidDirect: grpcStack,
+	},
+	// Reads keys only; never a backend layer or the service.
+	"pkg/inspect": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
+	// "It must not touch counters or rules: its only effect is the
+	// override it writes."
+	"pkg/adaptive": {allow: []string{"pkg/override"}, forbid: grpcStack},
+	// "It must not touch rate-limit counters"; it may take key names
+	// from pkg/redisalgo, never a backend layer.
+	"pkg/override": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
+	// "it must not touch counters or any other key" than its anchors.
+	"pkg/warmup": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
+	// "It plugs into the service through rls.RequestTracer ... so neither
+	// the service nor the backends know a tracing library."
+	"pkg/tracing": {allow: []string{"pkg/algo", "pkg/rls"}, forbidDirect: []string{envoyTypes}},
+	// "It must not count anything itself, read the environment or touch
+	// Prometheus."
+	"pkg/refstats": {forbidDirect: []string{"github.com/prometheus/"}},
+	// "It knows nothing of rate limiting itself, must not import backends."
+	"pkg/admin": {forbid: grpcStack},
+	// "It knows nothing of HTTP, gRPC, rules or backends and must not
+	// import them."
+	"pkg/readiness": {forbid: append([]string{"net/http"}, grpcStack...)},
+	// It only reads files.
+	"pkg/certreload": {forbid: grpcStack},
+
+	// Test support: "must not be imported by non-test code".
+	"internal/backendtest": {allow: []string{"pkg/algo"}, testSupport: true},
+	"internal/eventually":  {testSupport: true},
+	"internal/otlptest":    {testSupport: true},
+	"internal/promtest":    {allow: []string{"internal/childproc"}, testSupport: true},
+	// "It knows nothing of pkg/algo, whose own tests import it."
+	"internal/randsteps":  {testSupport: true},
+	"internal/redistest":  {allow: []string{"internal/childproc", "internal/testcert"}, testSupport: true},
+	"internal/rulestest":  {allow: []string{"pkg/rules"}, testSupport: true},
+	"internal/statsdtest": {allow: []string{"internal/childproc"}, testSupport: true},
+	"internal/testcert":   {testSupport: true},
+	"internal/upstream":   {testSupport: true},
+	"internal/xdstest":    {testSupport: true},
+	// Used by tests and by the bench and validate commands.
+	"internal/childproc": {},
+	// "It works on bytes and decoded objects that its caller hands it."
+	"internal/kubelint": {},
+
+	// "The package has no runtime code and must not be imported."
+	"test/arch":       {sealed: true},
+	"test/meshconfig": {sealed: true},
+	"test/operator":   {sealed: true},
+	// "Nothing here imports the service's packages: the binary is a black
+	// box."
+	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
+	// Commands that drive the binary as a process.
+	"test/bench":            {allow: []string{"internal/childproc"}, sealed: true},
+	"test/scaling/validate": {allow: []string{"internal/childproc", "internal/redistest"}, sealed: true},
+	// "it must not import the backends or the service": only the key
+	// encoding and hash slot.
+	"test/scaling": {allow: []string{"pkg/algo", "pkg/redisalgo"}, sealed: true},
+}
+
+func testSupportAnd(more ...string) []string {
+	return append(append([]string{}, testSupport...), more...)
+}
