@@ -286,7 +286,10 @@ func TestKeyNameMemory(t *testing.T) {
 			}
 			got, want := nameMemory(t, n, ours), nameMemory(t, n, reference)
 			t.Logf("%q: %.1f bytes/key; reference %q: %.1f bytes/key", ours(0), got, reference(0), want)
-			if got > want {
+			// A name costs a whole allocator size class (8 or 16 bytes
+			// here) more or less; what one byte covers is the measurement's
+			// own noise (a connection buffer that grew by a few KiB).
+			if got > want+1 {
 				t.Errorf("%q costs %.1f bytes/key, more than the reference's %q at %.1f", ours(0), got, reference(0), want)
 			}
 		})
