@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -128,27 +127,20 @@ func AppendKey(dst []byte, c algo.Check) []byte {
 	return append(dst, '}')
 }
 
-// algCodes is each algorithm's letter in keys. The letters are part of the
-// key layout: changing one needs a new KeyPrefix.
-var algCodes = [...]byte{
-	algo.FixedWindow:   'f',
-	algo.SlidingWindow: 's',
-	algo.SlidingLog:    'l',
-	algo.TokenBucket:   't',
-	algo.GCRA:          'g',
-}
-
-// appendPolicy appends what of p names the counter: the algorithm's letter,
-// then the period in base 36, in seconds when it is whole (every period
-// the rules can express is), else '.' and the microseconds, then for a
+// appendPolicy appends what of p names the counter: the algorithm's letter
+// (algo.Spec.Letter, part of the key layout: changing one needs a new
+// KeyPrefix), then the period in base 36, in seconds when it is whole
+// (every period the rules can express is), else '.' and the microseconds,
+// then for a
 // sliding_window in N ≥ 2 sub-windows '/' and N (appendSubWindows): its
 // state means something else, so it never shares a key with the
 // two-window estimate's. The letter has a fixed length, so the period
 // starts right after it.
 func appendPolicy(dst []byte, p algo.Policy) []byte {
-	if a := p.Algorithm; int(a) < len(algCodes) && algCodes[a] != 0 {
-		dst = append(dst, algCodes[a])
+	if spec, ok := p.Algorithm.Spec(); ok {
+		dst = append(dst, spec.Letter)
 	} else {
+		a := p.Algorithm
 		// Validated policies never get here; 'x' and two hex digits keep
 		// it allocation free and distinct from every letter.
 		dst = append(dst, 'x', hexDigits[a>>4], hexDigits[a&0x0f])
@@ -459,16 +451,16 @@ func (k *Key) parsePolicy(s string) error {
 			hi, lo = strings.IndexByte(hexDigits, s[1]), strings.IndexByte(hexDigits, s[2])
 		}
 		a := algo.Algorithm(hi<<4 | lo)
-		if hi < 0 || lo < 0 || int(a) < len(algCodes) && algCodes[a] != 0 {
+		if _, known := a.Spec(); hi < 0 || lo < 0 || known {
 			return fmt.Errorf("bad algorithm number in %q", s)
 		}
 		k.Algorithm, s = a, s[3:]
 	} else {
-		a := slices.Index(algCodes[:], s[0])
-		if a <= 0 {
+		a, ok := algo.ByLetter(s[0])
+		if !ok {
 			return fmt.Errorf("unknown algorithm letter in %q", s)
 		}
-		k.Algorithm, s = algo.Algorithm(a), s[1:]
+		k.Algorithm, s = a, s[1:]
 	}
 	s, n, err := cutSubWindows(s)
 	if err != nil {
