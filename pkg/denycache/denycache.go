@@ -71,11 +71,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
-// Backend is the rate-limit backend contract of pkg/rls: one Decision per
-// Check, in order, all or nothing, safe for concurrent use.
-type Backend interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Backend is the next layer: the backend layer contract, algo.Applier.
+type Backend = algo.Applier
 
 // Defaults for Options.
 const (
@@ -162,7 +159,10 @@ func New(next Backend, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// Apply implements the backend contract. A request of which some
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Cache)(nil)
+
+// Apply implements algo.Applier (the contract is stated there). A request of which some
 // non-refund check is known to be denied is denied here (see the package
 // comment for what it reports); a request that carries a refund, and every
 // other request, goes to the wrapped backend, whose denials are

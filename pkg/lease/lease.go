@@ -68,11 +68,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
-// Backend is the rate-limit backend contract of pkg/rls: one Decision per
-// Check, in order, all or nothing, safe for concurrent use.
-type Backend interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Backend is the next layer: the backend layer contract, algo.Applier.
+type Backend = algo.Applier
 
 // Defaults for Options.
 const (
@@ -246,7 +243,11 @@ func leasable(c *algo.Check) bool {
 	return spec.MayLease && c.Policy.Limit > 0
 }
 
-// Apply implements the backend contract (see the package comment).
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Layer)(nil)
+
+// Apply implements algo.Applier (the contract is stated there; how a lease
+// keeps it is in the package comment).
 func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	some := false
 	for i := range checks {

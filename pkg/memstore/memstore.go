@@ -264,8 +264,10 @@ func (s *Store) register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Apply implements the backend contract: one decision per check, and no
-// consumption at all unless every consuming check is admitted.
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Store)(nil)
+
+// Apply implements algo.Applier, whose comment states the contract.
 func (s *Store) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
