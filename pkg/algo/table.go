@@ -12,7 +12,8 @@ type Spec struct {
 	// Name is the configuration name, e.g. "token_bucket".
 	Name string
 	// Letter is the algorithm's one-byte code in pkg/redisalgo's keys. It
-	// is part of the key layout: changing one needs a new layout version.
+	// is part of the key layout: changing one needs a new
+	// redisalgo.LayoutVersion.
 	Letter byte
 	// UsesBurst: the capacity is Policy.Burst rather than Policy.Limit.
 	UsesBurst bool
