@@ -83,7 +83,12 @@ func (t *oneMaster) close() {
 	}
 }
 
-func (t *oneMaster) pending() int { return t.batch.pending() }
+func (t *oneMaster) pending() int {
+	if t.batch == nil {
+		return 0
+	}
+	return t.batch.pending()
+}
 
 // cluster is the topology of Redis Cluster.
 type cluster struct {
