@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -17,6 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 )
 
 // descriptorFlags collects repeated -d k=v,k2=v2 flags.
@@ -160,21 +160,9 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	cfg, err := tlsfiles.Config(tlsfiles.Files{CA: caFile, Cert: certFile, Key: keyFile})
 	if err != nil {
-		return nil, fmt.Errorf("--tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", caFile)
-	}
-	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	if certFile != "" || keyFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
+		return nil, fmt.Errorf("--tls-ca/--tls-cert/--tls-key: %w", err)
 	}
 	return cfg, nil
 }

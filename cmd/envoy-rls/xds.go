@@ -3,17 +3,16 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
+	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsrules"
 )
 
@@ -125,25 +124,11 @@ func (x *xdsFlags) tlsConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.san}
-	if f.ca != "" {
-		pem, err := os.ReadFile(f.ca)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--xds-tls-ca: %s: no PEM certificate found", f.ca)
-		}
-	}
 	if (f.cert == "") != (f.key == "") {
 		return nil, errors.New("--xds-tls-cert and --xds-tls-key: give both or neither")
 	}
-	if f.cert != "" {
-		cert, err := tls.LoadX509KeyPair(f.cert, f.key)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-cert: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	if err := tlsfiles.Load(c, tlsfiles.Files{CA: f.ca, Cert: f.cert, Key: f.key}); err != nil {
+		return nil, fmt.Errorf("--xds-tls-ca/--xds-tls-cert/--xds-tls-key: %w", err)
 	}
 	return c, nil
 }

@@ -15,10 +15,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// Backend is the method set the suite drives.
-type Backend interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Backend is what the suite drives: the backend layer contract,
+// algo.Applier, which the suite checks.
+type Backend = algo.Applier
 
 // Factory returns a backend that decides at the now each Apply is given
 // (for Redis: evaluates at it instead of the server's TIME). Scenarios use

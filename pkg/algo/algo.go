@@ -28,28 +28,21 @@ const (
 	GCRA          Algorithm = 5
 )
 
-var algorithmNames = [...]string{
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	SlidingLog:    "sliding_log",
-	TokenBucket:   "token_bucket",
-	GCRA:          "gcra",
-}
-
-// Algorithms lists every algorithm in protocol order.
+// Algorithms lists every algorithm in protocol order; each has a row in
+// the algorithm table (table.go).
 var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
 
 // String returns the configuration name of a, e.g. "token_bucket".
 func (a Algorithm) String() string {
-	if int(a) < len(algorithmNames) && algorithmNames[a] != "" {
-		return algorithmNames[a]
+	if s, ok := a.Spec(); ok {
+		return s.Name
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
 // UsesBurst reports whether a's capacity is Policy.Burst (token_bucket and
-// gcra) rather than Policy.Limit.
-func (a Algorithm) UsesBurst() bool { return a == TokenBucket || a == GCRA }
+// gcra) rather than Policy.Limit: Spec.UsesBurst.
+func (a Algorithm) UsesBurst() bool { return a.spec().UsesBurst }
 
 // ErrUnknownAlgorithm is returned by ParseAlgorithm for a name it does not know.
 var ErrUnknownAlgorithm = errors.New("unknown algorithm")

@@ -41,14 +41,15 @@ package algo
 
 // reservable reports whether c, denied with d, may reserve its hits.
 func reservable(c *Check, d Decision) bool {
-	return c.MaxDelay > 0 && !c.Take && !c.Refund && c.Hits > 0 && c.Policy.Algorithm.UsesBurst() &&
+	return c.MaxDelay > 0 && !c.Take && !c.Refund && c.Hits > 0 && c.Policy.Algorithm.spec().MayQueue &&
 		d.RetryAfter > 0 && d.RetryAfter <= c.MaxDelay
 }
 
 // admitAt is the time a consuming check of a request that waits wait µs is
-// applied at: now + wait for a bucket, now for the window algorithms.
+// applied at: now + wait for a bucket (Spec.MayQueue), now for the window
+// algorithms.
 func admitAt(c *Check, now, wait int64) int64 {
-	if c.Policy.Algorithm.UsesBurst() {
+	if c.Policy.Algorithm.spec().MayQueue {
 		return now + wait
 	}
 	return now
@@ -72,7 +73,7 @@ func cancel(c *Check, s State, now int64) (State, Decision) {
 // returnable reports whether a bucket's TAT is still at most reservedAt +
 // burst·T: no reservation was made after the one at reservedAt.
 func returnable(p Policy, s State, reservedAt int64) bool {
-	if !p.Algorithm.UsesBurst() || p.Limit <= 0 || p.Period <= 0 {
+	if !p.Algorithm.spec().MayQueue || p.Limit <= 0 || p.Period <= 0 {
 		return false
 	}
 	tat, frac := s.Time, s.Frac

@@ -67,24 +67,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/evict"
 	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
-// Backend is the rate-limit backend contract of pkg/rls: one Decision per
-// Check, in order, all or nothing, safe for concurrent use.
-type Backend interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Backend is the next layer: the backend layer contract, algo.Applier.
+type Backend = algo.Applier
 
 // Defaults for Options.
 const (
 	DefaultMaxEntries  = 100_000
 	DefaultMaxKeyBytes = 512
 )
-
-// evictSample is how many entries a full shard looks at to pick one to
-// drop, as Redis samples for its approximated LRU.
-const evictSample = 8
 
 // Options configures a Cache. The zero value is usable.
 type Options struct {
@@ -165,7 +159,10 @@ func New(next Backend, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// Apply implements the backend contract. A request of which some
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Cache)(nil)
+
+// Apply implements algo.Applier (the contract is stated there). A request of which some
 // non-refund check is known to be denied is denied here (see the package
 // comment for what it reports); a request that carries a refund, and every
 // other request, goes to the wrapped backend, whose denials are
@@ -362,24 +359,12 @@ func (c *Cache) record(s *scratch, i int, ch algo.Check, until int64, never bool
 }
 
 // evict drops expired entries among a few sampled ones, or else the one
-// expiring first. The caller holds sh.Mu.
+// expiring first (pkg/evict). The caller holds sh.Mu.
 func (c *Cache) evict(sh *shardmap.Shard[entry], now int64) {
-	var victim string
-	var soonest int64
-	n, dropped := 0, 0
-	for k, e := range sh.M {
-		if e.until <= now {
-			delete(sh.M, k)
-			dropped++
-		} else if victim == "" || e.until < soonest {
-			victim, soonest = k, e.until
-		}
-		if n++; n == evictSample {
-			break
-		}
-	}
-	if dropped == 0 && victim != "" {
-		delete(sh.M, victim)
+	dropped, evicted := evict.Sampled(sh.M,
+		func(e entry) bool { return e.until <= now },
+		func(e entry) int64 { return e.until }, nil, nil)
+	if evicted {
 		dropped = 1
 		if c.evictC != nil {
 			c.evictC.Inc()

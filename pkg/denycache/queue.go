@@ -8,7 +8,7 @@ import "github.com/envoy-rls/envoy-rls/pkg/algo"
 // RetryAfter − MaxDelay. Caching it longer would deny requests that would
 // have queued.
 func queueSlack(c *algo.Check) int64 {
-	if c.MaxDelay > 0 && c.Policy.Algorithm.UsesBurst() && !c.Take {
+	if spec, _ := c.Policy.Algorithm.Spec(); c.MaxDelay > 0 && spec.MayQueue && !c.Take {
 		return c.MaxDelay
 	}
 	return 0

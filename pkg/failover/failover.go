@@ -33,13 +33,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// Limiter is the backend contract of pkg/rls, declared here because failover
-// consumes it twice (the primary and the local fallback): Apply returns one
-// Decision per Check, in order, all or nothing, and honours ctx.
-// Implementations must be safe for concurrent use.
-type Limiter interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Limiter is what failover consumes twice (the primary and the local
+// fallback): the backend layer contract, algo.Applier.
+type Limiter = algo.Applier
 
 // Mode says what Apply answers when the primary fails or the breaker is
 // open. The zero value is ModeError.
@@ -449,7 +445,10 @@ func (b *Backend) ShardState(id int) State {
 // Mode returns the failure mode.
 func (b *Backend) Mode() Mode { return b.mode }
 
-// Apply implements Limiter. When the breakers of every shard the checks
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Backend)(nil)
+
+// Apply implements algo.Applier. When the breakers of every shard the checks
 // map to are closed (or this call is a half-open probe of theirs), it calls
 // the primary with a deadline of Timeout; when the primary fails, or one of
 // those breakers is open, it answers the whole request with the Mode. When

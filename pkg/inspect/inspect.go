@@ -260,9 +260,10 @@ func (w *walk) batch(ctx context.Context, c *redis.Client, names []string, now i
 			continue
 		}
 		rd := read{key: k, name: n, ttl: pipe.PTTL(ctx, n), mem: pipe.MemoryUsage(ctx, n)}
-		if k.Algorithm == algo.SlidingLog {
+		if spec, _ := k.Algorithm.Spec(); spec.Shape == algo.ShapeLog {
+			after := algo.LogLiveAfter(algo.Policy{Algorithm: k.Algorithm, Period: k.Period}, now)
 			rd.logged = pipe.ZCard(ctx, n)
-			rd.live = pipe.ZCount(ctx, n, "("+strconv.FormatInt(now-k.Period, 10), "+inf")
+			rd.live = pipe.ZCount(ctx, n, "("+strconv.FormatInt(after, 10), "+inf")
 		} else {
 			rd.value = pipe.Get(ctx, n)
 		}
@@ -319,7 +320,7 @@ func (w *walk) add(rd read, now int64) {
 			k.Remaining = max(pol.Limit-k.Value, 0)
 		}
 	case rd.value != nil && rd.value.Err() == nil:
-		st, err := redisalgo.DecodeState(pol, rd.value.Val())
+		st, err := algo.DecodeState(pol, rd.value.Val())
 		if err != nil {
 			k.State = "unreadable"
 			break
@@ -376,14 +377,14 @@ func (w *walk) match(k *Key, dk redisalgo.Key, pol *algo.Policy) string {
 
 // describeState says what a state holds, and the hits it counts.
 func describeState(pol algo.Policy, st algo.State, now int64, known bool) (string, int64) {
-	switch pol.Algorithm {
-	case algo.FixedWindow:
-		return fmt.Sprintf("window at %s: %d hits", us(st.Time), st.Count), st.Count
-	case algo.SlidingWindow:
-		if pol.Windows() > 1 {
-			return describeSubWindows(pol, st)
-		}
+	spec, _ := pol.Algorithm.Spec()
+	switch {
+	case spec.Shape == algo.ShapeWindow && pol.Windows() > 1:
+		return describeSubWindows(pol, st)
+	case spec.Shape == algo.ShapeWindow && pol.Algorithm == algo.SlidingWindow:
 		return fmt.Sprintf("window at %s: %d hits, previous %d", us(st.Time), st.Count, st.Prev), st.Count
+	case spec.Shape == algo.ShapeWindow:
+		return fmt.Sprintf("window at %s: %d hits", us(st.Time), st.Count), st.Count
 	}
 	wait := max(st.Time-now, 0)
 	used := int64(0)

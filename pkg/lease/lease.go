@@ -24,8 +24,9 @@
 //
 // # When a counter leases
 //
-// Only checks whose rule says `lease: auto` (algo.Check.Lease), on
-// fixed_window, token_bucket or gcra, consuming (not check-only, not a
+// Only checks whose rule says `lease: auto` (algo.Check.Lease), on an
+// algorithm the table lets lease (algo.Spec.MayLease: fixed_window,
+// token_bucket and gcra), consuming (not check-only, not a
 // refund, not a take), in a request where no two checks share a counter.
 // The counter must be hot: at least HotRPS hits per second seen here over
 // the last TTL. The lease size is min(local rate × TTL, MaxFraction × the
@@ -67,11 +68,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
-// Backend is the rate-limit backend contract of pkg/rls: one Decision per
-// Check, in order, all or nothing, safe for concurrent use.
-type Backend interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Backend is the next layer: the backend layer contract, algo.Applier.
+type Backend = algo.Applier
 
 // Defaults for Options.
 const (
@@ -241,14 +239,15 @@ func leasable(c *algo.Check) bool {
 	if !c.Lease || c.Refund || c.Take || c.Hits <= 0 {
 		return false
 	}
-	switch c.Policy.Algorithm {
-	case algo.FixedWindow, algo.TokenBucket, algo.GCRA:
-		return c.Policy.Limit > 0
-	}
-	return false
+	spec, _ := c.Policy.Algorithm.Spec()
+	return spec.MayLease && c.Policy.Limit > 0
 }
 
-// Apply implements the backend contract (see the package comment).
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Layer)(nil)
+
+// Apply implements algo.Applier (the contract is stated there; how a lease
+// keeps it is in the package comment).
 func (l *Layer) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	some := false
 	for i := range checks {
@@ -468,7 +467,8 @@ func (l *Layer) settle(s *scratch, i int, c *algo.Check, now int64, d algo.Decis
 	e.left = d.Granted - 1
 	e.expires = now + l.ttl
 	e.resetAt = now + d.ResetAfter
-	e.window = c.Policy.Algorithm == algo.FixedWindow
+	spec, _ := c.Policy.Algorithm.Spec()
+	e.window = spec.Shape == algo.ShapeWindow // fixed_window: the lease ends with the window
 	if e.window {
 		e.windowEnd = now + d.ResetAfter
 		e.expires = min(e.expires, e.windowEnd)

@@ -59,13 +59,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/evict"
 )
 
-// evictSample is how many entries a full shard looks at to make room, as
-// Redis's maxmemory-samples: enough that a shard with a fair share of
-// expired entries almost never evicts a live one, few enough that a full
-// store under a flood of new keys stays cheap.
-const evictSample = 8
+// evictSample is how many entries a full shard looks at to make room
+// (pkg/evict, shared with pkg/denycache).
+const evictSample = evict.Sample
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
@@ -127,19 +126,44 @@ type entry struct {
 
 // toEntry stores st, whose algo.Expiry at now is ttl > 0, under policy p.
 func toEntry(p algo.Policy, st *algo.State, now, ttl int64) entry {
-	switch p.Algorithm {
-	case algo.FixedWindow:
+	switch shape(p) {
+	case fixedWindow:
 		return entry{until: st.Time + p.Period, n: st.Count}
-	case algo.SlidingWindow:
-		if p.Windows() > 1 {
-			// Sub-windows: the counts are in shard.logs, n is Time.
-			return entry{until: now + ttl - 1, n: st.Time}
-		}
+	case subWindows:
+		// The counts are in shard.logs, n is Time.
+		return entry{until: now + ttl - 1, n: st.Time}
+	case slidingWindow:
 		return entry{until: st.Time + 2*p.Period, n: st.Count, prev: st.Prev}
-	case algo.TokenBucket, algo.GCRA:
+	case bucket:
 		return entry{until: st.Time, n: st.Frac}
 	}
 	return entry{until: now + ttl - 1}
+}
+
+// The entry layouts: algo's state shapes (the algorithm table), with a
+// window told apart by whether it keeps Prev or sub-windows.
+const (
+	logged = iota
+	fixedWindow
+	slidingWindow
+	subWindows
+	bucket
+)
+
+// shape returns the entry layout of p's state.
+func shape(p algo.Policy) int {
+	spec, _ := p.Algorithm.Spec()
+	switch {
+	case spec.Shape == algo.ShapeBucket:
+		return bucket
+	case spec.Shape != algo.ShapeWindow:
+		return logged
+	case p.Windows() > 1:
+		return subWindows
+	case p.Algorithm == algo.SlidingWindow:
+		return slidingWindow
+	}
+	return fixedWindow
 }
 
 // counts returns the slice of st that shard.logs keeps: a sliding log's
@@ -153,15 +177,14 @@ func counts(st *algo.State) []int64 {
 
 // state is the inverse of toEntry.
 func (e entry) state(p algo.Policy, log []int64) algo.State {
-	switch p.Algorithm {
-	case algo.FixedWindow:
+	switch shape(p) {
+	case fixedWindow:
 		return algo.State{Time: e.until - p.Period, Count: e.n}
-	case algo.SlidingWindow:
-		if p.Windows() > 1 {
-			return algo.State{Time: e.n, Subs: log}
-		}
+	case subWindows:
+		return algo.State{Time: e.n, Subs: log}
+	case slidingWindow:
 		return algo.State{Time: e.until - 2*p.Period, Count: e.n, Prev: e.prev}
-	case algo.TokenBucket, algo.GCRA:
+	case bucket:
 		return algo.State{Time: e.until, Frac: e.n}
 	}
 	return algo.State{Log: log}
@@ -241,8 +264,10 @@ func (s *Store) register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Apply implements the backend contract: one decision per check, and no
-// consumption at all unless every consuming check is admitted.
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Store)(nil)
+
+// Apply implements algo.Applier, whose comment states the contract.
 func (s *Store) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -310,37 +335,16 @@ func (s *Store) key(id []byte) key {
 // new key must not be stored (it counts as evicted). The keys of the request
 // being applied are never dropped. The caller holds sh.mu.
 func (s *Store) makeRoom(sh *shard, now int64, request []key) bool {
-	var victim key
-	found, freed := false, false
-	var soonest int64
-	n := 0
-	for k, e := range sh.m {
-		if n++; n > evictSample {
-			break
-		}
-		if slices.Contains(request, k) {
-			continue
-		}
-		if e.until < now {
-			delete(sh.m, k)
-			delete(sh.logs, k)
-			freed = true
-			continue
-		}
-		if !found || e.until < soonest {
-			victim, soonest, found = k, e.until, true
-		}
-	}
-	if freed {
+	expired, evicted := evict.Sampled(sh.m,
+		func(e entry) bool { return e.until < now },
+		func(e entry) int64 { return e.until },
+		func(k key) bool { return slices.Contains(request, k) },
+		func(k key) { delete(sh.logs, k) })
+	if expired > 0 {
 		return true
 	}
 	s.evictions.Add(1)
-	if !found {
-		return false
-	}
-	delete(sh.m, victim)
-	delete(sh.logs, victim)
-	return true
+	return evicted
 }
 
 func (sc *scratch) prepare(n int) {

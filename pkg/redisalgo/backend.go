@@ -27,7 +27,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -105,18 +104,12 @@ type sender interface {
 // safe for concurrent use.
 type Backend struct {
 	client sender
-	// Exactly one of single (New) and cluster (NewCluster) is set.
-	single  Client
-	cluster ClusterClient
+	// topo is oneMaster (New) or cluster (NewCluster): what differs
+	// between them (topology.go).
+	topo topology
 	// callerTime is Options.CallerTime.
 	callerTime bool
 	log        *zap.Logger
-	// batch shares pipelines between concurrent requests; nil sends each
-	// request's calls alone (Options.NoBatch), and on a cluster, where
-	// each master has its own batcher (nodes).
-	batch *batcher
-	// nodes numbers a cluster's masters (shard.go); nil unless cluster.
-	nodes *nodes
 	// sizes observes the calls per pipeline, roundTrips each pipeline's
 	// duration; nil for none.
 	sizes, roundTrips prometheus.Observer
@@ -148,10 +141,11 @@ func New(client Client, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.single = client
+	t := &oneMaster{b: b, client: client}
 	if !opts.NoBatch {
-		b.batch = b.newBatcher(opts)
+		t.batch = b.newBatcher(opts)
 	}
+	b.topo = t
 	return b.start(opts)
 }
 
@@ -168,12 +162,11 @@ func NewCluster(client ClusterClient, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.cluster = client
 	var newBatch func() *batcher
 	if !opts.NoBatch {
 		newBatch = func() *batcher { return b.newBatcher(opts) }
 	}
-	b.nodes = newNodes(client, newBatch)
+	b.topo = &cluster{b: b, client: client, nodes: newNodes(client, newBatch)}
 	return b.start(opts)
 }
 
@@ -238,9 +231,7 @@ func (b *Backend) start(opts Options) (*Backend, error) {
 // trip. Apply does not depend on it: a node that lacks the script (after a
 // restart, a failover to a replica or SCRIPT FLUSH) gets it with the retry.
 func (b *Backend) LoadScript(ctx context.Context) error {
-	load := func(ctx context.Context, c interface {
-		ScriptLoad(context.Context, string) *redis.StringCmd
-	}) error {
+	err := b.topo.forEachMaster(ctx, func(ctx context.Context, c master) error {
 		for _, s := range []struct {
 			src string
 			sc  *redis.Script
@@ -254,44 +245,22 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 			}
 		}
 		return nil
-	}
-	var err error
-	if b.cluster != nil {
-		err = b.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
-	} else {
-		err = load(ctx, b.single)
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("redisalgo: load script: %w", err)
 	}
-	if b.nodes != nil {
-		b.nodes.mapped.Store(true)
-	}
+	b.topo.loaded()
 	return nil
 }
 
 // Close waits for every queued and in-flight batch to finish; Apply fails
 // with ErrClosed afterwards. It does not close the client.
-func (b *Backend) Close() {
-	if b.batch != nil {
-		b.batch.close()
-	}
-	if b.nodes != nil {
-		b.nodes.close()
-	}
-}
+func (b *Backend) Close() { b.topo.close() }
 
 // Ping checks that Redis answers: every master of a cluster, else the
 // (current) master. It is meant for readiness probes.
 func (b *Backend) Ping(ctx context.Context) error {
-	var err error
-	if b.cluster != nil {
-		err = b.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.Ping(ctx).Err()
-		})
-	} else {
-		err = b.single.Ping(ctx).Err()
-	}
+	err := b.topo.forEachMaster(ctx, func(ctx context.Context, m master) error { return m.Ping(ctx).Err() })
 	if err != nil {
 		return fmt.Errorf("redisalgo: ping: %w", err)
 	}
@@ -319,8 +288,7 @@ type call struct {
 // is lost (never pooled again): a flusher may still read its keys and
 // arguments and write into its calls.
 type scratch struct {
-	keys   []byte // every key, back to back
-	ends   []int  // ends[i]: end of check i's key in keys
+	keys   keyBuf // every check's key, in request order
 	order  []int  // check indices grouped by slot
 	slots  []int  // slots[i]: slot of check i
 	sorted []algo.Check
@@ -344,8 +312,7 @@ type scratch struct {
 }
 
 func (s *scratch) reset(n int) {
-	s.keys = s.keys[:0]
-	s.ends = s.ends[:0]
+	s.keys.reset()
 	s.order = s.order[:0]
 	s.slots = s.slots[:0]
 	clear(s.sorted)
@@ -362,8 +329,10 @@ func (s *scratch) reset(n int) {
 	s.queued = s.queued[:0]
 }
 
-// Apply applies checks all or nothing and returns one Decision per check,
-// in order (the pkg/rls Backend contract).
+// Every backend layer implements the one contract.
+var _ algo.Applier = (*Backend)(nil)
+
+// Apply implements algo.Applier, whose comment states the contract.
 //
 // Checks whose keys share a hash slot run in one script call, atomically;
 // on standalone Redis and Sentinel that is every check. All calls go in one
@@ -405,11 +374,7 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		now = at.UnixMicro()
 	}
 	b.group(s, checks, now)
-	if b.nodes != nil {
-		for i := range s.calls {
-			s.calls[i].node = b.nodes.forKey(s.calls[i].script.keys[0])
-		}
-	}
+	b.topo.route(s.calls)
 	b.eval(ctx, s, s.calls)
 	if err := b.outcome(ctx, s); err != nil {
 		return nil, err
@@ -445,17 +410,7 @@ func (b *Backend) outcome(ctx context.Context, s *scratch) error {
 		// failed a group; the client's own timeouts still bound it.
 		b.refund(context.WithoutCancel(ctx), s)
 	}
-	if b.nodes != nil {
-		shards := b.noteResults(s.calls)
-		if failed != nil {
-			// A dead or demoted master keeps failing until the slot map is
-			// refreshed; ask for that now instead of at the next periodic
-			// reload.
-			b.nodes.reload()
-			return &ShardError{Shards: shards, Err: failed}
-		}
-	}
-	return failed
+	return b.topo.settle(s.calls, failed)
 }
 
 // ValidateKeyPrefix checks an Options.KeyPrefix: nil, or an error saying
@@ -473,32 +428,16 @@ func ValidateKeyPrefix(p string) error {
 // group.
 func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 	for i := range checks {
-		start := len(s.keys)
-		s.keys = append(s.keys, b.keyPrefix...)
-		s.keys = AppendKey(s.keys, checks[i])
-		s.ends = append(s.ends, len(s.keys))
-		slot := 0
-		if b.cluster != nil {
-			slot = keySlot(s.keys[start:])
-		}
-		s.slots = append(s.slots, slot)
+		key := s.keys.add(b.keyPrefix, checks[i])
+		s.slots = append(s.slots, b.topo.slot(key))
 		s.order = append(s.order, i)
 	}
-	if b.cluster != nil {
-		// Stable, so checks keep their request order inside a group.
-		slices.SortStableFunc(s.order, func(x, y int) int { return s.slots[x] - s.slots[y] })
-	}
-	// The keys are complete: s.keys does not change again until s is
-	// reused, which a lost scratch never is, so views of it stay valid as
-	// long as any flusher may read them. This is the send path's one
-	// unsafe lifetime; it saves copying every key into a string.
+	b.topo.sortBySlot(s.order, s.slots)
+	// The keys are complete: s.keys is not reset until s is reused, which
+	// a lost scratch never is, so its views stay valid as long as any
+	// flusher may read them (keyBuf).
 	for _, i := range s.order {
-		start := 0
-		if i > 0 {
-			start = s.ends[i-1]
-		}
-		k := s.keys[start:s.ends[i]]
-		s.strs = append(s.strs, unsafe.String(unsafe.SliceData(k), len(k)))
+		s.strs = append(s.strs, s.keys.view(i))
 		s.sorted = append(s.sorted, checks[i])
 	}
 	queueInOneSlot(s)
@@ -561,25 +500,28 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 	}
 }
 
-// roundTrip sends calls in one round trip, through the batcher when there
-// is one. An error means the calls' replies must not be read: the caller's
-// ctx ended before they arrived (s is then lost when the calls may still be
-// in flight) or the backend is closed.
+// roundTrip sends calls in one round trip, as the topology routes them. An
+// error means the calls' replies must not be read: the caller's ctx ended
+// before they arrived (s is then lost when the calls may still be in
+// flight) or the backend is closed.
 func (b *Backend) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
-	if b.nodes != nil && b.nodes.newBatch != nil {
-		return b.roundTripNodes(ctx, s, calls)
-	}
+	return b.topo.roundTrip(ctx, s, calls)
+}
+
+// roundTripVia sends calls in one round trip through batch, or alone when
+// batch is nil (Options.NoBatch).
+func (b *Backend) roundTripVia(ctx context.Context, s *scratch, calls []*call, batch *batcher) error {
 	s.queued = s.queued[:0]
 	for _, c := range calls {
 		s.queued = append(s.queued, c.script.queue())
 	}
-	if b.batch == nil {
+	if batch == nil {
 		b.send(ctx, s.queued)
 		return nil
 	}
 	j := s.job
 	j.calls = s.queued
-	abandoned, err := b.batch.do(ctx, j)
+	abandoned, err := batch.do(ctx, j)
 	if abandoned {
 		// A flusher may still read j and write into the calls, which
 		// live in s: neither may be reused, and a later round trip of

@@ -77,14 +77,15 @@ func newGates(b *Backend) *gates {
 			send(ctx, calls)
 		}
 	}
-	if b.nodes == nil {
-		wrap(b.batch)
+	cl, ok := b.topo.(*cluster)
+	if !ok {
+		wrap(b.topo.(*oneMaster).batch)
 		return g
 	}
 	// A cluster: every master's batcher, including those made later.
-	wrap(b.nodes.unknown.batch)
-	mk := b.nodes.newBatch
-	b.nodes.newBatch = func() *batcher {
+	wrap(cl.nodes.unknown.batch)
+	mk := cl.nodes.newBatch
+	cl.nodes.newBatch = func() *batcher {
 		bt := mk()
 		wrap(bt)
 		return bt
@@ -94,10 +95,7 @@ func newGates(b *Backend) *gates {
 
 // pending returns the calls queued in b's batchers.
 func pending(b *Backend) int {
-	if b.nodes != nil {
-		return b.nodes.pending()
-	}
-	return b.batch.pending()
+	return b.topo.pending()
 }
 
 // hold arms a gate for the next pipeline; entered is closed when that
@@ -230,7 +228,7 @@ func TestBatchForms(t *testing.T) {
 	for i := range waiting {
 		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 2)))
 	}
-	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == waiting })
+	eventually.Holds(t, "every request is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == waiting })
 	release()
 	for i, ch := range append(results, first) {
 		r := <-ch
@@ -273,9 +271,9 @@ func TestBatchOverflow(t *testing.T) {
 	// or queued (a goroutine may not have queued yet when 8 are done),
 	// then check the split.
 	eventually.Holds(t, "every request answered or queued", func() bool {
-		return done.Load()+int64(b.batch.pending()) == more && done.Load() >= 8
+		return done.Load()+int64(b.topo.(*oneMaster).batch.pending()) == more && done.Load() >= 8
 	})
-	if got, answered := b.batch.pending(), done.Load(); got != 2 || answered != 8 {
+	if got, answered := b.topo.(*oneMaster).batch.pending(), done.Load(); got != 2 || answered != 8 {
 		t.Errorf("%d answered and %d commands queued behind the blocked pipeline, want 8 and 2", answered, got)
 	}
 	release()
@@ -310,7 +308,7 @@ func TestBatchCancel(t *testing.T) {
 	<-entered1
 	ctxA, cancelA := context.WithCancel(context.Background())
 	a := applyAsync(ctxA, b, inFlight)
-	eventually.Holds(t, "the in-flight request is queued", func() bool { return b.batch.pending() == 1 })
+	eventually.Holds(t, "the in-flight request is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == 1 })
 	// The flusher takes it into a shared pipeline, which is held.
 	entered2, release2 := g.hold()
 	defer release2()
@@ -322,7 +320,7 @@ func TestBatchCancel(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	qb := applyAsync(ctxB, b, queued)
 	c := applyAsync(context.Background(), b, bystander)
-	eventually.Holds(t, "two requests are queued", func() bool { return b.batch.pending() == 2 })
+	eventually.Holds(t, "two requests are queued", func() bool { return b.topo.(*oneMaster).batch.pending() == 2 })
 
 	cancelB()
 	if r := <-qb; !errors.Is(r.err, context.Canceled) {
@@ -366,13 +364,13 @@ func TestBatchClose(t *testing.T) {
 	for i := range 5 {
 		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)))
 	}
-	eventually.Holds(t, "every request is queued", func() bool { return b.batch.pending() == 5 })
+	eventually.Holds(t, "every request is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == 5 })
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
 	eventually.Holds(t, "Close has begun", func() bool {
-		b.batch.mu.Lock()
-		defer b.batch.mu.Unlock()
-		return b.batch.closed
+		b.topo.(*oneMaster).batch.mu.Lock()
+		defer b.topo.(*oneMaster).batch.mu.Unlock()
+		return b.topo.(*oneMaster).batch.closed
 	})
 	if _, err := b.Apply(context.Background(), t0, []algo.Check{backendtest.UserCheck(dom, "late", pol, 1)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Apply during Close: %v, want ErrClosed", err)
@@ -410,7 +408,7 @@ func TestBatchMetricsShared(t *testing.T) {
 // TestNoBatch: with batching off every request still decides exactly.
 func TestNoBatch(t *testing.T) {
 	b := newBackend(t, redistest.SharedStandalone(t).Client(t), Options{CallerTime: true, NoBatch: true})
-	if b.batch != nil {
+	if b.topo.(*oneMaster).batch != nil {
 		t.Fatal("NoBatch backend has a batcher")
 	}
 	c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.FixedWindow, 2), 1)
@@ -449,7 +447,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.roundTrip(cctx, s, []*call{oneCall(b, abandoned)}) }()
-	eventually.Holds(t, "the first round trip is queued", func() bool { return b.batch.pending() == 1 })
+	eventually.Holds(t, "the first round trip is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned round trip: %v, want context.Canceled", err)
@@ -459,7 +457,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	}
 	second := oneCall(b, backendtest.UserCheck(dom, "second", pol, 1))
 	go func() { done <- b.roundTrip(ctx, s, []*call{second}) }()
-	eventually.Holds(t, "the second round trip is queued", func() bool { return b.batch.pending() == 2 })
+	eventually.Holds(t, "the second round trip is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == 2 })
 	release()
 	if err := <-done; err != nil || second.script.err != nil {
 		t.Fatalf("second round trip: %v, %v", err, second.script.err)
@@ -505,7 +503,7 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	var results []<-chan result
 	queue := func(c algo.Check) {
 		results = append(results, applyAsync(ctx, b, c))
-		eventually.Holds(t, "the request is queued", func() bool { return b.batch.pending() == len(results) })
+		eventually.Holds(t, "the request is queued", func() bool { return b.topo.(*oneMaster).batch.pending() == len(results) })
 	}
 	for range 5 {
 		queue(backendtest.UserCheck(dom, "shared", pol, 1))
@@ -605,14 +603,14 @@ func TestBatchLinger(t *testing.T) {
 	client := leakCheckedClient(t)
 	reg := prometheus.NewRegistry()
 	b := newBackend(t, client, Options{CallerTime: true, Registerer: reg, MaxBatch: 4, BatchLinger: MaxBatchLinger})
-	b.batch.linger = time.Hour
+	b.topo.(*oneMaster).batch.linger = time.Hour
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.TokenBucket, 5)
 	var results []<-chan result
 	for i := range 4 {
 		results = append(results, applyAsync(context.Background(), b, backendtest.UserCheck(dom, fmt.Sprint("u", i), pol, 1)))
 		if i < 3 {
-			eventually.Holds(t, "the request waits in the lingering batch", func() bool { return b.batch.pending() == i+1 })
+			eventually.Holds(t, "the request waits in the lingering batch", func() bool { return b.topo.(*oneMaster).batch.pending() == i+1 })
 		}
 	}
 	for i, ch := range results {

@@ -6,27 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// KeyPrefix starts every key envoy-rls writes. The version changes whenever
+// LayoutVersion starts every key envoy-rls writes, after the deployment's
+// own prefix (Options.KeyPrefix). The version changes whenever
 // the encoding or a script's state layout does, so old and new replicas
 // never read each other's state: "r2" (the second layout) shares no prefix
 // with the first layout's "rls:v1:", so during a rolling upgrade the two
 // versions count apart rather than misread each other's values, and the old
 // keys expire on their TTL. It is short because every key pays for it in
 // Redis memory (see AppendKey).
-const KeyPrefix = "r2"
+const LayoutVersion = "r2"
 
 // AnchorPrefix starts the key of a warm-up ramp's anchor (pkg/warmup),
 // after the deployment's key prefix. A counter key has '{' where this has
 // 'w', so no anchor is ever read as a counter or the other way round.
-const AnchorPrefix = KeyPrefix + "w"
+const AnchorPrefix = LayoutVersion + "w"
 
 // AppendAnchorKey appends the key of a warm-up anchor to dst:
 //
@@ -92,7 +91,7 @@ const digestBytes = 16
 // bytes costs 32 and one of 31 to 44 costs 48. The layout spends one
 // separator per part and nothing else (BENCHMARKS.md has the figures).
 func AppendKey(dst []byte, c algo.Check) []byte {
-	dst = append(dst, KeyPrefix...)
+	dst = append(dst, LayoutVersion...)
 	dst = append(dst, '{')
 	dst = appendPart(dst, c.Domain)
 	if t := c.TagIndex(); t >= 0 {
@@ -128,27 +127,20 @@ func AppendKey(dst []byte, c algo.Check) []byte {
 	return append(dst, '}')
 }
 
-// algCodes is each algorithm's letter in keys. The letters are part of the
-// key layout: changing one needs a new KeyPrefix.
-var algCodes = [...]byte{
-	algo.FixedWindow:   'f',
-	algo.SlidingWindow: 's',
-	algo.SlidingLog:    'l',
-	algo.TokenBucket:   't',
-	algo.GCRA:          'g',
-}
-
-// appendPolicy appends what of p names the counter: the algorithm's letter,
-// then the period in base 36, in seconds when it is whole (every period
-// the rules can express is), else '.' and the microseconds, then for a
+// appendPolicy appends what of p names the counter: the algorithm's letter
+// (algo.Spec.Letter, part of the key layout: changing one needs a new
+// LayoutVersion), then the period in base 36, in seconds when it is whole
+// (every period the rules can express is), else '.' and the microseconds,
+// then for a
 // sliding_window in N ≥ 2 sub-windows '/' and N (appendSubWindows): its
 // state means something else, so it never shares a key with the
 // two-window estimate's. The letter has a fixed length, so the period
 // starts right after it.
 func appendPolicy(dst []byte, p algo.Policy) []byte {
-	if a := p.Algorithm; int(a) < len(algCodes) && algCodes[a] != 0 {
-		dst = append(dst, algCodes[a])
+	if spec, ok := p.Algorithm.Spec(); ok {
+		dst = append(dst, spec.Letter)
 	} else {
+		a := p.Algorithm
 		// Validated policies never get here; 'x' and two hex digits keep
 		// it allocation free and distinct from every letter.
 		dst = append(dst, 'x', hexDigits[a>>4], hexDigits[a&0x0f])
@@ -183,9 +175,7 @@ const hexDigits = "0123456789ABCDEF"
 // is always escaped in verbatim parts, so a digest never equals a value.
 func appendPart(dst []byte, s string) []byte {
 	if len(s) > maxPart {
-		// The hash only reads the bytes; viewing the string in place keeps
-		// key encoding allocation free.
-		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(s), len(s)))
+		sum := sha256.Sum256(stringBytes(s))
 		dst = append(dst, '#')
 		return hex.AppendEncode(dst, sum[:digestBytes])
 	}
@@ -312,11 +302,11 @@ func ParseKey(name, prefix string) (Key, error) {
 
 func parseKey(name, prefix string) (Key, error) {
 	k := Key{HashTag: -1}
-	rest, ok := strings.CutPrefix(name, prefix+KeyPrefix+"{")
+	rest, ok := strings.CutPrefix(name, prefix+LayoutVersion+"{")
 	if !ok {
-		return k, fmt.Errorf("no %q prefix", prefix+KeyPrefix+"{")
+		return k, fmt.Errorf("no %q prefix", prefix+LayoutVersion+"{")
 	}
-	if strings.IndexByte(name, '{') != len(prefix)+len(KeyPrefix) {
+	if strings.IndexByte(name, '{') != len(prefix)+len(LayoutVersion) {
 		return k, errors.New("the first '{' is not the hash tag's")
 	}
 	// Split where Redis does: at the first '}' after the first '{'.
@@ -459,16 +449,16 @@ func (k *Key) parsePolicy(s string) error {
 			hi, lo = strings.IndexByte(hexDigits, s[1]), strings.IndexByte(hexDigits, s[2])
 		}
 		a := algo.Algorithm(hi<<4 | lo)
-		if hi < 0 || lo < 0 || int(a) < len(algCodes) && algCodes[a] != 0 {
+		if _, known := a.Spec(); hi < 0 || lo < 0 || known {
 			return fmt.Errorf("bad algorithm number in %q", s)
 		}
 		k.Algorithm, s = a, s[3:]
 	} else {
-		a := slices.Index(algCodes[:], s[0])
-		if a <= 0 {
+		a, ok := algo.ByLetter(s[0])
+		if !ok {
 			return fmt.Errorf("unknown algorithm letter in %q", s)
 		}
-		k.Algorithm, s = algo.Algorithm(a), s[1:]
+		k.Algorithm, s = a, s[1:]
 	}
 	s, n, err := cutSubWindows(s)
 	if err != nil {

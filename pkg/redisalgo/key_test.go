@@ -48,7 +48,7 @@ func checkKey(t *testing.T, c algo.Check, key []byte) {
 	if want := wantKey(c); !reflect.DeepEqual(got, want) {
 		t.Fatalf("key %q of %+v decodes to %+v, want %+v", key, c, got, want)
 	}
-	start := len(KeyPrefix) + 1
+	start := len(LayoutVersion) + 1
 	end := start + strings.IndexByte(string(key[start:]), '}')
 	if got, want := keySlot(key), int(crc16(key[start:end])%slotCount); got != want {
 		t.Fatalf("keySlot(%q) = %d, want %d (slot of the tag)", key, got, want)
@@ -138,7 +138,7 @@ func TestAppendKey(t *testing.T) {
 }
 
 // TestKeyLayout pins the documented layout: a change here is a change of
-// every stored key and needs a new KeyPrefix.
+// every stored key and needs a new LayoutVersion.
 func TestKeyLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -26,8 +26,8 @@ func TestKeyPrefix(t *testing.T) {
 				t.Fatalf("hit %d: allowed %v, want %v", i+1, d.Allowed, want)
 			}
 		}
-		if keys := scanKeys(t, client, prefix+KeyPrefix+"*"); len(keys) == 0 {
-			t.Fatalf("no key under %q", prefix+KeyPrefix)
+		if keys := scanKeys(t, client, prefix+LayoutVersion+"*"); len(keys) == 0 {
+			t.Fatalf("no key under %q", prefix+LayoutVersion)
 		}
 	})
 }

@@ -38,7 +38,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -200,7 +199,7 @@ func (ns *nodes) pending() int {
 	return total
 }
 
-var keyBufs = sync.Pool{New: func() any { return new([]byte) }}
+var keyBufs = sync.Pool{New: func() any { return new(keyBuf) }}
 
 // Shard returns the shard of c: on Redis Cluster a number naming the
 // master that serves c's key (0 until the client has loaded the slot map),
@@ -208,35 +207,17 @@ var keyBufs = sync.Pool{New: func() any { return new([]byte) }}
 // master whose last call failed asks for a slot map reload, so that a
 // promoted replica is found while the failed master's breaker keeps its
 // requests away from Redis.
-func (b *Backend) Shard(c algo.Check) int {
-	if b.nodes == nil {
-		return 0
-	}
-	buf := keyBufs.Get().(*[]byte)
-	*buf = AppendKey(append((*buf)[:0], b.keyPrefix...), c)
-	// A view of buf, which does not change until forKey returns.
-	n := b.nodes.forKey(unsafe.String(unsafe.SliceData(*buf), len(*buf)))
-	keyBufs.Put(buf)
-	if n.failing.Load() {
-		b.nodes.reload()
-	}
-	return n.id
-}
+func (b *Backend) Shard(c algo.Check) int { return b.topo.shard(b.keyPrefix, c) }
 
 // ShardName returns the address of the master that shard id names on
 // Redis Cluster, or "" (shard 0, and every shard elsewhere).
-func (b *Backend) ShardName(id int) string {
-	if b.nodes == nil {
-		return ""
-	}
-	return b.nodes.name(id)
-}
+func (b *Backend) ShardName(id int) string { return b.topo.shardName(id) }
 
 // noteResults marks the nodes of failed calls failing and those of
 // successful calls not, and returns the failed calls' distinct shards.
 // A call that failed because its caller gave up says nothing about its
 // node.
-func (b *Backend) noteResults(calls []call) (failed []int) {
+func (ns *nodes) noteResults(calls []call) (failed []int) {
 	ok := false
 	for i := range calls {
 		c := &calls[i]
@@ -257,8 +238,8 @@ func (b *Backend) noteResults(calls []call) (failed []int) {
 			failed = append(failed, c.node.id)
 		}
 	}
-	if ok && !b.nodes.mapped.Load() {
-		b.nodes.mapped.Store(true)
+	if ok && !ns.mapped.Load() {
+		ns.mapped.Store(true)
 	}
 	return failed
 }
@@ -275,7 +256,7 @@ type nodeRun struct {
 // roundTripNodes sends calls through each node's batcher: one job per
 // node, all in flight at once, so that the request waits for its slowest
 // node and no request waits for a node it does not use.
-func (b *Backend) roundTripNodes(ctx context.Context, s *scratch, calls []*call) error {
+func roundTripNodes(ctx context.Context, s *scratch, calls []*call) error {
 	runs := s.runs[:0]
 	for _, c := range calls {
 		k := slices.IndexFunc(runs, func(r nodeRun) bool { return r.node == c.node })

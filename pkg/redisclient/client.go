@@ -11,16 +11,16 @@ package redisclient
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 )
 
 // Mode is the Redis deployment a URL names.
@@ -287,29 +287,8 @@ func (o *Options) SetTLS(f TLSFiles) error {
 		return errors.New("redisclient: redis TLS files given but the URL does not use TLS (use a rediss scheme)")
 	}
 	c := (*cfg).Clone()
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	if f.CAFile != "" {
-		pem, err := os.ReadFile(f.CAFile)
-		if err != nil {
-			return fmt.Errorf("redisclient: redis TLS CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("redisclient: redis TLS CA %s: no PEM certificate found", f.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if (f.CertFile == "") != (f.KeyFile == "") {
-		return errors.New("redisclient: redis TLS client certificate and key must be given together")
-	}
-	if f.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-		if err != nil {
-			return fmt.Errorf("redisclient: redis TLS client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	if err := tlsfiles.Load(c, tlsfiles.Files{CA: f.CAFile, Cert: f.CertFile, Key: f.KeyFile}); err != nil {
+		return fmt.Errorf("redisclient: redis TLS %w", err)
 	}
 	if f.ServerName != "" {
 		c.ServerName = f.ServerName

@@ -54,9 +54,9 @@ func (p *parser) onLimit(f map[string]*yaml.Node, line int, path string, alg alg
 		return 0, true
 	}
 	ok := true
-	if alg != 0 && !alg.UsesBurst() {
+	if spec, _ := alg.Spec(); alg != 0 && !spec.MayQueue {
 		p.errorf(on.Line, path+".on_limit", "delay for algorithm %s: a window cannot reserve a hit for a later time without losing its current count (want delay only with %s)",
-			alg, burstAlgorithms())
+			alg, algo.ListNames(algo.Where(algo.Spec.Queueable)))
 		ok = false
 	}
 	if lease {

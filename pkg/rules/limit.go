@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -219,14 +218,10 @@ func named[T any](p *parser, n *yaml.Node, path, what, want string, parse func(s
 	return v, true
 }
 
-// leaseAlgorithms are the algorithms a lease keeps exact: the shared state
-// is debited the leased hits when the lease is granted (pkg/lease).
-var leaseAlgorithms = []algo.Algorithm{algo.FixedWindow, algo.TokenBucket, algo.GCRA}
-
 // lease reads `lease: auto | off` (off when absent). auto lets a replica
-// take leases on the limit's hot counters; only the algorithms in
-// leaseAlgorithms take it. alg is 0 when it is bad; the lease is then not
-// judged against it.
+// take leases on the limit's hot counters; only the algorithms the table
+// lets lease (algo.Spec.MayLease) take it. alg is 0 when it is bad; the
+// lease is then not judged against it.
 func (p *parser) lease(f map[string]*yaml.Node, path string, alg algo.Algorithm) (bool, bool) {
 	ln, has := f["lease"]
 	if !has {
@@ -244,8 +239,8 @@ func (p *parser) lease(f map[string]*yaml.Node, path string, alg algo.Algorithm)
 		p.errorf(ln.Line, path+".lease", "unknown lease mode %q (want auto|off)", s)
 		return false, false
 	}
-	if alg != 0 && !slices.Contains(leaseAlgorithms, alg) {
-		p.errorf(ln.Line, path+".lease", "auto for algorithm %s, whose bound a lease cannot keep (want lease only with fixed_window, token_bucket or gcra)", alg)
+	if spec, _ := alg.Spec(); alg != 0 && !spec.MayLease {
+		p.errorf(ln.Line, path+".lease", "auto for algorithm %s, whose bound a lease cannot keep (want lease only with %s)", alg, algo.ListNames(algo.Where(algo.Spec.Leasable)))
 		return false, false
 	}
 	return true, true
@@ -268,16 +263,8 @@ func (p *parser) burst(f map[string]*yaml.Node, path string, alg algo.Algorithm)
 }
 
 // burstAlgorithms names the algorithms that take a burst, "token_bucket or
-// gcra", as algo defines them.
-func burstAlgorithms() string {
-	var names []string
-	for _, a := range algo.Algorithms {
-		if a.UsesBurst() {
-			names = append(names, a.String())
-		}
-	}
-	return strings.Join(names, " or ")
-}
+// gcra", as the algorithm table defines them.
+func burstAlgorithms() string { return algo.ListNames(algo.Where(algo.Spec.Bursting)) }
 
 // aboveLogCap reports a sliding_log limit above the cap at its
 // requests_per_unit, in words that say why the cap exists; algo's own

@@ -180,10 +180,9 @@ func (c mdCarrier) Keys() []string {
 	return keys
 }
 
-// Applier is the backend a Backend wraps (rls.Backend's method).
-type Applier interface {
-	Apply(ctx context.Context, now time.Time, checks []algo.Check) ([]algo.Decision, error)
-}
+// Applier is the backend a Backend wraps: the backend layer contract,
+// algo.Applier.
+type Applier = algo.Applier
 
 // Backend wraps next so that each call is a client span named name (the
 // backend: "redis"), child of the request's span.

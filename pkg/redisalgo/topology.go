@@ -1,0 +1,152 @@
+package redisalgo
+
+import (
+	"context"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// topology is what differs between the two kinds of deployment a Backend
+// serves, so that the backend's own code never asks which one it has:
+//
+//   - oneMaster (New): standalone Redis or a Sentinel-managed master.
+//     Every key of a request goes in one script call, one batcher shares
+//     pipelines, and there is one shard, 0.
+//   - cluster (NewCluster): Redis Cluster. Keys group by hash slot, each
+//     call goes to the master serving its slot through that master's
+//     batcher, and masters are numbered as shards (shard.go).
+type topology interface {
+	// slot returns the hash slot key's calls group by.
+	slot(key []byte) int
+	// sortBySlot orders check indices by their slots (stable, so checks
+	// keep their request order inside a group).
+	sortBySlot(order, slots []int)
+	// forEachMaster runs fn on the master, or on every master.
+	forEachMaster(ctx context.Context, fn func(ctx context.Context, m master) error) error
+	// loaded records that a call to every master succeeded.
+	loaded()
+	// route sets the node each call goes to.
+	route(calls []call)
+	// roundTrip sends calls in one round trip (see Backend.roundTrip).
+	roundTrip(ctx context.Context, s *scratch, calls []*call) error
+	// settle notes calls' outcomes and returns the error Apply reports
+	// for failed, the first failed call's error (nil when none failed).
+	settle(calls []call, failed error) error
+	// shard returns the shard of c's key, prefix first (Backend.Shard).
+	shard(prefix string, c algo.Check) int
+	// shardName returns the address shard id names, or "".
+	shardName(id int) string
+	// close closes the batchers.
+	close()
+	// pending returns the calls queued in the batchers (for tests).
+	pending() int
+}
+
+// master is what a Backend asks of each master: *redis.Client, and Client.
+type master interface {
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// oneMaster is the topology of standalone Redis and Sentinel.
+type oneMaster struct {
+	b      *Backend
+	client Client
+	// batch shares pipelines between concurrent requests; nil sends each
+	// request's calls alone (Options.NoBatch).
+	batch *batcher
+}
+
+func (t *oneMaster) slot([]byte) int       { return 0 }
+func (t *oneMaster) sortBySlot(_, _ []int) {}
+func (t *oneMaster) loaded()               {}
+func (t *oneMaster) route([]call)          {}
+
+func (t *oneMaster) forEachMaster(ctx context.Context, fn func(context.Context, master) error) error {
+	return fn(ctx, t.client)
+}
+
+func (t *oneMaster) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
+	return t.b.roundTripVia(ctx, s, calls, t.batch)
+}
+
+func (t *oneMaster) settle(_ []call, failed error) error { return failed }
+func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
+func (t *oneMaster) shardName(int) string                { return "" }
+
+func (t *oneMaster) close() {
+	if t.batch != nil {
+		t.batch.close()
+	}
+}
+
+func (t *oneMaster) pending() int {
+	if t.batch == nil {
+		return 0
+	}
+	return t.batch.pending()
+}
+
+// cluster is the topology of Redis Cluster.
+type cluster struct {
+	b      *Backend
+	client ClusterClient
+	// nodes numbers the masters and holds their batchers (shard.go).
+	nodes *nodes
+}
+
+func (t *cluster) slot(key []byte) int { return keySlot(key) }
+
+func (t *cluster) sortBySlot(order, slots []int) {
+	slices.SortStableFunc(order, func(x, y int) int { return slots[x] - slots[y] })
+}
+
+func (t *cluster) forEachMaster(ctx context.Context, fn func(context.Context, master) error) error {
+	return t.client.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+}
+
+func (t *cluster) loaded() { t.nodes.mapped.Store(true) }
+
+func (t *cluster) route(calls []call) {
+	for i := range calls {
+		calls[i].node = t.nodes.forKey(calls[i].script.keys[0])
+	}
+}
+
+func (t *cluster) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
+	if t.nodes.newBatch == nil {
+		return t.b.roundTripVia(ctx, s, calls, nil)
+	}
+	return roundTripNodes(ctx, s, calls)
+}
+
+func (t *cluster) settle(calls []call, failed error) error {
+	shards := t.nodes.noteResults(calls)
+	if failed == nil {
+		return nil
+	}
+	// A dead or demoted master keeps failing until the slot map is
+	// refreshed; ask for that now instead of at the next periodic reload.
+	t.nodes.reload()
+	return &ShardError{Shards: shards, Err: failed}
+}
+
+func (t *cluster) shard(prefix string, c algo.Check) int {
+	buf := keyBufs.Get().(*keyBuf)
+	buf.reset()
+	buf.add(prefix, c)
+	// The view is read only until forKey returns; buf is reset after.
+	n := t.nodes.forKey(buf.view(0))
+	keyBufs.Put(buf)
+	if n.failing.Load() {
+		t.nodes.reload()
+	}
+	return n.id
+}
+
+func (t *cluster) shardName(id int) string { return t.nodes.name(id) }
+func (t *cluster) close()                  { t.nodes.close() }
+func (t *cluster) pending() int            { return t.nodes.pending() }
