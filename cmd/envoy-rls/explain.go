@@ -13,21 +13,8 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
-	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
-
-// explainHandler serves /debug/explain for serve: the running rules, the
-// service's adjusters and the backend's counters, read and never written.
-func explainHandler(cfg *serveConfig, svc *rls.Service, backend *stack.Stack, rulesNow func() *rules.Snapshot) http.Handler {
-	return explain.Handler(&explain.Explainer{
-		Rules:     rulesNow,
-		Effective: svc.EffectiveLimit,
-		KeyPrefix: cfg.redis.keyPrefix,
-		Peeker:    backend,
-	})
-}
 
 // explainFlags are explain's own flags, beside serve's (whose rule and
 // Redis key flags say how the rules load and where counters live).
