@@ -53,6 +53,19 @@ func (o *overrideFlags) validate() error {
 	return err
 }
 
+// debugClient is the client of a server's debug/admin listener at addr:
+// its base URL, and an HTTP client that speaks TLS when caFile is given
+// (mTLS with certFile and keyFile), as the listener does with
+// --admin-tls-cert; nil means http.DefaultClient's plain HTTP.
+func debugClient(addr, caFile, certFile, keyFile string) (string, *http.Client, error) {
+	tlsCfg, err := clientTLS(caFile, certFile, keyFile)
+	if err != nil || tlsCfg == nil {
+		return "http://" + addr, nil, err
+	}
+	// The server offers only h2 (pkg/certreload), so the client must too.
+	return "https://" + addr, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}, nil
+}
+
 // overrideCmd is `envoy-rls override set|list|clear`: the admin API's
 // client.
 func overrideCmd(args []string, stdout, stderr io.Writer) int {
@@ -122,16 +135,11 @@ func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideAr
 // client returns the API client the flags describe: plain HTTP, or TLS
 // with --tls-ca (mTLS with --tls-cert), with the token of --token-file.
 func (a *overrideArgs) client() (*override.Client, error) {
-	c := &override.Client{Base: "http://" + a.addr}
-	tlsCfg, err := clientTLS(a.caFile, a.certFile, a.keyFile)
+	base, hc, err := debugClient(a.addr, a.caFile, a.certFile, a.keyFile)
 	if err != nil {
 		return nil, err
 	}
-	if tlsCfg != nil {
-		// The server offers only h2 (pkg/certreload), so the client must too.
-		c.Base = "https://" + a.addr
-		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
-	}
+	c := &override.Client{Base: base, HTTP: hc}
 	if a.tokenFile != "" {
 		b, err := os.ReadFile(a.tokenFile)
 		if err != nil {
