@@ -173,21 +173,32 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	return rls.New(c)
 }
 
-// Run serves until ctx ends or a component fails. At shutdown the servers
-// drain first (see servers.run), every other component stops with the
-// group's context, and only when all of them have returned are the
-// backend stack and the Redis clients closed and the last spans exported.
+// Run serves until ctx ends or a component fails, then shuts down in the
+// order that lets in-flight work finish: the servers drain first (see
+// servers.run) while the components they use (rule source, overrides,
+// warm-up, readiness, statsd) keep running; then those stop and are
+// joined; only then are the backend stack and the Redis clients closed
+// and the last spans exported. Every goroutine runs in one of two
+// errgroups, and Run returns after both are done.
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()
-	g, gctx := errgroup.WithContext(ctx)
+	// The components outlive ctx by the drain, so their context ends
+	// only when the servers have returned.
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	bg, bgCtx := errgroup.WithContext(bgCtx)
 	for _, run := range a.runs {
-		g.Go(func() error { return run(gctx) })
+		bg.Go(func() error { return run(bgCtx) })
 	}
-	g.Go(func() error {
-		return a.srv.run(gctx, a.svc.ReleaseHeld, zap.String("version", a.version),
-			zap.String("backend", a.backend.stack.Name()), zap.String("default_algorithm", a.defaultAlgorithm))
-	})
-	return g.Wait()
+	// A component that fails ends serving as a signal would.
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	defer stopSrv()
+	stopWatch := context.AfterFunc(bgCtx, stopSrv)
+	err := a.srv.run(srvCtx, a.svc.ReleaseHeld, zap.String("version", a.version),
+		zap.String("backend", a.backend.stack.Name()), zap.String("default_algorithm", a.defaultAlgorithm))
+	stopWatch()
+	stopBG()
+	return errors.Join(err, bg.Wait())
 }
 
 // close releases what New built, in reverse order; parts not built are

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"time"
 
@@ -42,20 +41,20 @@ func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
 	}
 }
 
-// debugConfig is /debug/config: the loaded rules, with each limit's
+// debugPage is /debug/config: the loaded rules, with each limit's
 // effective value, and under "limits" every limit's effective value and
-// its source.
+// its source (configured, overridden or adjusted).
+type debugPage struct {
+	rules.View
+	Limits []override.LimitView `json:"limits"`
+}
+
+// debugConfig builds /debug/config for snap.
 func (a *App) debugConfig(snap *rules.Snapshot) any {
-	b, err := json.Marshal(snap.Dump(a.svc.CurrentLimit))
-	if err != nil {
-		return map[string]string{"error": err.Error()}
+	return debugPage{
+		View: snap.Dump(a.svc.CurrentLimit),
+		Limits: a.backend.overrides.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
+			return a.svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
+		}),
 	}
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return map[string]string{"error": err.Error()}
-	}
-	out["limits"] = a.backend.overrides.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
-		return a.svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
-	})
-	return out
 }
