@@ -9,10 +9,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// unixScheme prefixes a --grpc-addr that names a Unix domain socket, the
-// form gRPC clients (and `envoy-rls check --addr`) dial as well.
-const unixScheme = "unix://"
-
 // grpcFlags are the gRPC transport flags: connection age and keepalive.
 type grpcFlags struct {
 	maxConnAge          time.Duration
