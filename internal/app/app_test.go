@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -202,4 +203,30 @@ func TestOverrideKeyUnchanged(t *testing.T) {
 	if got := redisalgo.OverrideKey("p:"); got != "p:"+override.DefaultRedisKey {
 		t.Errorf("OverrideKey(p:) = %q, want %q", got, "p:"+override.DefaultRedisKey)
 	}
+}
+
+// TestNewFailureReleasesEverything: when New fails at its last step (a
+// listener address in use), it names the setting and releases what it
+// built before (the Redis client, the stack, the other listeners).
+func TestNewFailureReleasesEverything(t *testing.T) {
+	redisAddr := redistest.SharedStandalone(t).Addr
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ignore := goleak.IgnoreCurrent()
+	opts, err := redisclient.ParseURL("redis://" + redisAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeRules(t, dir, 2)
+	cfg := testConfig(dir, BackendConfig{Redis: opts, Stack: stack.Config{Timeout: time.Second, ExpectedReplicas: 1,
+		Breaker: failover.BreakerOptions{Failures: 100, Cooldown: failover.DefaultCooldown, Probes: failover.DefaultProbes}, KeyPrefix: redistest.KeyPrefix(t)}})
+	cfg.Servers.DebugAddr = busy.Addr().String()
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "--debug-addr") {
+		t.Fatalf("New with the debug address in use: %v, want an error naming --debug-addr", err)
+	}
+	goleak.VerifyNone(t, ignore)
 }
