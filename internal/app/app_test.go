@@ -223,10 +223,32 @@ func TestNewFailureReleasesEverything(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, 2)
 	cfg := testConfig(dir, BackendConfig{Redis: opts, Stack: stack.Config{Timeout: time.Second, ExpectedReplicas: 1,
-		Breaker: failover.BreakerOptions{Failures: 100, Cooldown: failover.DefaultCooldown, Probes: failover.DefaultProbes}, KeyPrefix: redistest.KeyPrefix(t)}})
-	cfg.Servers.DebugAddr = busy.Addr().String()
+		Breaker:   failover.BreakerOptions{Failures: 100, Cooldown: failover.DefaultCooldown, Probes: failover.DefaultProbes},
+		KeyPrefix: redistest.KeyPrefix(t), MaxCallCost: algo.DefaultMaxCost,
+		// A lease layer runs a sweeper: left behind, goleak sees it.
+		Lease: lease.Options{TTL: lease.DefaultTTL, HotRPS: lease.DefaultHotRPS, MaxFraction: lease.DefaultMaxFraction}}})
+	// The gRPC listener opens before the debug one; its port must be free
+	// again after the failure.
+	grpcAddr := freeAddr(t)
+	cfg.Servers.GRPCAddr, cfg.Servers.DebugAddr = grpcAddr, busy.Addr().String()
 	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "--debug-addr") {
 		t.Fatalf("New with the debug address in use: %v, want an error naming --debug-addr", err)
 	}
 	goleak.VerifyNone(t, ignore)
+	l, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatalf("the gRPC address after the failed New: %v, want it released", err)
+	}
+	l.Close()
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
