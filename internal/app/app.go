@@ -68,7 +68,10 @@ type BackendConfig struct {
 
 // ServiceConfig is the rate-limit service's own settings (pkg/rls).
 type ServiceConfig struct {
-	Service rls.Config // app fills Rules, Backend, Adjust, Metrics, ReferenceMetrics, Tracer, Logger, Hold.Metrics
+	// Service holds the service's settings; app fills in what it builds:
+	// Rules, Backend, Adjust, Metrics, ReferenceMetrics, Tracer, Logger
+	// and Hold.
+	Service rls.Config
 	// MaxHeld is rls.HoldConfig.MaxHeld.
 	MaxHeld int
 }
@@ -93,7 +96,8 @@ type ObserveConfig struct {
 	NearLimitRatio   float64
 }
 
-// App is the assembled serve command. Run it once.
+// App is the assembled serve command. Run it once: when it returns it has
+// released everything New built, as a failed New has.
 type App struct {
 	log     *zap.Logger
 	version string
@@ -105,8 +109,9 @@ type App struct {
 	obs              *observability
 	svc              *rls.Service
 	srv              *servers
-	// runs are the long-lived components besides the servers, each run
-	// until the group's context ends.
+	// runs are the long-lived components besides the servers: the rule
+	// source, statsd, readiness, warm-up, overrides and adaptive
+	// controllers. Each runs until the servers have drained (Run).
 	runs []func(context.Context) error
 }
 

@@ -309,14 +309,14 @@ func newReadiness(ctx context.Context, check func(context.Context) error, hs *he
 			hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
 			// The name envoyproxy/ratelimit registers, which its users'
 			// probes (grpc_health_probe -service=ratelimit) ask for.
-			hs.SetServingStatus(RefHealthName, st)
+			hs.SetServingStatus(refHealthName, st)
 		},
 	})
 }
 
-// RefHealthName is the gRPC health service name envoyproxy/ratelimit
+// refHealthName is the gRPC health service name envoyproxy/ratelimit
 // registers (its binary's name).
-const RefHealthName = "ratelimit"
+const refHealthName = "ratelimit"
 
 // healthService is the gRPC health service. Check evaluates readiness as
 // /readyz does, so both answer alike at any moment; Watch and List follow
