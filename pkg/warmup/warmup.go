@@ -9,10 +9,10 @@
 // by every replica); on the in-process store it is the first request that
 // saw the limit.
 //
-// AdjustLimit runs on the request path and never blocks: an anchor not
-// known yet is queued for Run, which fetches it, and, until it is, the limit is the
-// ramp's start, From × the limit, which never admits more than any replica
-// that knows the anchor. The package reads and writes its anchor keys only;
+// AdjustLimit runs on the request path, never blocks and starts no
+// goroutine: an anchor not known yet is queued for Run, which fetches it,
+// and until it is known the limit is the ramp's start, From × the limit,
+// which never admits more than any replica that knows the anchor. The package reads and writes its anchor keys only;
 // it must not touch counters or any other key.
 package warmup
 
