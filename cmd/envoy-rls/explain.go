@@ -13,26 +13,15 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
-	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
-
-// explainHandler serves /debug/explain for serve: the running rules, the
-// service's adjusters and the backend's counters, read and never written.
-func explainHandler(cfg *serveConfig, svc *rls.Service, backend *stack.Stack, rulesNow func() *rules.Snapshot) http.Handler {
-	return explain.Handler(&explain.Explainer{
-		Rules:     rulesNow,
-		Effective: svc.EffectiveLimit,
-		KeyPrefix: cfg.redis.keyPrefix,
-		Peeker:    backend,
-	})
-}
 
 // explainFlags are explain's own flags, beside serve's (whose rule and
 // Redis key flags say how the rules load and where counters live).
 type explainFlags struct {
-	addr    string
+	addr string
+	// tls names the PEM files of a TLS debug listener (--admin-tls-cert).
+	tls     tlsClientFiles
 	domain  string
 	descs   descriptorFlags
 	json    bool
@@ -49,11 +38,14 @@ func explainCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&ef.addr, "addr", "", "debug address (--debug-addr) of a running envoy-rls: explain live, with each counter's current state; empty explains offline from --config-dir")
 	fs.StringVar(&ef.domain, "domain", "", "rate-limit domain")
 	fs.Var(&ef.descs, "d", "descriptor as key=value[,key=value…]; repeat for several descriptors; write a comma or backslash inside a key or value as \\, or \\\\")
+	fs.StringVar(&ef.tls.ca, "tls-ca", "", "with --addr: CA bundle to verify the server's --admin-tls-cert; enables TLS")
+	fs.StringVar(&ef.tls.cert, "tls-cert", "", "with --addr: client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
+	fs.StringVar(&ef.tls.key, "tls-key", "", "with --addr: client key for mTLS")
 	fs.BoolVar(&ef.json, "json", false, "print the explanation as JSON")
 	fs.DurationVar(&ef.timeout, "timeout", 10*time.Second, "deadline for the live request")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: envoy-rls explain [--addr HOST:PORT | --config-dir DIR] --domain D -d k=v[,k=v…] [-d …] [--json]\n\nflags (each also read from %s<NAME>):\n", envPrefix)
-		printFlags(fs, "addr", "domain", "d", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
+		fmt.Fprintf(fs.Output(), "usage: envoy-rls explain [--addr HOST:PORT [--tls-ca CA] | --config-dir DIR] --domain D -d k=v[,k=v…] [-d …] [--json]\n\nflags (each also read from %s<NAME>):\n", envPrefix)
+		printFlags(fs, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "d", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
 	}
 	// Offline, the rules are read as serve reads them (serveConfig.parse).
 	if err := cfg.parse(fs, args, 0, env); err != nil {
@@ -81,7 +73,7 @@ func explainCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	var err error
 	code := 1
 	if ef.addr != "" {
-		rep, err = explainLive(ctx, ef.addr, req)
+		rep, err = explainLive(ctx, ef.addr, ef.tls, req)
 	} else {
 		rep, err = explainOffline(ctx, cfg, req)
 		code = 2
@@ -129,19 +121,27 @@ func explainOffline(ctx context.Context, cfg *serveConfig, req explain.Request) 
 	return e.Explain(ctx, req)
 }
 
-// explainLive asks the server at addr (its debug listener) to explain req.
-func explainLive(ctx context.Context, addr string, req explain.Request) (*explain.Report, error) {
+// explainLive asks the server at addr (its debug listener, over TLS with
+// tf's CA) to explain req.
+func explainLive(ctx context.Context, addr string, tf tlsClientFiles, req explain.Request) (*explain.Report, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	url := "http://" + addr + "/debug/explain"
+	base, hc, err := debugClient(addr, tf.ca, tf.cert, tf.key)
+	if err != nil {
+		return nil, err
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	url := base + "/debug/explain"
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("--addr: %w", err)
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(hr)
+	resp, err := hc.Do(hr)
 	if err != nil {
 		return nil, fmt.Errorf("POST %s: %w", url, err)
 	}

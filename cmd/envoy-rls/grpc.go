@@ -3,25 +3,11 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
-	"io/fs"
-	"net"
-	"os"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
-
-// unixScheme prefixes a --grpc-addr that names a Unix domain socket, the
-// form gRPC clients (and `envoy-rls check --addr`) dial as well.
-const unixScheme = "unix://"
-
-// unixSocketMode lets the socket's group connect too: a sidecar Envoy runs
-// as another user, and Kubernetes shares an emptyDir through the pod's
-// fsGroup, so owner-only would lock it out and world access is not needed.
-const unixSocketMode = 0o660
 
 // grpcFlags are the gRPC transport flags: connection age and keepalive.
 type grpcFlags struct {
@@ -80,65 +66,4 @@ func (g *grpcFlags) serverOptions() []grpc.ServerOption {
 			PermitWithoutStream: g.keepalivePermitIdle,
 		}),
 	}
-}
-
-// listenGRPC opens the gRPC listener: TCP for host:port, a Unix domain
-// socket for unix:///path.
-func listenGRPC(addr string) (net.Listener, error) {
-	path, ok := strings.CutPrefix(addr, unixScheme)
-	if !ok {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("--grpc-addr: %w", err)
-		}
-		return l, nil
-	}
-	if path == "" {
-		return nil, fmt.Errorf("--grpc-addr: %q names no socket path (want unix:///path/to/socket)", addr)
-	}
-	if err := removeStaleSocket(path); err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
-	}
-	if err := os.Chmod(path, unixSocketMode); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
-	}
-	return l, nil
-}
-
-// removeStaleSocket deletes a socket left by a process that died without
-// closing it, which would make the listen fail with "address in use". A
-// socket some process still accepts on is kept (two servers on one socket
-// is an error to report), and so is any file that is not a socket.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode()&fs.ModeSocket == 0 {
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("%s: another process is listening on it", path)
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	return nil
-}
-
-// grpcAddrString is the listener's address as a client would dial it.
-func grpcAddrString(l net.Listener) string {
-	if l.Addr().Network() == "unix" {
-		return unixScheme + l.Addr().String()
-	}
-	return l.Addr().String()
 }

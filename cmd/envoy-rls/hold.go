@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -31,9 +29,4 @@ func (h *holdFlags) check() error {
 		return fmt.Errorf("--max-delay: %v is not a whole number of microseconds", h.maxDelay)
 	}
 	return positive("--max-held", h.maxHeld)
-}
-
-// config is the service's HoldConfig, its metrics on reg.
-func (h *holdFlags) config(reg prometheus.Registerer) rls.HoldConfig {
-	return rls.HoldConfig{MaxHeld: h.maxHeld, Metrics: rls.NewHoldMetrics(reg)}
 }

@@ -3,13 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
-	"net"
-	"net/http"
 	"time"
 
-	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
+	"github.com/envoy-rls/envoy-rls/internal/app"
 )
 
 // Defaults of the HTTP server limits; see register.
@@ -57,29 +53,8 @@ func (h *httpFlags) validate() error {
 	)
 }
 
-// server returns an HTTP server for handler with the configured limits.
-// There is no write timeout: responses are small and a pprof profile runs
-// as long as it was asked to.
-func (h *httpFlags) server(handler http.Handler, log *zap.Logger) *http.Server {
-	return &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: h.readTimeout,
-		ReadTimeout:       h.readTimeout,
-		IdleTimeout:       h.idleTimeout,
-		MaxHeaderBytes:    h.maxHeaderBytes,
-		// net/http's own complaints (accept errors, panics in handlers)
-		// go to the JSON log, not to stderr as plain lines.
-		ErrorLog: zap.NewStdLog(log.Named("http")),
-	}
-}
-
-// listen opens addr for an HTTP server, accepting at most the configured
-// number of connections at once: the next one waits in the kernel's
-// backlog until one closes, which the timeouts above make sure happens.
-func (h *httpFlags) listen(flagName, addr string) (net.Listener, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagName, err)
-	}
-	return netutil.LimitListener(l, h.maxConnections), nil
+// limits are the HTTP servers' limits the flags set.
+func (h *httpFlags) limits() app.HTTPLimits {
+	return app.HTTPLimits{ReadTimeout: h.readTimeout, IdleTimeout: h.idleTimeout,
+		MaxHeaderBytes: h.maxHeaderBytes, MaxConnections: h.maxConnections}
 }

@@ -4,8 +4,6 @@ import (
 	"io"
 	"strings"
 	"testing"
-
-	"go.uber.org/zap"
 )
 
 // parseServe parses args as serve's command line (and environment), failing
@@ -59,8 +57,8 @@ func TestDebugAddrDefaultsToLoopback(t *testing.T) {
 	if cfg.http.debugAddr != "127.0.0.1:6070" {
 		t.Errorf("--debug-addr default %q, want 127.0.0.1:6070", cfg.http.debugAddr)
 	}
-	srv := cfg.http.server(nil, zap.NewNop())
-	if srv.ReadTimeout <= 0 || srv.ReadHeaderTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
-		t.Errorf("server limits %v/%v/%v/%d, want all set by default", srv.ReadTimeout, srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	l := cfg.http.limits()
+	if l.ReadTimeout <= 0 || l.IdleTimeout <= 0 || l.MaxHeaderBytes <= 0 || l.MaxConnections <= 0 {
+		t.Errorf("server limits %v/%v/%d/%d, want all set by default", l.ReadTimeout, l.IdleTimeout, l.MaxHeaderBytes, l.MaxConnections)
 	}
 }

@@ -9,10 +9,9 @@ import (
 	"os"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/envoy-rls/envoy-rls/pkg/inspect"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -52,7 +51,11 @@ func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2
 	}
-	client, err := newRedisClient(cfg, zap.NewNop())
+	copts, err := cfg.redis.clientOptions("--redis-url", cfg.redisURL)
+	var client *redisclient.Client
+	if err == nil {
+		client, err = redisclient.New(copts)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2

@@ -1,6 +1,9 @@
 // Command envoy-rls is a rate-limit service for Envoy and Istio. This
-// package only reads flags and environment, wires the packages under pkg/
-// together and handles signals; the behaviour lives in those packages.
+// package only reads flags, ENVOY_RLS_* variables and envoyproxy/ratelimit's
+// variables (refenv.go), turns them into an app.Config, and runs
+// internal/app, which wires the packages under pkg/ together, until a
+// signal; it starts no goroutine. The CLI commands (validate, check,
+// explain, inspect, override) are clients and live here too.
 package main
 
 import (

@@ -1,16 +1,9 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"strings"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
 )
 
 // metricsFlags configure an optional listener of its own for the
@@ -32,33 +25,6 @@ func (m *metricsFlags) validate() error {
 		return fmt.Errorf("--metrics-path: %q must start with /", m.path)
 	}
 	return nil
-}
-
-// serveMetrics starts the metrics listener when --metrics-addr is set and
-// returns what stops it; a listen error is returned at once, so a bad
-// address stops the start like the other listeners'.
-func serveMetrics(cfg *serveConfig, reg *prometheus.Registry, log *zap.Logger) (stop func(), err error) {
-	if cfg.metrics.addr == "" {
-		return func() {}, nil
-	}
-	l, err := cfg.http.listen("metrics-addr", cfg.metrics.addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle(cfg.metrics.path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := cfg.http.server(mux, log)
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", zap.Error(err))
-		}
-	}()
-	log.Info("serving metrics", zap.String("metrics_addr", l.Addr().String()), zap.String("path", cfg.metrics.path))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
 }
 
 // prometheusAddr maps USE_PROMETHEUS and PROMETHEUS_ADDR: the reference

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -10,11 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/refstats"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/tracing"
 )
 
@@ -34,7 +29,7 @@ func (s *statsdFlags) register(fs *flag.FlagSet) {
 }
 
 // options parses the flags; ok is false when statsd is off.
-func (s *statsdFlags) options(log *zap.Logger) (o refstats.Options, ok bool, err error) {
+func (s *statsdFlags) options() (o refstats.Options, ok bool, err error) {
 	if s.addr == "" {
 		return o, false, nil
 	}
@@ -42,7 +37,7 @@ func (s *statsdFlags) options(log *zap.Logger) (o refstats.Options, ok bool, err
 	if err != nil {
 		return o, false, fmt.Errorf("--statsd-addr: %w", err)
 	}
-	o.Host, o.Protocol, o.FlushInterval, o.Logger = host, s.protocol, s.flush, log
+	o.Host, o.Protocol, o.FlushInterval = host, s.protocol, s.flush
 	if o.Port, err = strconv.Atoi(port); err != nil {
 		return o, false, fmt.Errorf("--statsd-addr: port %q is not a number", port)
 	}
@@ -83,107 +78,22 @@ func (t *tracingFlags) validate() error {
 	return nil
 }
 
-// observability is what the statsd and tracing flags started; its zero
-// value (both off) adds nothing to the request path.
-type observability struct {
-	statsd *refstats.Sender
-	tracer *tracing.Provider
-	log    *zap.Logger
-}
-
-// startObservability builds the statsd sender and the tracer provider
-// the flags ask for.
-func startObservability(ctx context.Context, cfg *serveConfig, log *zap.Logger) (*observability, error) {
-	o := &observability{log: log}
-	so, on, err := cfg.statsd.options(log)
+// observeConfig is the statsd, tracing and reference-metrics part of the
+// app's Config.
+func (c *serveConfig) observeConfig() (app.ObserveConfig, error) {
+	oc := app.ObserveConfig{ReferenceMetrics: c.referenceMetrics, NearLimitRatio: c.nearLimitRatio}
+	so, on, err := c.statsd.options()
 	if err != nil {
-		return nil, err
+		return oc, err
 	}
 	if on {
-		if o.statsd, err = refstats.New(so, rls.StatScopeServer, rls.ResponseTimeStat); err != nil {
-			return nil, fmt.Errorf("--statsd-addr: %w", err)
-		}
-		log.Info("sending envoyproxy/ratelimit's statsd stats", zap.String("statsd_addr", cfg.statsd.addr), zap.String("protocol", so.Protocol))
+		oc.Statsd = &so
 	}
-	if cfg.tracing.on {
-		opt := cfg.tracing.opt
-		opt.ServiceVersion = version
-		if o.tracer, err = tracing.New(ctx, opt); err != nil {
-			return nil, err
-		}
-		log.Info("tracing enabled", zap.String("service", opt.ServiceName), zap.String("protocol", opt.Protocol), zap.Float64("sampling_rate", opt.SamplingRate))
+	if c.tracing.on {
+		opt := c.tracing.opt
+		oc.Tracing = &opt
 	}
-	return o, nil
-}
-
-// referenceMetrics returns envoyproxy/ratelimit's counters when
-// --reference-metrics exports them on Prometheus or statsd sends them,
-// else nil.
-func (o *observability) referenceMetrics(cfg *serveConfig, reg prometheus.Registerer) *rls.ReferenceMetrics {
-	if !cfg.referenceMetrics && o.statsd == nil {
-		return nil
-	}
-	ro := rls.ReferenceOptions{NearLimitRatio: cfg.nearLimitRatio}
-	if cfg.referenceMetrics {
-		ro.Registerer = reg
-	}
-	if o.statsd != nil {
-		ro.OnResponse = o.statsd.Observe
-	}
-	return rls.NewReferenceMetricsWith(ro)
-}
-
-// run sends the statsd stats of ref until ctx ends.
-func (o *observability) run(ctx context.Context, ref *rls.ReferenceMetrics) {
-	if o.statsd != nil && ref != nil {
-		go o.statsd.Run(ctx, ref)
-	}
-}
-
-// requestTracer is the service's tracer: nil (not a typed nil) when off.
-func (o *observability) requestTracer() rls.RequestTracer {
-	if o.tracer == nil {
-		return nil
-	}
-	return o.tracer
-}
-
-// backend wraps b in a span per call when tracing is on.
-func (o *observability) backend(b rls.Backend, redis bool) rls.Backend {
-	if o.tracer == nil {
-		return b
-	}
-	name := "memstore"
-	if redis {
-		name = "redis"
-	}
-	return o.tracer.Backend(b, name)
-}
-
-// tracerShutdownWait bounds the export of the last spans at shutdown.
-const tracerShutdownWait = 5 * time.Second
-
-// close exports the last spans.
-func (o *observability) close() {
-	if o.tracer == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), tracerShutdownWait)
-	defer cancel()
-	if err := o.tracer.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		o.log.Warn("tracing shutdown", zap.Error(err))
-	}
-}
-
-// chainReload calls both reload observers; either may be nil.
-func chainReload(a, b func(error)) func(error) {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func(err error) { a(err); b(err) }
+	return oc, nil
 }
 
 // statsdAddr maps USE_STATSD, STATSD_HOST and STATSD_PORT: the reference

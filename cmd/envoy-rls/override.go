@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,15 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
-	"github.com/envoy-rls/envoy-rls/pkg/adaptive"
-	"github.com/envoy-rls/envoy-rls/pkg/certreload"
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/override"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/rules"
-	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 // overrideFlags configure runtime overrides and the adaptive controller in
@@ -47,21 +39,10 @@ func (o *overrideFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tls.clientCA, "admin-tls-client-ca", "", "PEM CA bundle: every debug/admin client must present a certificate it signed (mTLS), and such a client may use the admin API without the token")
 }
 
-// debugTLS returns the debug listener's TLS configuration, or nil when
+// debugTLS returns the debug listener's TLS files; zero when
 // --admin-tls-cert is not set.
-func (o *overrideFlags) debugTLS(log *zap.Logger) (*tls.Config, error) {
-	if o.tls.cert == "" && o.tls.key == "" {
-		if o.tls.clientCA != "" {
-			return nil, errors.New("--admin-tls-client-ca needs --admin-tls-cert and --admin-tls-key")
-		}
-		return nil, nil
-	}
-	srv, err := certreload.NewServer(o.tls.cert, o.tls.key, o.tls.clientCA)
-	if err != nil {
-		return nil, fmt.Errorf("--admin-tls-*: %w", err)
-	}
-	log.Info("debug/admin listener TLS enabled", zap.Bool("mtls", o.tls.clientCA != ""))
-	return srv.Config(), nil
+func (o *overrideFlags) debugTLS() (app.TLSFiles, error) {
+	return serverTLSFiles("--admin-tls", o.tls.cert, o.tls.key, o.tls.clientCA)
 }
 
 func (o *overrideFlags) validate() error {
@@ -72,49 +53,17 @@ func (o *overrideFlags) validate() error {
 	return err
 }
 
-// newOverrides builds the override table (on the backend's Redis when
-// there is one, else in-process), starts its refresh and, with
-// --adaptive-config, the adaptive controller. The table shares the
-// backend's client, as the warm-up anchors do, so it needs no pool of its
-// own and closes nothing.
-func newOverrides(ctx context.Context, cfg *serveConfig, backend *stack.Stack, log *zap.Logger, reg prometheus.Registerer) (*override.Table, error) {
-	var store override.Store = &override.MemStore{}
-	if c := backend.Redis(); c != nil {
-		// --redis-key-prefix keeps deployments sharing a Redis apart
-		// for overrides as for counters.
-		store = override.NewRedisStore(c.Universal(), cfg.redis.keyPrefix+override.DefaultRedisKey, cfg.override.maxTTL)
+// debugClient is the client of a server's debug/admin listener at addr:
+// its base URL, and an HTTP client that speaks TLS when caFile is given
+// (mTLS with certFile and keyFile), as the listener does with
+// --admin-tls-cert; nil means http.DefaultClient's plain HTTP.
+func debugClient(addr, caFile, certFile, keyFile string) (string, *http.Client, error) {
+	tlsCfg, err := clientTLS(caFile, certFile, keyFile)
+	if err != nil || tlsCfg == nil {
+		return "http://" + addr, nil, err
 	}
-	t, err := override.New(override.Config{Store: store, Refresh: cfg.override.refresh, MaxTTL: cfg.override.maxTTL, Logger: log, Registerer: reg})
-	if err != nil {
-		return nil, err
-	}
-	if cfg.override.adaptiveConfig != "" {
-		ctl, err := adaptive.Load(cfg.override.adaptiveConfig, adaptive.Options{
-			Prometheus: cfg.override.prometheusURL, Table: t, Logger: log, Registerer: reg})
-		if err != nil {
-			return nil, err
-		}
-		go ctl.Run(ctx)
-	}
-	go t.Run(ctx)
-	return t, nil
-}
-
-// debugConfig is /debug/config: the loaded rules, as before, and under
-// "limits" every limit's effective value and its source.
-func debugConfig(snap *rules.Snapshot, t *override.Table, svc *rls.Service) any {
-	b, err := json.Marshal(snap.Dump(svc.CurrentLimit))
-	if err != nil {
-		return map[string]string{"error": err.Error()}
-	}
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return map[string]string{"error": err.Error()}
-	}
-	out["limits"] = t.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
-		return svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
-	})
-	return out
+	// The server offers only h2 (pkg/certreload), so the client must too.
+	return "https://" + addr, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}, nil
 }
 
 // overrideCmd is `envoy-rls override set|list|clear`: the admin API's
@@ -186,16 +135,11 @@ func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideAr
 // client returns the API client the flags describe: plain HTTP, or TLS
 // with --tls-ca (mTLS with --tls-cert), with the token of --token-file.
 func (a *overrideArgs) client() (*override.Client, error) {
-	c := &override.Client{Base: "http://" + a.addr}
-	tlsCfg, err := clientTLS(a.caFile, a.certFile, a.keyFile)
+	base, hc, err := debugClient(a.addr, a.caFile, a.certFile, a.keyFile)
 	if err != nil {
 		return nil, err
 	}
-	if tlsCfg != nil {
-		// The server offers only h2 (pkg/certreload), so the client must too.
-		c.Base = "https://" + a.addr
-		c.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}
-	}
+	c := &override.Client{Base: base, HTTP: hc}
 	if a.tokenFile != "" {
 		b, err := os.ReadFile(a.tokenFile)
 		if err != nil {

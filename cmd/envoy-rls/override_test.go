@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-
-	"go.uber.org/zap"
 )
 
 func TestOverrideFlags(t *testing.T) {
@@ -25,7 +23,7 @@ func TestOverrideFlags(t *testing.T) {
 			expectValidation(t, parseServe(t, tt.args...).override.validate(), tt.want)
 		})
 	}
-	_, err := parseServe(t, "--admin-tls-client-ca=ca.pem").override.debugTLS(zap.NewNop())
+	_, err := parseServe(t, "--admin-tls-client-ca=ca.pem").override.debugTLS()
 	expectValidation(t, err, "--admin-tls-client-ca needs --admin-tls-cert and --admin-tls-key")
 }
 

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/lease"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
@@ -118,29 +115,42 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	return mode, errors.Join(errs...)
 }
 
-// newRedisClient builds the Redis client the flags describe.
-func newRedisClient(cfg *serveConfig, log *zap.Logger) (*redisclient.Client, error) {
-	return newRedisClientFor("--redis-url", cfg.redisURL, cfg, log)
+// backendConfig is the backend stack and the Redis clients the flags
+// describe.
+func (c *serveConfig) backendConfig(mode failover.Mode) (app.BackendConfig, error) {
+	bc := app.BackendConfig{Stack: c.redis.stackConfig(mode)}
+	bc.Stack.MaxCallCost, bc.Stack.MemstoreMaxKeys = c.maxRequestCost, c.memstoreMaxKeys
+	var err error
+	if c.redisURL != "" {
+		if bc.Redis, err = c.redis.clientOptions("--redis-url", c.redisURL); err != nil {
+			return bc, err
+		}
+	}
+	if c.redis.perSecondURL != "" {
+		if bc.PerSecondRedis, err = c.redis.clientOptions("--redis-persecond-url", c.redis.perSecondURL); err != nil {
+			return bc, err
+		}
+	}
+	return bc, nil
 }
 
-// newRedisClientFor builds a client for rawURL, given by flag, with the
-// Redis flags' TLS files, timeout and pool size.
-func newRedisClientFor(flag, rawURL string, cfg *serveConfig, log *zap.Logger) (*redisclient.Client, error) {
+// clientOptions are the options of a client for rawURL, given by flag,
+// with the Redis flags' TLS files, timeout and pool size.
+func (r *redisFlags) clientOptions(flag, rawURL string) (*redisclient.Options, error) {
 	opts, err := redisclient.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	if !cfg.redis.tls.IsZero() {
-		if err := opts.SetTLS(cfg.redis.tls); err != nil {
+	if !r.tls.IsZero() {
+		if err := opts.SetTLS(r.tls); err != nil {
 			return nil, fmt.Errorf("--redis-tls-*: %w", err)
 		}
 	}
-	opts.SetTimeouts(cfg.redis.timeout)
-	if cfg.redis.poolSize > 0 {
-		opts.SetPoolSize(cfg.redis.poolSize)
+	opts.SetTimeouts(r.timeout)
+	if r.poolSize > 0 {
+		opts.SetPoolSize(r.poolSize)
 	}
-	redis.SetLogger(redisLogger{log.Named("redis")})
-	return redisclient.New(opts)
+	return opts, nil
 }
 
 // stackConfig is the backend stack the flags describe, without its client.
@@ -160,12 +170,4 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 		BatchLinger:      r.batchLinger,
 		Lease:            lease.Options{TTL: r.lease.ttl, HotRPS: r.lease.hotRPS, MaxFraction: r.lease.maxFraction},
 	}
-}
-
-// redisLogger sends go-redis's own messages (dial and pool failures) to the
-// service's JSON log; its default logger writes plain lines to stderr.
-type redisLogger struct{ log *zap.Logger }
-
-func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
 }

@@ -2,37 +2,23 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
-	"github.com/envoy-rls/envoy-rls/pkg/admin"
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/override"
-	"github.com/envoy-rls/envoy-rls/pkg/readiness"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
-	"github.com/envoy-rls/envoy-rls/pkg/stack"
 )
 
 // serveConfig holds the serve command's flags.
@@ -187,10 +173,6 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	return zc.Build()
 }
 
-// readinessInterval is how often readiness is re-evaluated between probes,
-// so that gRPC health watchers follow a backend that fails or recovers.
-const readinessInterval = 2 * time.Second
-
 // serveOptions are the serve flags that parse into values.
 type serveOptions struct {
 	rules            rules.Options
@@ -261,7 +243,7 @@ func (c *serveConfig) check() (serveOptions, error) {
 	if err := c.override.validate(); err != nil {
 		return o, err
 	}
-	if _, _, err := c.statsd.options(nil); err != nil {
+	if _, _, err := c.statsd.options(); err != nil {
 		return o, err
 	}
 	if err := c.tracing.validate(); err != nil {
@@ -270,314 +252,70 @@ func (c *serveConfig) check() (serveOptions, error) {
 	return o, c.http.validate()
 }
 
-func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) (err error) {
-	serving := false
-	defer func() {
-		if err != nil && !serving {
-			err = startError{err}
-		}
-	}()
-	opts, err := cfg.check()
+// runServer turns the checked flags into app.Config and runs the app
+// until ctx ends. An error before serving began is a startError.
+func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
+	ac, err := cfg.appConfig(log)
 	if err != nil {
-		return err
+		return startError{err}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(buildInfo())
+	a, err := app.New(ctx, ac)
+	if err != nil {
+		return startError{err}
+	}
+	return a.Run(ctx)
+}
 
-	obs, err := startObservability(ctx, cfg, log)
+// appConfig checks every flag and builds the app's Config from them.
+func (c *serveConfig) appConfig(log *zap.Logger) (app.Config, error) {
+	opts, err := c.check()
 	if err != nil {
-		return err
+		return app.Config{}, err
 	}
-	defer obs.close()
-	refMetrics := obs.referenceMetrics(cfg, reg)
-	if refMetrics != nil {
-		opts.rules.OnReload = chainReload(opts.rules.OnReload, refMetrics.ConfigLoaded)
+	ac := app.Config{Logger: log, Version: version}
+	ac.Rules = app.RulesConfig{Options: opts.rules, Dir: c.configDir}
+	if c.xds.source == sourceXDS {
+		if ac.Rules.XDS, err = c.xds.config(opts.rules); err != nil {
+			return ac, err
+		}
 	}
-	src, err := startRules(ctx, cfg, opts.rules, log, reg)
-	if err != nil {
-		return err
+	if ac.Backend, err = c.backendConfig(opts.failureMode); err != nil {
+		return ac, err
 	}
-	obs.run(ctx, refMetrics)
-	backend, closeBackend, err := newBackend(ctx, cfg, opts.failureMode, log, reg)
-	if err != nil {
-		return err
-	}
-	defer closeBackend()
-	overrides, err := newOverrides(ctx, cfg, backend, log, reg)
-	if err != nil {
-		return err
-	}
-	svc, err := rls.New(rls.Config{
-		// A warm-up ramp first, then the overrides: a factor scales the
-		// ramped limit, an absolute value replaces whatever came before.
-		Adjust:           []rls.LimitAdjuster{newWarmup(ctx, backend, cfg.redis.keyPrefix, log), overrides},
-		Rules:            src.current,
-		Backend:          obs.backend(backend, cfg.redisURL != ""),
-		Tracer:           obs.requestTracer(),
+	ac.Service = app.ServiceConfig{MaxHeld: c.hold.maxHeld, Service: rls.Config{
 		DefaultAlgorithm: opts.defaultAlgorithm,
-		ShadowMode:       cfg.shadowMode,
-		CountDeniedHits:  cfg.countDeniedHits,
+		ShadowMode:       c.shadowMode,
+		CountDeniedHits:  c.countDeniedHits,
 		Headers:          opts.headers,
-		Limits:           cfg.limits,
-		MaxRequestCost:   cfg.maxRequestCost,
-		SlidingLogCap:    int64(cfg.slidingLogCap),
+		Limits:           c.limits,
+		MaxRequestCost:   c.maxRequestCost,
+		SlidingLogCap:    int64(c.slidingLogCap),
 		Overrides:        opts.overrides,
-		Metrics:          rls.NewMetrics(reg),
-		ReferenceMetrics: refMetrics,
-		Logger:           log,
-		Hold:             cfg.hold.config(reg),
-	})
+	}}
+	ac.Overrides = app.OverridesConfig{Refresh: c.override.refresh, MaxTTL: c.override.maxTTL,
+		AdaptiveFile: c.override.adaptiveConfig, PrometheusURL: c.override.prometheusURL}
+	if ac.Observe, err = c.observeConfig(); err != nil {
+		return ac, err
+	}
+	ac.Servers, err = c.serversConfig()
+	return ac, err
+}
+
+// serversConfig is the listeners' part of the app's Config.
+func (c *serveConfig) serversConfig() (app.ServersConfig, error) {
+	grpcTLS, err := c.tls.files()
 	if err != nil {
-		return err
+		return app.ServersConfig{}, err
 	}
-	ready := func(ctx context.Context) error {
-		if err := src.ready(ctx); err != nil {
-			return err
-		}
-		return backend.Ready(ctx)
-	}
-	explainer := explainHandler(cfg, svc, backend, src.current)
-	srv, err := newServers(ctx, cfg, svc, ready, src.current, explainer, overrides, reg, log)
+	debugTLS, err := c.override.debugTLS()
 	if err != nil {
-		return err
+		return app.ServersConfig{}, err
 	}
-	stopMetrics, err := serveMetrics(cfg, reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	debugTLS, err := cfg.override.debugTLS(log)
-	if err != nil {
-		return err
-	}
-	gl, hl, dl, err := listen(cfg)
-	if err != nil {
-		return err
-	}
-	if dl != nil && debugTLS != nil {
-		dl = tls.NewListener(dl, debugTLS)
-	}
-	serving = true
-	return srv.run(ctx, cfg, gl, hl, dl, backend.Name(), opts.defaultAlgorithm)
-}
-
-// servers are the three servers of serve and the readiness they share.
-type servers struct {
-	grpc   *grpc.Server
-	http   *http.Server
-	debug  *http.Server
-	health *health.Server
-	ready  *readiness.Tracker
-	log    *zap.Logger
-	// release ends the service's held requests (rls.Service.ReleaseHeld).
-	release func()
-}
-
-// newServers builds the gRPC server (the service, health, reflection), the
-// HTTP server and the debug server; ready is the backend's readiness,
-// rulesNow the rules /debug/config and /rlconfig show, explainer serves
-// /debug/explain, and overrides are the runtime overrides the admin API
-// manages.
-func newServers(ctx context.Context, cfg *serveConfig, svc *rls.Service, ready func(context.Context) error, rulesNow func() *rules.Snapshot, explainer http.Handler, overrides *override.Table, reg *prometheus.Registry, log *zap.Logger) (*servers, error) {
-	creds, err := cfg.tls.serverOption(log)
-	if err != nil {
-		return nil, err
-	}
-	gopts := cfg.grpc.serverOptions()
-	if creds != nil {
-		gopts = append(gopts, creds)
-	}
-	s := &servers{grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log, release: svc.ReleaseHeld}
-	svc.Register(s.grpc)
-	s.ready = newReadiness(ctx, ready, s.health, log)
-	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, ready: s.ready})
-	reflection.Register(s.grpc)
-	go s.ready.Run(ctx, readinessInterval)
-
-	s.http = cfg.http.server(admin.New(admin.Options{
-		Ready:   s.ready.Check,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		JSON:    svc.JSONHandler(),
-	}), log)
-	s.debug = cfg.http.server(admin.NewDebug(admin.DebugOptions{
-		Config:         func() any { return debugConfig(rulesNow(), overrides, svc) },
-		RLConfig:       func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
-		Pprof:          cfg.pprof,
-		Explain:        explainer,
-		Admin:          override.Handler(overrides, rulesNow),
-		AdminTokenFile: cfg.override.tokenFile,
-	}), log)
-	return s, nil
-}
-
-// run serves on the listeners (dl may be nil) until ctx ends or a server
-// fails, then shuts down (see shutdown).
-func (s *servers) run(ctx context.Context, cfg *serveConfig, gl, hl, dl net.Listener, backend string, defAlgo algo.Algorithm) error {
-	errs := make(chan error, 3)
-	go func() { errs <- s.grpc.Serve(gl) }()
-	go func() { errs <- s.http.Serve(hl) }()
-	debugAddr := "off"
-	if dl != nil {
-		debugAddr = dl.Addr().String()
-		go func() { errs <- s.debug.Serve(dl) }()
-	}
-	s.log.Info("envoy-rls serving",
-		zap.String("version", version),
-		zap.String("grpc_addr", grpcAddrString(gl)),
-		zap.String("http_addr", hl.Addr().String()),
-		zap.String("debug_addr", debugAddr),
-		zap.String("backend", backend),
-		zap.String("default_algorithm", defAlgo.String()))
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		s.log.Info("shutting down: draining")
-	case serveErr = <-errs:
-		s.log.Error("server failed", zap.Error(serveErr))
-	}
-	s.shutdown(cfg, serveErr == nil)
-	return serveErr
-}
-
-// shutdown fails readiness, waits --shutdown-delay (when delay) so load
-// balancers notice, drains in-flight RPCs for at most --shutdown-timeout,
-// then stops the HTTP servers.
-func (s *servers) shutdown(cfg *serveConfig, delay bool) {
-	s.ready.Drain()
-	s.health.Shutdown()
-	if cfg.shutdownDelay > 0 && delay {
-		time.Sleep(cfg.shutdownDelay)
-	}
-	// Held requests (on_limit: delay) are answered now, not at their
-	// reserved time, so the drain below does not wait for them.
-	s.release()
-	stopped := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(cfg.shutdownTimeout):
-		s.log.Warn("in-flight requests did not finish in time; closing them", zap.Duration("timeout", cfg.shutdownTimeout))
-		s.grpc.Stop()
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-	defer cancel()
-	_ = s.http.Shutdown(sctx)
-	// Debug requests are not traffic to drain; a profile may run for long.
-	_ = s.debug.Close()
-	s.log.Info("envoy-rls stopped")
-}
-
-// listen opens the gRPC, HTTP and debug listeners (debug is nil when
-// --debug-addr is empty), or none of them.
-func listen(cfg *serveConfig) (grpcL, httpL, debugL net.Listener, err error) {
-	grpcL, err = listenGRPC(cfg.grpcAddr)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	httpL, err = cfg.http.listen("http-addr", cfg.httpAddr)
-	if err != nil {
-		grpcL.Close()
-		return nil, nil, nil, err
-	}
-	if cfg.http.debugAddr != "" {
-		if debugL, err = cfg.http.listen("debug-addr", cfg.http.debugAddr); err != nil {
-			grpcL.Close()
-			httpL.Close()
-			return nil, nil, nil, err
-		}
-	}
-	return grpcL, httpL, debugL, nil
-}
-
-// newReadiness returns the one readiness answer for /readyz, /healthcheck
-// and gRPC health (the server, the rate-limit service and "ratelimit"): not draining, and check (the rule source's first
-// config, then the backend stack's Ready) passing. It publishes every flip to the gRPC health server, so watchers
-// follow too, and logs it.
-func newReadiness(ctx context.Context, check func(context.Context) error, hs *health.Server, log *zap.Logger) *readiness.Tracker {
-	return readiness.New(ctx, readiness.Options{
-		Check: check,
-		OnChange: func(err error) {
-			st := healthpb.HealthCheckResponse_SERVING
-			switch {
-			case errors.Is(err, readiness.ErrDraining):
-				st = healthpb.HealthCheckResponse_NOT_SERVING
-				log.Info("not ready", zap.Error(err))
-			case err != nil:
-				st = healthpb.HealthCheckResponse_NOT_SERVING
-				log.Warn("not ready", zap.Error(err))
-			default:
-				log.Info("ready")
-			}
-			hs.SetServingStatus("", st)
-			hs.SetServingStatus(pb.RateLimitService_ServiceDesc.ServiceName, st)
-			// The name envoyproxy/ratelimit registers, which its users'
-			// probes (grpc_health_probe -service=ratelimit) ask for.
-			hs.SetServingStatus(refName, st)
-		},
-	})
-}
-
-// healthService is the gRPC health service. Check evaluates readiness as
-// /readyz does, so both answer alike at any moment; Watch and List follow
-// the statuses readiness publishes (on each evaluation, at least every
-// readinessInterval).
-type healthService struct {
-	*health.Server
-	ready *readiness.Tracker
-}
-
-// Check re-evaluates readiness, which publishes any flip to the embedded
-// server before it answers.
-func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	_ = h.ready.Check(ctx)
-	return h.Server.Check(ctx, req)
-}
-
-// newBackend builds the backend stack the flags describe: the in-process
-// store, or Redis behind the deny cache and the failure policy. close stops
-// the stack and closes its Redis client.
-func newBackend(ctx context.Context, cfg *serveConfig, mode failover.Mode, log *zap.Logger, reg prometheus.Registerer) (*stack.Stack, func(), error) {
-	sc := cfg.redis.stackConfig(mode)
-	sc.MaxCallCost, sc.MemstoreMaxKeys, sc.Logger, sc.Registerer = cfg.maxRequestCost, cfg.memstoreMaxKeys, log, reg
-	closeClient := func() {
-		if sc.Redis != nil {
-			sc.Redis.Close()
-		}
-		if sc.PerSecondRedis != nil {
-			sc.PerSecondRedis.Close()
-		}
-	}
-	if cfg.redisURL != "" {
-		client, err := newRedisClient(cfg, log)
-		if err != nil {
-			return nil, nil, err
-		}
-		sc.Redis = client
-	}
-	if cfg.redis.perSecondURL != "" {
-		client, err := newRedisClientFor("--redis-persecond-url", cfg.redis.perSecondURL, cfg, log)
-		if err != nil {
-			closeClient()
-			return nil, nil, err
-		}
-		sc.PerSecondRedis = client
-	}
-	st, err := stack.New(ctx, sc)
-	if err != nil {
-		closeClient()
-		return nil, nil, err
-	}
-	return st, func() { st.Close(); closeClient() }, nil
-}
-
-func buildInfo() prometheus.Collector {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "envoy_rls_build_info",
-		Help:        "Build information; the value is always 1.",
-		ConstLabels: prometheus.Labels{"version": version},
-	})
-	g.Set(1)
-	return g
+	return app.ServersConfig{
+		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, DebugAddr: c.http.debugAddr,
+		MetricsAddr: c.metrics.addr, MetricsPath: c.metrics.path,
+		GRPCOptions: c.grpc.serverOptions(), GRPCTLS: grpcTLS, DebugTLS: debugTLS,
+		HTTP: c.http.limits(), Pprof: c.pprof, AdminTokenFile: c.override.tokenFile,
+		ShutdownDelay: c.shutdownDelay, ShutdownTimeout: c.shutdownTimeout,
+	}, nil
 }

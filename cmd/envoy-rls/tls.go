@@ -1,14 +1,10 @@
 package main
 
 import (
-	"errors"
 	"flag"
+	"fmt"
 
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-
-	"github.com/envoy-rls/envoy-rls/pkg/certreload"
+	"github.com/envoy-rls/envoy-rls/internal/app"
 )
 
 // tlsFlags configure gRPC server TLS.
@@ -22,18 +18,21 @@ func (t *tlsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.clientCA, "grpc-tls-client-ca", "", "PEM CA bundle; when set, clients must present a certificate it signed (mTLS)")
 }
 
-// serverOption returns nil when TLS is off.
-func (t *tlsFlags) serverOption(log *zap.Logger) (grpc.ServerOption, error) {
-	if t.cert == "" && t.key == "" {
-		if t.clientCA != "" {
-			return nil, errors.New("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+// files are the gRPC server's TLS files; zero when TLS is off.
+func (t *tlsFlags) files() (app.TLSFiles, error) {
+	return serverTLSFiles("--grpc-tls", t.cert, t.key, t.clientCA)
+}
+
+// serverTLSFiles checks a server's TLS flags, named by their common
+// prefix: a client CA needs a certificate and key; TLS is on when either
+// of those is given (the files are read when the server is built, and a
+// missing one is named then).
+func serverTLSFiles(flag, cert, key, clientCA string) (app.TLSFiles, error) {
+	if cert == "" && key == "" {
+		if clientCA != "" {
+			return app.TLSFiles{}, fmt.Errorf("%s-client-ca needs %s-cert and %s-key", flag, flag, flag)
 		}
-		return nil, nil
+		return app.TLSFiles{}, nil
 	}
-	srv, err := certreload.NewServer(t.cert, t.key, t.clientCA)
-	if err != nil {
-		return nil, err
-	}
-	log.Info("gRPC TLS enabled", zap.Bool("mtls", t.clientCA != ""))
-	return grpc.Creds(credentials.NewTLS(srv.Config())), nil
+	return app.TLSFiles{Cert: cert, Key: key, ClientCA: clientCA}, nil
 }

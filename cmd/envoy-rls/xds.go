@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"strings"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
@@ -76,8 +72,9 @@ func (x *xdsFlags) validate() error {
 	return fmt.Errorf("--config-source: unknown source %q (want %s|%s)", x.source, sourceFile, sourceXDS)
 }
 
-// client builds the xDS client the flags describe.
-func (x *xdsFlags) client(opts rules.Options, onUpdate func(error), log *zap.Logger, reg prometheus.Registerer) (*xdsrules.Client, error) {
+// config is the xDS client the flags describe; the app fills in the
+// rules options, the update observer, the logger and the registry.
+func (x *xdsFlags) config(opts rules.Options) (*xdsrules.Config, error) {
 	meta, err := parsePairs(x.nodeMetadata)
 	if err != nil {
 		return nil, fmt.Errorf("--xds-node-metadata: %w", err)
@@ -102,13 +99,12 @@ func (x *xdsFlags) client(opts rules.Options, onUpdate func(error), log *zap.Log
 	if err := x.backoff.Validate(); err != nil {
 		return nil, fmt.Errorf("--xds-backoff-*: %w", err)
 	}
-	c, err := xdsrules.New(xdsrules.Config{
+	c := &xdsrules.Config{
 		Server: x.server, NodeID: x.nodeID, NodeMetadata: meta, Headers: headers,
 		Backoff: x.backoff, TLS: tlsCfg, MaxMsgSize: x.maxMsgSize,
-		Extensions: ext, Rules: opts, ForceStart: x.forceStart,
-		OnUpdate: onUpdate, Logger: log, Registerer: reg,
-	})
-	if err != nil {
+		Extensions: ext, ForceStart: x.forceStart,
+	}
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("--xds-*: %w", err)
 	}
 	return c, nil
@@ -149,42 +145,4 @@ func parsePairs(s string) (map[string]string, error) {
 		out[strings.TrimSpace(item[:i])] = strings.TrimSpace(item[i+1:])
 	}
 	return out, nil
-}
-
-// rulesSource is where the server's rules come from: the snapshot in
-// force, and why the server must not take traffic yet (nil: it may).
-type rulesSource struct {
-	current func() *rules.Snapshot
-	ready   func(context.Context) error
-}
-
-// startRules loads the rules from the source the flags choose and keeps
-// them current until ctx ends. A rule directory must load at start; an
-// xDS source starts empty and makes the server unready until its first
-// push (unless --xds-force-start).
-func startRules(ctx context.Context, cfg *serveConfig, opts rules.Options, log *zap.Logger, reg prometheus.Registerer) (rulesSource, error) {
-	if cfg.xds.source == sourceXDS {
-		opts.Logger = log // for the parser's warnings (Options.Warn)
-		c, err := cfg.xds.client(opts, chainReload(newReloadMetrics(reg).observe, opts.OnReload), log, reg)
-		if err != nil {
-			return rulesSource{}, err
-		}
-		go func() {
-			if err := c.Run(ctx); err != nil {
-				log.Error("xds config source stopped; rules will no longer update", zap.Error(err))
-			}
-		}()
-		log.Info("rules from xDS", zap.String("server", cfg.xds.server), zap.String("node", cfg.xds.nodeID), zap.Bool("tls", cfg.xds.useTLS || cfg.xds.tls.ca != ""))
-		return rulesSource{current: c.Current, ready: c.Ready}, nil
-	}
-	loader, err := loadRules(cfg.configDir, opts, log, reg)
-	if err != nil {
-		return rulesSource{}, err
-	}
-	go func() {
-		if err := loader.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("rule watcher stopped; rules will no longer reload", zap.Error(err))
-		}
-	}()
-	return rulesSource{current: loader.Current, ready: func(context.Context) error { return nil }}, nil
 }

@@ -58,7 +58,7 @@ func TestXDSFlagErrors(t *testing.T) {
 		}
 		err := cfg.xds.validate()
 		if err == nil {
-			_, err = cfg.xds.client(rules.Options{}, nil, nil, nil)
+			_, err = cfg.xds.config(rules.Options{})
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)

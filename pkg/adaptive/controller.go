@@ -107,14 +107,15 @@ func New(f *File, opts Options) (*Controllers, error) {
 	return c, nil
 }
 
-// Run checks every controller each interval until ctx ends.
-func (c *Controllers) Run(ctx context.Context) {
+// Run checks every controller each interval until ctx ends. It returns
+// nil.
+func (c *Controllers) Run(ctx context.Context) error {
 	tick := time.NewTicker(c.file.interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 			c.Step(ctx)
 		}

@@ -144,8 +144,8 @@ func (ix *index) lookup(domain, limit string, now time.Time) *Override {
 // Run refreshes the index every Refresh until ctx ends. A failed read
 // keeps the last index in force; every failure is counted, but only the
 // first of a run of them is logged (and the recovery), so a Redis outage
-// does not log twice a second.
-func (t *Table) Run(ctx context.Context) {
+// does not log twice a second. It returns nil.
+func (t *Table) Run(ctx context.Context) error {
 	tick := time.NewTicker(t.cfg.Refresh)
 	defer tick.Stop()
 	failing := false
@@ -160,7 +160,7 @@ func (t *Table) Run(ctx context.Context) {
 		failing = err != nil
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
 	}

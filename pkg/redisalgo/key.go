@@ -27,6 +27,11 @@ const LayoutVersion = "r2"
 // 'w', so no anchor is ever read as a counter or the other way round.
 const AnchorPrefix = LayoutVersion + "w"
 
+// OverrideKey is the Redis hash of the runtime overrides (pkg/override)
+// under the deployment's key prefix. Its hash tag puts the hash and its
+// locks in one slot.
+func OverrideKey(prefix string) string { return prefix + "envoy-rls:override:v1:{overrides}" }
+
 // AppendAnchorKey appends the key of a warm-up anchor to dst:
 //
 //	r2w{<domain>:<anchor>}

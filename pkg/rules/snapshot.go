@@ -187,23 +187,11 @@ func (s *Snapshot) NumRules() int {
 
 // MarshalJSON dumps the loaded rules as configured; /debug/config shows
 // Dump's form, which adds each limit's effective value.
-func (s *Snapshot) MarshalJSON() ([]byte, error) { return s.marshal(nil) }
+func (s *Snapshot) MarshalJSON() ([]byte, error) { return json.Marshal(s.Dump(nil)) }
 
 // EffectiveLimit returns the requests_per_unit limit l of rule r has now,
 // after warm-up ramps and overrides (rls.Service.CurrentLimit).
 type EffectiveLimit func(domain string, r *Rule, l *Limit) uint32
-
-// Dump returns the rules in MarshalJSON's form with each limit's
-// effective_requests_per_unit from eff, for /debug/config: while a ramp or
-// an override runs, that is the limit requests get.
-func (s *Snapshot) Dump(eff EffectiveLimit) json.Marshaler { return dump{s, eff} }
-
-type dump struct {
-	s   *Snapshot
-	eff EffectiveLimit
-}
-
-func (d dump) MarshalJSON() ([]byte, error) { return d.s.marshal(d.eff) }
 
 // warmupJSON is a warmup block as the rule file writes it.
 type warmupJSON struct {
@@ -223,49 +211,64 @@ func newWarmupJSON(w *Warmup) *warmupJSON {
 	return j
 }
 
-func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
-	type limitJSON struct {
-		Name            string `json:"name,omitempty"`
-		Unit            string `json:"unit"`
-		UnitMultiplier  uint32 `json:"unit_multiplier"`
-		RequestsPerUnit uint32 `json:"requests_per_unit"`
-		Algorithm       string `json:"algorithm"`
-		PeriodUS        int64  `json:"period_us"`
-		Burst           int64  `json:"burst,omitempty"`
-		SubWindows      int64  `json:"sub_windows,omitempty"`
-		Lease           bool   `json:"lease,omitempty"`
-		// Effective is set by Dump: the requests_per_unit in force now.
-		Effective *uint32     `json:"effective_requests_per_unit,omitempty"`
-		Warmup    *warmupJSON `json:"warmup,omitempty"`
-	}
-	type ruleJSON struct {
-		ID             string         `json:"id"`
-		Path           string         `json:"path"`
-		Line           int            `json:"line"`
-		Limits         []limitJSON    `json:"limits,omitempty"`
-		Unlimited      bool           `json:"unlimited,omitempty"`
-		ShadowMode     bool           `json:"shadow_mode,omitempty"`
-		QuotaMode      bool           `json:"quota_mode,omitempty"`
-		ShareThreshold bool           `json:"share_threshold,omitempty"`
-		DetailedMetric bool           `json:"detailed_metric,omitempty"`
-		ValueToMetric  bool           `json:"value_to_metric,omitempty"`
-		HashTag        int            `json:"hash_tag"`
-		Replaces       []string       `json:"replaces,omitempty"`
-		Metadata       map[string]any `json:"metadata,omitempty"`
-	}
-	type domainJSON struct {
-		Domain string     `json:"domain"`
-		File   string     `json:"file"`
-		Source Source     `json:"source"`
-		Rules  []ruleJSON `json:"rules"`
-	}
-	out := struct {
-		Domains []domainJSON `json:"domains"`
-	}{Domains: []domainJSON{}}
+// View is the loaded rules as /debug/config shows them, a typed value
+// that callers may embed in a larger page.
+type View struct {
+	Domains []DomainView `json:"domains"`
+}
+
+// DomainView is one domain of a View.
+type DomainView struct {
+	Domain string     `json:"domain"`
+	File   string     `json:"file"`
+	Source Source     `json:"source"`
+	Rules  []RuleView `json:"rules"`
+}
+
+// RuleView is one rule of a DomainView.
+type RuleView struct {
+	ID             string         `json:"id"`
+	Path           string         `json:"path"`
+	Line           int            `json:"line"`
+	Limits         []LimitView    `json:"limits,omitempty"`
+	Unlimited      bool           `json:"unlimited,omitempty"`
+	ShadowMode     bool           `json:"shadow_mode,omitempty"`
+	QuotaMode      bool           `json:"quota_mode,omitempty"`
+	ShareThreshold bool           `json:"share_threshold,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
+	HashTag        int            `json:"hash_tag"`
+	Replaces       []string       `json:"replaces,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+}
+
+// LimitView is one limit of a RuleView.
+type LimitView struct {
+	Name            string `json:"name,omitempty"`
+	Unit            string `json:"unit"`
+	UnitMultiplier  uint32 `json:"unit_multiplier"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Algorithm       string `json:"algorithm"`
+	PeriodUS        int64  `json:"period_us"`
+	Burst           int64  `json:"burst,omitempty"`
+	SubWindows      int64  `json:"sub_windows,omitempty"`
+	Lease           bool   `json:"lease,omitempty"`
+	// Effective is set by Dump with an EffectiveLimit: the
+	// requests_per_unit in force now.
+	Effective *uint32     `json:"effective_requests_per_unit,omitempty"`
+	Warmup    *warmupJSON `json:"warmup,omitempty"`
+}
+
+// Dump returns the rules in MarshalJSON's form, with each limit's
+// effective_requests_per_unit from eff when eff is not nil, for
+// /debug/config: while a ramp or an override runs, that is the limit
+// requests get.
+func (s *Snapshot) Dump(eff EffectiveLimit) View {
+	out := View{Domains: []DomainView{}}
 	for _, d := range s.Domains() {
-		dj := domainJSON{Domain: d.Name, File: d.File, Source: d.Source, Rules: []ruleJSON{}}
+		dj := DomainView{Domain: d.Name, File: d.File, Source: d.Source, Rules: []RuleView{}}
 		for _, r := range d.rules {
-			rj := ruleJSON{
+			rj := RuleView{
 				ID: r.ID, Path: r.Path, Line: r.Line, Unlimited: r.Unlimited,
 				ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, ShareThreshold: r.ShareThreshold,
 				DetailedMetric: r.DetailedMetric, ValueToMetric: r.ValueToMetric,
@@ -273,7 +276,7 @@ func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
 			}
 			for i := range r.Limits {
 				l := &r.Limits[i]
-				lj := limitJSON{
+				lj := LimitView{
 					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
 					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst, SubWindows: l.Policy.SubWindows,
 					Lease: l.Lease, Warmup: newWarmupJSON(l.Warmup),
@@ -288,5 +291,5 @@ func (s *Snapshot) marshal(eff EffectiveLimit) ([]byte, error) {
 		}
 		out.Domains = append(out.Domains, dj)
 	}
-	return json.Marshal(out)
+	return out
 }

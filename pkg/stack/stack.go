@@ -163,8 +163,10 @@ func newStore(cfg Config) (*memstore.Store, func(), error) {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go store.Run(ctx, sweepEvery)
-	return store, cancel, nil
+	done := make(chan struct{})
+	go func() { defer close(done); store.Run(ctx, sweepEvery) }()
+	// Close joins the sweeper, so nothing of the stack outlives it.
+	return store, func() { cancel(); <-done }, nil
 }
 
 // newRedis builds the Redis stack, and the per-second one beside it when

@@ -108,7 +108,11 @@ func TestRedisAnchors(t *testing.T) {
 			// holds at its start; then it follows the shared anchor.
 			w := &rules.Warmup{Period: time.Hour, From: 0.25, Anchor: id}
 			l := &rules.Limit{Warmup: w, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1000, Period: algo.Minute}}
-			adj := New(ctx, Options{Anchors: r1})
+			adj := New(Options{Anchors: r1})
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- adj.Run(runCtx) }()
+			defer func() { stop(); <-done }()
 			// 30m1s into an hour's ramp of 1000 from 250: 625.2, which the
 			// skew estimate's microseconds cannot move past a whole request.
 			now := first.Add(30*time.Minute + time.Second)

@@ -9,10 +9,10 @@
 // by every replica); on the in-process store it is the first request that
 // saw the limit.
 //
-// AdjustLimit runs on the request path and never blocks: an anchor not
-// known yet is fetched in the background and, until it is, the limit is the
-// ramp's start, From × the limit, which never admits more than any replica
-// that knows the anchor. The package reads and writes its anchor keys only;
+// AdjustLimit runs on the request path, never blocks and starts no
+// goroutine: an anchor not known yet is queued for Run, which fetches it,
+// and until it is known the limit is the ramp's start, From × the limit,
+// which never admits more than any replica that knows the anchor. The package reads and writes its anchor keys only;
 // it must not touch counters or any other key.
 package warmup
 
@@ -64,12 +64,21 @@ type Options struct {
 // anchors in use long before.
 const anchorGrace = 24 * time.Hour
 
+// fetchQueue bounds the anchors waiting for Run. A ramp is queued at most
+// once at a time (ramp.busy), so the queue fills only with more ramps
+// than this waiting at once; one that finds it full is queued again by a
+// later request.
+const fetchQueue = 256
+
 // Adjuster applies warm-up ramps. It is safe for concurrent use; see
-// AdjustLimit.
+// AdjustLimit. With shared Anchors, Run must run for ramps to leave their
+// start.
 type Adjuster struct {
-	ctx  context.Context
 	opts Options
-	log  *zap.Logger
+	// fetches are the anchors AdjustLimit asked Run to fetch: the request
+	// path starts no goroutine.
+	fetches chan fetch
+	log     *zap.Logger
 	// ramps holds one *ramp per rules.Warmup.Anchor seen. A reload that
 	// changes a ramped limit adds one; the old ones stay, a few words each.
 	ramps sync.Map
@@ -87,8 +96,16 @@ type ramp struct {
 	failing atomic.Bool
 }
 
-// New returns an Adjuster whose background fetches end with ctx.
-func New(ctx context.Context, opts Options) *Adjuster {
+// fetch is one anchor to read (or set) in the shared store.
+type fetch struct {
+	r      *ramp
+	now    time.Time
+	domain string
+	w      *rules.Warmup
+}
+
+// New returns an Adjuster; with shared Anchors, Run fetches them.
+func New(opts Options) *Adjuster {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -102,7 +119,20 @@ func New(ctx context.Context, opts Options) *Adjuster {
 	if opts.Logger != nil {
 		log = opts.Logger.Named("warmup")
 	}
-	return &Adjuster{ctx: ctx, opts: opts, log: log}
+	return &Adjuster{opts: opts, log: log, fetches: make(chan fetch, fetchQueue)}
+}
+
+// Run fetches the anchors AdjustLimit queues, one at a time, until ctx
+// ends. It returns nil.
+func (a *Adjuster) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-a.fetches:
+			a.fetch(ctx, f.r, f.now, f.domain, f.w)
+		}
+	}
 }
 
 // String names the adjuster where a limit's source is shown (explain).
@@ -140,16 +170,20 @@ func (a *Adjuster) anchor(now time.Time, domain string, w *rules.Warmup) (time.T
 		return time.UnixMicro(r.start.Load()), true
 	}
 	if now.UnixNano() >= r.next.Load() && r.busy.CompareAndSwap(false, true) {
-		go a.fetch(r, now, domain, w)
+		select {
+		case a.fetches <- fetch{r, now, domain, w}:
+		default:
+			r.busy.Store(false) // full: a later request queues it
+		}
 	}
 	us := r.start.Load()
 	return time.UnixMicro(us), us != 0
 }
 
 // fetch reads (or sets) r's anchor in the shared store.
-func (a *Adjuster) fetch(r *ramp, now time.Time, domain string, w *rules.Warmup) {
+func (a *Adjuster) fetch(ctx context.Context, r *ramp, now time.Time, domain string, w *rules.Warmup) {
 	defer r.busy.Store(false)
-	ctx, cancel := context.WithTimeout(a.ctx, a.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Timeout)
 	defer cancel()
 	var known time.Time
 	if us := r.start.Load(); us != 0 {

@@ -115,7 +115,7 @@ func TestRampEveryAlgorithm(t *testing.T) {
 					// The service's clock reads t0 plus the current step's offset.
 					var offset atomic.Int64
 					now := func() time.Time { return t0.Add(time.Duration(offset.Load())) }
-					svc := newService(t, y, b.new(t), now, New(context.Background(), Options{}))
+					svc := newService(t, y, b.new(t), now, New(Options{}))
 					for i, st := range r.steps {
 						offset.Store(int64(st.at))
 						if got := admitted(t, svc, fmt.Sprintf("v%d", i), 10); got != st.want {
@@ -187,7 +187,7 @@ func TestRampRestartsOnChange(t *testing.T) {
 		}
 		return &d.Rules()[0].Limits[0]
 	}
-	adj := New(context.Background(), Options{})
+	adj := New(Options{})
 	at := func(d time.Duration, l *rules.Limit) int64 {
 		return adj.AdjustLimit(t0.Add(d), "w", nil, l, l.Policy).Limit
 	}
@@ -220,7 +220,7 @@ func TestNamedInEffectiveLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := d.Rules()[0]
-	e := rls.EffectiveLimit([]rls.LimitAdjuster{New(context.Background(), Options{})}, t0, "w", r, &r.Limits[0])
+	e := rls.EffectiveLimit([]rls.LimitAdjuster{New(Options{})}, t0, "w", r, &r.Limits[0])
 	if len(e.Sources) != 1 || e.Sources[0].Name != "warm-up" || e.RequestsPerUnit != 2 {
 		t.Fatalf("effective %+v, want 2 from the warm-up", e)
 	}

@@ -112,22 +112,33 @@ type Client struct {
 	version atomic.Pointer[string]
 }
 
-// New checks cfg and returns a client; it connects only in Run.
-func New(cfg Config) (*Client, error) {
+// Validate checks cfg as New does, so that a configuration can be
+// checked before anything is built.
+func (cfg Config) Validate() error {
 	if cfg.Server == "" {
-		return nil, errors.New("xdsrules: no management server address (want host:port)")
+		return errors.New("xdsrules: no management server address (want host:port)")
 	}
 	if cfg.NodeID == "" {
-		return nil, errors.New("xdsrules: no node id (want the id the management server keys its snapshots by)")
+		return errors.New("xdsrules: no node id (want the id the management server keys its snapshots by)")
+	}
+	if cfg.Backoff != (Backoff{}) {
+		if err := cfg.Backoff.Validate(); err != nil {
+			return err
+		}
+	}
+	if cfg.MaxMsgSize < 0 {
+		return fmt.Errorf("xdsrules: max message size %d must not be negative", cfg.MaxMsgSize)
+	}
+	return nil
+}
+
+// New checks cfg and returns a client; it connects only in Run.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Backoff == (Backoff{}) {
 		cfg.Backoff = DefaultBackoff
-	}
-	if err := cfg.Backoff.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.MaxMsgSize < 0 {
-		return nil, fmt.Errorf("xdsrules: max message size %d must not be negative", cfg.MaxMsgSize)
 	}
 	log := cfg.Logger
 	if log == nil {

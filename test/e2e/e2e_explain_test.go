@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,30 @@ func TestInspectCommand(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, nil, "inspect"); code != 2 || !strings.Contains(errOut, "--redis-url: required") {
 		t.Errorf("inspect without --redis-url: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestExplainLiveTLS: with --admin-tls-cert the debug listener speaks
+// TLS, and `explain --addr --tls-ca` explains live over it; without the
+// CA the plain-HTTP request fails, naming the endpoint.
+func TestExplainLiveTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := newCA(t, "debug-server")
+	cert, key := issue(t, ca, 2, true)
+	f := func(name string) string { return filepath.Join(dir, name) }
+	writeBytes(t, f("ca.pem"), ca.PEM)
+	writeBytes(t, f("server.pem"), cert)
+	writeBytes(t, f("server-key.pem"), key)
+	s := startServer(t, serveOpts{ConfigDir: rulesDir(t, map[string]string{"shop.yaml": explainRules}), Args: []string{
+		"--admin-tls-cert", f("server.pem"), "--admin-tls-key", f("server-key.pem")}})
+	s.ask("shop", desc("user", "alice"))
+
+	rep := explainJSON(t, "--addr", s.DebugAddr, "--tls-ca", f("ca.pem"), "--domain", "shop", "-d", "user=alice")
+	if l := rep.Descriptors[0].Limits[0]; !rep.Live || l.State == nil || l.State.Remaining != 9 {
+		t.Fatalf("explain over TLS: live %v, limit %+v state %+v; want the live counter with 9 remaining", rep.Live, l, l.State)
+	}
+	if _, errOut, code := runCLI(t, nil, "explain", "--addr", s.DebugAddr, "--domain", "shop", "-d", "user=alice"); code != 1 || !strings.Contains(errOut, "/debug/explain") {
+		t.Errorf("explain over plain HTTP to a TLS listener: exit %d, stderr %q; want 1 naming the endpoint", code, errOut)
 	}
 }

@@ -1,0 +1,60 @@
+package app
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/admin"
+	"github.com/envoy-rls/envoy-rls/pkg/explain"
+	"github.com/envoy-rls/envoy-rls/pkg/override"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
+)
+
+// handlers gathers what the servers serve: the service, the readiness
+// check (the rule source's first config, then the backend's Ready), and
+// the debug listener's pages. keyPrefix is the deployment's Redis key
+// prefix, which /debug/explain shows in key names.
+func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
+	rulesNow := a.rules.current
+	return handlers{
+		svc: a.svc,
+		ready: func(ctx context.Context) error {
+			if err := a.rules.ready(ctx); err != nil {
+				return err
+			}
+			return a.backend.stack.Ready(ctx)
+		},
+		debug: admin.DebugOptions{
+			Config:   func() any { return a.debugConfig(rulesNow()) },
+			RLConfig: func(w io.Writer) error { return rulesNow().WriteRLConfig(w) },
+			Pprof:    cfg.Pprof,
+			Explain: explain.Handler(&explain.Explainer{
+				Rules:     rulesNow,
+				Effective: a.svc.EffectiveLimit,
+				KeyPrefix: keyPrefix,
+				Peeker:    a.backend.stack,
+			}),
+			Admin:          override.Handler(a.backend.overrides, rulesNow),
+			AdminTokenFile: cfg.AdminTokenFile,
+		},
+	}
+}
+
+// debugPage is /debug/config: the loaded rules, with each limit's
+// effective value, and under "limits" every limit's effective value and
+// its source (configured, overridden or adjusted).
+type debugPage struct {
+	rules.View
+	Limits []override.LimitView `json:"limits"`
+}
+
+// debugConfig builds /debug/config for snap.
+func (a *App) debugConfig(snap *rules.Snapshot) any {
+	return debugPage{
+		View: snap.Dump(a.svc.CurrentLimit),
+		Limits: a.backend.overrides.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
+			return a.svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
+		}),
+	}
+}
