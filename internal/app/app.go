@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg.Backend.Stack.KeyPrefix, cfg.Servers), a.reg, a.log); err != nil {
 		return nil, err
 	}
-	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.readinessRun)
+	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run)
 	a.runs = append(a.runs, a.backend.runs...)
 	return a, nil
 }

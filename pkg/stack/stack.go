@@ -44,9 +44,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
-// sweepEvery is how often an in-process store drops expired state.
-const sweepEvery = 10 * time.Second
-
 // Config selects and configures the layers. The zero value (with no
 // Redis) is the embedded in-process store.
 type Config struct {
@@ -164,7 +161,7 @@ func newStore(cfg Config) (*memstore.Store, func(), error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx, sweepEvery) }()
+	go func() { defer close(done); _ = store.Run(ctx) }()
 	// Close joins the sweeper, so nothing of the stack outlives it.
 	return store, func() { cancel(); <-done }, nil
 }
