@@ -110,8 +110,9 @@ type App struct {
 	svc              *rls.Service
 	srv              *servers
 	// runs are the long-lived components besides the servers: the rule
-	// source, statsd, readiness, warm-up, overrides and adaptive
-	// controllers. Each runs until the servers have drained (Run).
+	// source, statsd, readiness, the backend stack (its lease and store
+	// sweepers), warm-up, overrides and adaptive controllers. Each runs
+	// until the servers have drained (Run).
 	runs []func(context.Context) error
 }
 
@@ -180,10 +181,11 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 
 // Run serves until ctx ends or a component fails, then shuts down in the
 // order that lets in-flight work finish: the servers drain first (see
-// servers.run) while the components they use (rule source, overrides,
-// warm-up, readiness, statsd) keep running; then those stop and are
-// joined; only then are the backend stack and the Redis clients closed
-// and the last spans exported. Every goroutine runs in one of two
+// servers.run) while the components they use (rule source, backend
+// stack, overrides, warm-up, readiness, statsd) keep running; then those
+// stop and are joined (the stack's lease layers return the leases held
+// as they stop); only then are the backend stack and the Redis clients
+// closed and the last spans exported. Every goroutine runs in one of two
 // errgroups, and Run returns after both are done.
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()

@@ -62,7 +62,10 @@ func newBackend(ctx context.Context, cfg BackendConfig, ov OverridesConfig, log 
 	if b.overrides, err = override.New(override.Config{Store: store, Refresh: ov.Refresh, MaxTTL: ov.MaxTTL, Logger: log, Registerer: reg}); err != nil {
 		return b, err
 	}
-	b.runs = append(b.runs, b.warmup.Run, b.overrides.Run)
+	// The stack's Run returns the leases held as it ends, which the
+	// components group makes after the servers drained and before close
+	// closes the Redis clients.
+	b.runs = append(b.runs, b.stack.Run, b.warmup.Run, b.overrides.Run)
 	if ov.AdaptiveFile != "" {
 		ctl, err := adaptive.Load(ov.AdaptiveFile, adaptive.Options{Prometheus: ov.PrometheusURL, Table: b.overrides, Logger: log, Registerer: reg})
 		if err != nil {
@@ -87,7 +90,8 @@ func (b *backend) client(opts *redisclient.Options) (*redisclient.Client, error)
 	return c, nil
 }
 
-// close stops the stack, then closes the clients it used.
+// close releases the stack (after its Run returned, or instead of it),
+// then closes the clients it used.
 func (b *backend) close() {
 	if b.stack != nil {
 		b.stack.Close()

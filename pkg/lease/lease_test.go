@@ -63,6 +63,24 @@ func newLayer(t testing.TB, next Backend, opts Options) *Layer {
 	return l
 }
 
+// runLayer runs l's sweeper as the service does; the returned stop ends
+// Run (which returns the leases held) and waits for it. It runs at the
+// test's end too, if not called before.
+func runLayer(t testing.TB, l *Layer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
 func leasedCheck(t testing.TB, p algo.Policy, value string) algo.Check {
 	t.Helper()
 	return algo.Check{
@@ -102,9 +120,6 @@ func hammer(t *testing.T, layers []*Layer, c algo.Check, callers, perCaller int,
 	}
 	wg.Wait()
 	elapsed = time.Since(start)
-	for _, l := range layers {
-		l.Close()
-	}
 	if n := errs.Load(); n > 0 {
 		t.Fatalf("%d backend errors", n)
 	}
@@ -131,9 +146,10 @@ func TestHotKeyAccuracy(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					layers := make([]*Layer, replicas)
+					stops := make([]func(), replicas)
 					for i := range layers {
 						layers[i] = newLayer(t, dep.next(t, false), Options{TTL: 100 * time.Millisecond, HotRPS: 50})
-						layers[i].Start()
+						stops[i] = runLayer(t, layers[i])
 					}
 					c := leasedCheck(t, tc.p, "hot")
 					var bound, admitted, attempts int64
@@ -156,6 +172,9 @@ func TestHotKeyAccuracy(t *testing.T) {
 						var elapsed time.Duration
 						admitted, attempts, elapsed = hammer(t, layers, c, callers, 1000, time.Now().Add(1500*time.Millisecond))
 						bound = tc.p.Burst + elapsed.Microseconds()*tc.p.Limit/tc.p.Period
+					}
+					for _, stop := range stops {
+						stop() // returns the leases held
 					}
 					var st Stats
 					for _, l := range layers {
@@ -293,6 +312,23 @@ func TestLeaseLifecycle(t *testing.T) {
 				// limit and the local one.
 				if want := p.Burst - warmHits - 3; exact[0].Remaining != want {
 					t.Fatalf("shared remaining %d after the return, want %d", exact[0].Remaining, want)
+				}
+			})
+			t.Run("RunReturnsAllAtItsEnd", func(t *testing.T) {
+				// At shutdown the end of Run returns a lease that has
+				// not reached its TTL (the clock stands still here).
+				f := newFixture(t, dep.next(t, true))
+				p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour, Burst: 1000}
+				hot := leasedCheck(t, p, "shutdown")
+				at := warm(t, f.l, hot, t0+algo.Second)
+				apply(t, f.l, at, hot) // takes the lease
+				left := leftOf(t, f.l, hot)
+				if left < 2 {
+					t.Fatalf("no lease after warming: %+v, left %d", f.l.Stats(), left)
+				}
+				runLayer(t, f.l)()
+				if st := f.l.Stats(); st.Returned != uint64(left) || leftOf(t, f.l, hot) != 0 {
+					t.Fatalf("after Run ended: %+v, want %d returned", st, left)
 				}
 			})
 			t.Run("RenewsBeforeTheSweep", func(t *testing.T) {

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +28,26 @@ func newStack(t *testing.T, cfg Config) *Stack {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(s.Close)
+	run(t, s)
 	return s
+}
+
+// run runs s as the service does. The returned stop ends Run, waits for
+// it and closes s; it runs at the test's end too, if not called before.
+func run(t *testing.T, s *Stack) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		s.Close()
+	})
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestBackendSuite runs the backend suite on the stacks serve builds: the
@@ -68,7 +87,8 @@ func TestBackendSuite(t *testing.T) {
 
 // TestLeaseLayer: with Lease options the stack serves a hot counter from
 // a lease (counted in the metrics), answers from the lease in hand while
-// Redis is down, and at Close counts the hits it could not return.
+// Redis is down, and at the end of Run counts the hits it could not
+// return.
 func TestLeaseLayer(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Standalone(t)
@@ -81,6 +101,7 @@ func TestLeaseLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := run(t, st)
 	hot := backendtest.UserCheck("d", "hot", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1, Period: algo.Hour, Burst: 100_000}, 1)
 	hot.Lease = true
 	cold := backendtest.UserCheck("d", "cold", backendtest.PerMinute(algo.GCRA, 100), 1)
@@ -99,9 +120,9 @@ func TestLeaseLayer(t *testing.T) {
 	if _, err := st.Apply(ctx, time.UnixMicro(now), []algo.Check{cold}); err == nil {
 		t.Fatal("cold counter with Redis down: no error")
 	}
-	st.Close()
+	stop()
 	if expired := counterValue(t, reg, "envoy_rls_lease_hits_expired_total"); expired < 1 {
-		t.Fatalf("%v hits expired at Close with Redis down, want the lease's rest", expired)
+		t.Fatalf("%v hits expired at the end of Run with Redis down, want the lease's rest", expired)
 	}
 	if local := counterValue(t, reg, "envoy_rls_lease_local_decisions_total"); local < 1 {
 		t.Fatalf("%v local decisions", local)
