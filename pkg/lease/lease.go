@@ -143,7 +143,6 @@ type Layer struct {
 	granted, local, returned, expired atomic.Uint64
 	grantedC, localC, returnedC       prometheus.Counter
 	expiredC                          prometheus.Counter
-
 }
 
 // entry is one counter's local state. Its fields are guarded by its
