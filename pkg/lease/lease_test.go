@@ -63,24 +63,6 @@ func newLayer(t testing.TB, next Backend, opts Options) *Layer {
 	return l
 }
 
-// runLayer runs l's sweeper as the service does; the returned stop ends
-// Run (which returns the leases held) and waits for it. It runs at the
-// test's end too, if not called before.
-func runLayer(t testing.TB, l *Layer) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	stop = sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	t.Cleanup(stop)
-	return stop
-}
-
 func leasedCheck(t testing.TB, p algo.Policy, value string) algo.Check {
 	t.Helper()
 	return algo.Check{
@@ -149,7 +131,7 @@ func TestHotKeyAccuracy(t *testing.T) {
 					stops := make([]func(), replicas)
 					for i := range layers {
 						layers[i] = newLayer(t, dep.next(t, false), Options{TTL: 100 * time.Millisecond, HotRPS: 50})
-						stops[i] = runLayer(t, layers[i])
+						stops[i] = backendtest.RunInBackground(t, layers[i].Run)
 					}
 					c := leasedCheck(t, tc.p, "hot")
 					var bound, admitted, attempts int64
@@ -326,7 +308,7 @@ func TestLeaseLifecycle(t *testing.T) {
 				if left < 2 {
 					t.Fatalf("no lease after warming: %+v, left %d", f.l.Stats(), left)
 				}
-				runLayer(t, f.l)()
+				backendtest.RunInBackground(t, f.l.Run)()
 				if st := f.l.Stats(); st.Returned != uint64(left) || leftOf(t, f.l, hot) != 0 {
 					t.Fatalf("after Run ended: %+v, want %d returned", st, left)
 				}

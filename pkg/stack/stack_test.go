@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,26 +27,9 @@ func newStack(t *testing.T, cfg Config) *Stack {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	run(t, s)
+	t.Cleanup(s.Close) // after Run's end: cleanups run last first
+	backendtest.RunInBackground(t, s.Run)
 	return s
-}
-
-// run runs s as the service does. The returned stop ends Run, waits for
-// it and closes s; it runs at the test's end too, if not called before.
-func run(t *testing.T, s *Stack) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	stop = sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		s.Close()
-	})
-	t.Cleanup(stop)
-	return stop
 }
 
 // TestBackendSuite runs the backend suite on the stacks serve builds: the
@@ -101,7 +83,8 @@ func TestLeaseLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, st)
+	t.Cleanup(st.Close)
+	stop := backendtest.RunInBackground(t, st.Run)
 	hot := backendtest.UserCheck("d", "hot", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1, Period: algo.Hour, Burst: 100_000}, 1)
 	hot.Lease = true
 	cold := backendtest.UserCheck("d", "cold", backendtest.PerMinute(algo.GCRA, 100), 1)
