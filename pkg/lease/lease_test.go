@@ -74,7 +74,7 @@ func leasedCheck(t testing.TB, p algo.Policy, value string) algo.Check {
 // hammer runs callers goroutines on each layer, each applying c until
 // deadline or perCaller attempts, and returns the admitted count, the
 // attempts and the elapsed time from before the first call to after the
-// last. It closes the layers (returning their leases) before it returns.
+// last. The caller ends the layers' Run (returning their leases) after.
 func hammer(t *testing.T, layers []*Layer, c algo.Check, callers, perCaller int, deadline time.Time) (admitted, attempts int64, elapsed time.Duration) {
 	t.Helper()
 	var wg sync.WaitGroup
