@@ -109,10 +109,10 @@ type App struct {
 	obs              *observability
 	svc              *rls.Service
 	srv              *servers
-	// runs are the long-lived components besides the servers: the rule
-	// source, statsd, readiness, the backend stack (its lease and store
-	// sweepers), warm-up, overrides and adaptive controllers. Each runs
-	// until the servers have drained (Run).
+	// runs are the long-lived components besides the servers and the
+	// backend stack: the rule source, statsd, readiness, warm-up,
+	// overrides and adaptive controllers. Each runs until the servers
+	// have drained (Run).
 	runs []func(context.Context) error
 }
 
@@ -191,12 +191,16 @@ func (a *App) Run(ctx context.Context) error {
 	defer a.close()
 	// The components outlive ctx by the drain, so their context ends
 	// only when the servers have returned.
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	drained, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	bg, bgCtx := errgroup.WithContext(bgCtx)
+	bg, bgCtx := errgroup.WithContext(drained)
 	for _, run := range a.runs {
 		bg.Go(func() error { return run(bgCtx) })
 	}
+	// The stack's lease layers return the leases held as its Run ends, so
+	// no request may take one after: its context ends when the servers
+	// have returned, even if another component failed before.
+	bg.Go(func() error { return a.backend.stack.Run(drained) })
 	// A component that fails ends serving as a signal would.
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	defer stopSrv()

@@ -62,10 +62,7 @@ func newBackend(ctx context.Context, cfg BackendConfig, ov OverridesConfig, log 
 	if b.overrides, err = override.New(override.Config{Store: store, Refresh: ov.Refresh, MaxTTL: ov.MaxTTL, Logger: log, Registerer: reg}); err != nil {
 		return b, err
 	}
-	// The stack's Run returns the leases held as it ends, which the
-	// components group makes after the servers drained and before close
-	// closes the Redis clients.
-	b.runs = append(b.runs, b.stack.Run, b.warmup.Run, b.overrides.Run)
+	b.runs = append(b.runs, b.warmup.Run, b.overrides.Run)
 	if ov.AdaptiveFile != "" {
 		ctl, err := adaptive.Load(ov.AdaptiveFile, adaptive.Options{Prometheus: ov.PrometheusURL, Table: b.overrides, Logger: log, Registerer: reg})
 		if err != nil {
