@@ -109,9 +109,10 @@ type App struct {
 	obs              *observability
 	svc              *rls.Service
 	srv              *servers
-	// runs are the long-lived components besides the servers: the rule
-	// source, statsd, readiness, warm-up, overrides and adaptive
-	// controllers. Each runs until the servers have drained (Run).
+	// runs are the long-lived components besides the servers and the
+	// backend stack: the rule source, statsd, readiness, warm-up,
+	// overrides and adaptive controllers. Each runs until the servers
+	// have drained (Run).
 	runs []func(context.Context) error
 }
 
@@ -144,7 +145,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg.Backend.Stack.KeyPrefix, cfg.Servers), a.reg, a.log); err != nil {
 		return nil, err
 	}
-	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.readinessRun)
+	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run)
 	a.runs = append(a.runs, a.backend.runs...)
 	return a, nil
 }
@@ -180,21 +181,26 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 
 // Run serves until ctx ends or a component fails, then shuts down in the
 // order that lets in-flight work finish: the servers drain first (see
-// servers.run) while the components they use (rule source, overrides,
-// warm-up, readiness, statsd) keep running; then those stop and are
-// joined; only then are the backend stack and the Redis clients closed
-// and the last spans exported. Every goroutine runs in one of two
+// servers.run) while the components they use (rule source, backend
+// stack, overrides, warm-up, readiness, statsd) keep running; then those
+// stop and are joined (the stack's lease layers return the leases held
+// as they stop); only then are the backend stack and the Redis clients
+// closed and the last spans exported. Every goroutine runs in one of two
 // errgroups, and Run returns after both are done.
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()
 	// The components outlive ctx by the drain, so their context ends
 	// only when the servers have returned.
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	drained, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	bg, bgCtx := errgroup.WithContext(bgCtx)
+	bg, bgCtx := errgroup.WithContext(drained)
 	for _, run := range a.runs {
 		bg.Go(func() error { return run(bgCtx) })
 	}
+	// The stack's lease layers return the leases held as its Run ends, so
+	// no request may take one after: its context ends when the servers
+	// have returned, even if another component failed before.
+	bg.Go(func() error { return a.backend.stack.Run(drained) })
 	// A component that fails ends serving as a signal would.
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	defer stopSrv()

@@ -87,7 +87,8 @@ func (b *backend) client(opts *redisclient.Options) (*redisclient.Client, error)
 	return c, nil
 }
 
-// close stops the stack, then closes the clients it used.
+// close releases the stack (after its Run returned, or instead of it),
+// then closes the clients it used.
 func (b *backend) close() {
 	if b.stack != nil {
 		b.stack.Close()

@@ -32,9 +32,13 @@ type observability struct {
 func newObservability(ctx context.Context, cfg ObserveConfig, version string, log *zap.Logger, reg prometheus.Registerer) (*observability, error) {
 	o := &observability{log: log}
 	var err error
+	// The sender sends the reference's counters, which time each call
+	// with the sender's Observe: it gets their source now, filled in
+	// below once they exist, before anything runs.
+	src := &refSource{}
 	if cfg.Statsd != nil {
 		so := *cfg.Statsd
-		so.Logger = log
+		so.Logger, so.Source = log, src
 		if o.statsd, err = refstats.New(so, rls.StatScopeServer, rls.ResponseTimeStat); err != nil {
 			return nil, fmt.Errorf("--statsd-addr: %w", err)
 		}
@@ -57,9 +61,16 @@ func newObservability(ctx context.Context, cfg ObserveConfig, version string, lo
 			ro.OnResponse = o.statsd.Observe
 		}
 		o.ref = rls.NewReferenceMetricsWith(ro)
+		src.m = o.ref
 	}
 	return o, nil
 }
+
+// refSource is the statsd sender's source: the reference's counters, set
+// after the sender that their OnResponse needs was built.
+type refSource struct{ m *rls.ReferenceMetrics }
+
+func (r *refSource) Stats(f func(scope, name string, value uint64)) { r.m.Stats(f) }
 
 // onReload is the reference's config-load counter, or nil.
 func (o *observability) onReload() func(error) {
@@ -71,10 +82,10 @@ func (o *observability) onReload() func(error) {
 
 // run sends the statsd stats until ctx ends, then once more.
 func (o *observability) run(ctx context.Context) error {
-	if o.statsd != nil && o.ref != nil {
-		o.statsd.Run(ctx, o.ref)
+	if o.statsd == nil {
+		return nil
 	}
-	return nil
+	return o.statsd.Run(ctx)
 }
 
 // requestTracer is the service's tracer: nil (not a typed nil) when off.

@@ -75,10 +75,6 @@ const unixScheme = "unix://"
 // fsGroup, so owner-only would lock it out and world access is not needed.
 const unixSocketMode = 0o660
 
-// readinessInterval is how often readiness is re-evaluated between probes,
-// so that gRPC health watchers follow a backend that fails or recovers.
-const readinessInterval = 2 * time.Second
-
 // handlers is what the servers serve, built by App.handlers.
 type handlers struct {
 	svc   *rls.Service
@@ -201,12 +197,6 @@ func (s *servers) listenHTTP(flagName, addr string) (net.Listener, error) {
 	return netutil.LimitListener(l, s.cfg.HTTP.MaxConnections), nil
 }
 
-// readinessRun re-evaluates readiness until ctx ends.
-func (s *servers) readinessRun(ctx context.Context) error {
-	s.ready.Run(ctx, readinessInterval)
-	return nil
-}
-
 // run serves until ctx ends or a server fails, then shuts down (see
 // shutdown); release ends the service's held requests.
 func (s *servers) run(ctx context.Context, release func(), info ...zap.Field) error {
@@ -321,7 +311,7 @@ const refHealthName = "ratelimit"
 // healthService is the gRPC health service. Check evaluates readiness as
 // /readyz does, so both answer alike at any moment; Watch and List follow
 // the statuses readiness publishes (on each evaluation, at least every
-// readinessInterval).
+// readiness.DefaultInterval).
 type healthService struct {
 	*health.Server
 	ready *readiness.Tracker

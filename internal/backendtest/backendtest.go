@@ -277,3 +277,22 @@ func concurrentExact(t *testing.T, f Factory) {
 		})
 	}
 }
+
+// RunInBackground runs a backend's lifecycle (its Run) on a goroutine, as
+// the service does. The returned stop cancels it and waits for it to
+// return, failing t if it returned an error; stop runs at the test's end
+// too, if not called before, and again is a no-op.
+func RunInBackground(t testing.TB, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
+}

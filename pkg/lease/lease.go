@@ -10,7 +10,7 @@
 // itself, so the shared state never admits more than its bound whatever the
 // replicas do; the lease hits are admissions the shared state already
 // counted. Hits the replica does not spend go back when the lease ends (its
-// TTL, or Close): a token_bucket or gcra refund moves the TAT back, never
+// TTL, or the end of Run): a token_bucket or gcra refund moves the TAT back, never
 // before now, so it cannot add capacity that was not taken. A fixed_window
 // lease also ends at its window's end (as the grant reported it, measured
 // from before the grant was sent, so never later than Redis's own end):
@@ -102,7 +102,7 @@ type Options struct {
 	ReturnMargin time.Duration
 	// ReturnWait bounds each return call to the backend.
 	ReturnWait time.Duration
-	// Now is the clock of the sweeper and Close; nil means time.Now.
+	// Now is the clock of the sweeper (Run); nil means time.Now.
 	// Apply uses the time it is given.
 	Now        func() time.Time
 	Logger     *zap.Logger
@@ -129,7 +129,7 @@ func (o Options) Validate() error {
 
 // Layer is a Backend that serves hot counters from leases and passes
 // everything else to the backend it wraps. It is safe for concurrent use.
-// Start runs its sweeper; Close returns the leases it holds.
+// Run runs its sweeper and, when it ends, returns the leases it holds.
 type Layer struct {
 	next   Backend
 	opts   Options
@@ -143,11 +143,6 @@ type Layer struct {
 	granted, local, returned, expired atomic.Uint64
 	grantedC, localC, returnedC       prometheus.Counter
 	expiredC                          prometheus.Counter
-
-	closeOnce sync.Once
-	started   atomic.Bool
-	stop      chan struct{}
-	done      chan struct{}
 }
 
 // entry is one counter's local state. Its fields are guarded by its
@@ -198,8 +193,8 @@ const (
 	tracked // goes to next, but its decision updates the entry
 )
 
-// New returns a Layer in front of next. Call Start to run its sweeper and
-// Close at shutdown.
+// New returns a Layer in front of next. Run its sweeper with Run, whose
+// end at shutdown returns the leases held.
 func New(next Backend, opts Options) (*Layer, error) {
 	if next == nil {
 		return nil, errors.New("lease: New: nil backend")
@@ -221,8 +216,7 @@ func New(next Backend, opts Options) (*Layer, error) {
 	}
 	l := &Layer{
 		next: next, opts: opts, ttl: opts.TTL.Microseconds(), margin: opts.ReturnMargin.Microseconds(),
-		log:  opts.Logger.Named("lease"),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		log: opts.Logger.Named("lease"),
 	}
 	l.shards.Init()
 	l.bufs.New = func() any { return new(scratch) }
@@ -482,35 +476,23 @@ func (l *Layer) settle(s *scratch, i int, c *algo.Check, now int64, d algo.Decis
 	e.check.Policy = c.Policy
 }
 
-// Start runs the sweeper, which returns ended leases every TTL/2 and
-// forgets idle counters, until Close.
-func (l *Layer) Start() {
-	l.started.Store(true)
-	go func() {
-		defer close(l.done)
-		tick := time.NewTicker(max(l.opts.TTL/2, time.Millisecond))
-		defer tick.Stop()
-		for {
-			select {
-			case <-l.stop:
-				return
-			case <-tick.C:
-				l.Sweep(false)
-			}
+// Run sweeps every TTL/2, returning ended leases and forgetting idle
+// counters, until ctx ends; then it returns every lease held, ended or
+// not, and returns nil. Run it once. Apply must not be called after Run
+// returned: a lease taken then would never go back (the service stops
+// serving before it ends Run).
+func (l *Layer) Run(ctx context.Context) error {
+	tick := time.NewTicker(max(l.opts.TTL/2, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.Sweep(true)
+			return nil
+		case <-tick.C:
+			l.Sweep(false)
 		}
-	}()
-}
-
-// Close stops the sweeper and returns every lease held, ended or not.
-// Apply must not be called after Close.
-func (l *Layer) Close() {
-	l.closeOnce.Do(func() {
-		close(l.stop)
-		if l.started.Load() {
-			<-l.done
-		}
-		l.Sweep(true)
-	})
+	}
 }
 
 // ret is one lease to return.
@@ -521,7 +503,7 @@ type ret struct {
 
 // Sweep returns the leases that have ended (all of them with all set),
 // counts the fixed_window hits that can no longer be returned safely as
-// expired, and forgets counters idle for a few TTLs. Start calls it;
+// expired, and forgets counters idle for a few TTLs. Run calls it;
 // tests may too.
 func (l *Layer) Sweep(all bool) {
 	now := l.opts.Now().UnixMicro()

@@ -74,7 +74,7 @@ func leasedCheck(t testing.TB, p algo.Policy, value string) algo.Check {
 // hammer runs callers goroutines on each layer, each applying c until
 // deadline or perCaller attempts, and returns the admitted count, the
 // attempts and the elapsed time from before the first call to after the
-// last. It closes the layers (returning their leases) before it returns.
+// last. The caller ends the layers' Run (returning their leases) after.
 func hammer(t *testing.T, layers []*Layer, c algo.Check, callers, perCaller int, deadline time.Time) (admitted, attempts int64, elapsed time.Duration) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -102,9 +102,6 @@ func hammer(t *testing.T, layers []*Layer, c algo.Check, callers, perCaller int,
 	}
 	wg.Wait()
 	elapsed = time.Since(start)
-	for _, l := range layers {
-		l.Close()
-	}
 	if n := errs.Load(); n > 0 {
 		t.Fatalf("%d backend errors", n)
 	}
@@ -131,9 +128,10 @@ func TestHotKeyAccuracy(t *testing.T) {
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					layers := make([]*Layer, replicas)
+					stops := make([]func(), replicas)
 					for i := range layers {
 						layers[i] = newLayer(t, dep.next(t, false), Options{TTL: 100 * time.Millisecond, HotRPS: 50})
-						layers[i].Start()
+						stops[i] = backendtest.RunInBackground(t, layers[i].Run)
 					}
 					c := leasedCheck(t, tc.p, "hot")
 					var bound, admitted, attempts int64
@@ -156,6 +154,9 @@ func TestHotKeyAccuracy(t *testing.T) {
 						var elapsed time.Duration
 						admitted, attempts, elapsed = hammer(t, layers, c, callers, 1000, time.Now().Add(1500*time.Millisecond))
 						bound = tc.p.Burst + elapsed.Microseconds()*tc.p.Limit/tc.p.Period
+					}
+					for _, stop := range stops {
+						stop() // returns the leases held
 					}
 					var st Stats
 					for _, l := range layers {
@@ -293,6 +294,23 @@ func TestLeaseLifecycle(t *testing.T) {
 				// limit and the local one.
 				if want := p.Burst - warmHits - 3; exact[0].Remaining != want {
 					t.Fatalf("shared remaining %d after the return, want %d", exact[0].Remaining, want)
+				}
+			})
+			t.Run("RunReturnsAllAtItsEnd", func(t *testing.T) {
+				// At shutdown the end of Run returns a lease that has
+				// not reached its TTL (the clock stands still here).
+				f := newFixture(t, dep.next(t, true))
+				p := algo.Policy{Algorithm: algo.TokenBucket, Limit: 1000, Period: algo.Hour, Burst: 1000}
+				hot := leasedCheck(t, p, "shutdown")
+				at := warm(t, f.l, hot, t0+algo.Second)
+				apply(t, f.l, at, hot) // takes the lease
+				left := leftOf(t, f.l, hot)
+				if left < 2 {
+					t.Fatalf("no lease after warming: %+v, left %d", f.l.Stats(), left)
+				}
+				backendtest.RunInBackground(t, f.l.Run)()
+				if st := f.l.Stats(); st.Returned != uint64(left) || leftOf(t, f.l, hot) != 0 {
+					t.Fatalf("after Run ended: %+v, want %d returned", st, left)
 				}
 			})
 			t.Run("RenewsBeforeTheSweep", func(t *testing.T) {

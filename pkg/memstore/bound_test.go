@@ -45,6 +45,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}{
 		{"negative MaxKeys", Options{MaxKeys: -1}, "MaxKeys -1"},
 		{"negative Shards", Options{Shards: -4}, "Shards -4"},
+		{"negative SweepInterval", Options{SweepInterval: -time.Second}, "SweepInterval -1s"},
 		{"metrics registered twice", Options{Registerer: reg}, "register metrics"},
 	}
 	for _, tt := range tests {

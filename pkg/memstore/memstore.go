@@ -79,7 +79,15 @@ type Options struct {
 	// Registerer receives envoy_rls_memstore_keys and
 	// envoy_rls_memstore_evictions_total; nil means no metrics.
 	Registerer prometheus.Registerer
+	// SweepInterval is how often Run drops expired state; 0 means
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
 }
+
+// DefaultSweepInterval is Options.SweepInterval's default: expired state
+// is never decided on (every read checks its expiry), so the sweep only
+// bounds the memory it holds, and a rare one costs little.
+const DefaultSweepInterval = 10 * time.Second
 
 // Store is an in-process Backend. It is safe for concurrent use.
 type Store struct {
@@ -89,8 +97,9 @@ type Store struct {
 	now    func() time.Time
 	bufs   sync.Pool
 	// capped says the shards' max fields apply (Options.MaxKeys > 0).
-	capped    bool
-	evictions atomic.Uint64
+	capped     bool
+	sweepEvery time.Duration
+	evictions  atomic.Uint64
 }
 
 type shard struct {
@@ -208,6 +217,12 @@ func New(opts Options) (*Store, error) {
 	if opts.Shards < 0 {
 		return nil, fmt.Errorf("memstore: Shards %d must be 0 (default) or positive", opts.Shards)
 	}
+	if opts.SweepInterval < 0 {
+		return nil, fmt.Errorf("memstore: SweepInterval %v must be 0 (default) or positive", opts.SweepInterval)
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
 	n := 256
 	if opts.Shards > 0 {
 		n = 1
@@ -220,7 +235,7 @@ func New(opts Options) (*Store, error) {
 	for opts.MaxKeys > 0 && n > opts.MaxKeys {
 		n >>= 1
 	}
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: opts.Now, capped: opts.MaxKeys > 0}
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, now: opts.Now, capped: opts.MaxKeys > 0, sweepEvery: opts.SweepInterval}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -396,14 +411,14 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Run sweeps every interval until ctx ends.
-func (s *Store) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+// Run sweeps every Options.SweepInterval until ctx ends. It returns nil.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			s.Sweep()
 		}

@@ -33,6 +33,9 @@ type Options struct {
 	Check func(ctx context.Context) error
 	// Timeout bounds one Check; zero means one second.
 	Timeout time.Duration
+	// Interval is how often Run re-evaluates between probes; zero means
+	// DefaultInterval.
+	Interval time.Duration
 	// OnChange is told each flip of the answer: nil when the replica turns
 	// ready, the reason when it turns unready. It is called once from New
 	// with the first answer, then in order, never concurrently, before the
@@ -52,10 +55,18 @@ type Tracker struct {
 	ready bool       // the answer last given to OnChange
 }
 
+// DefaultInterval is Options.Interval's default: often enough that gRPC
+// health watchers follow a backend that fails or recovers within a probe
+// period or two.
+const DefaultInterval = 2 * time.Second
+
 // New returns a tracker and publishes its first answer, evaluated now.
 func New(ctx context.Context, opts Options) *Tracker {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
 	}
 	t := &Tracker{opts: opts}
 	t.mu.Lock()
@@ -104,15 +115,16 @@ func (t *Tracker) Drain() {
 	_ = t.Check(context.Background())
 }
 
-// Run re-evaluates readiness every interval until ctx is done, so that the
-// publisher follows a backend that fails or recovers while nobody probes.
-func (t *Tracker) Run(ctx context.Context, interval time.Duration) {
-	tick := time.NewTicker(interval)
+// Run re-evaluates readiness every Options.Interval until ctx is done, so
+// that the publisher follows a backend that fails or recovers while nobody
+// probes. It returns nil.
+func (t *Tracker) Run(ctx context.Context) error {
+	tick := time.NewTicker(t.opts.Interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 			// Not canceled with ctx: a shutdown must not publish "context
 			// canceled" as the reason; Drain says why.

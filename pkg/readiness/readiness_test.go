@@ -115,13 +115,14 @@ func TestTrackerRunFollowsWithoutProbes(t *testing.T) {
 			return nil
 		},
 		OnChange: func(err error) { changes <- err },
+		Interval: time.Millisecond,
 	})
 	if err := <-changes; err != nil {
 		t.Fatalf("first answer %v, want ready", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { tr.Run(ctx, time.Millisecond); close(done) }()
+	go func() { _ = tr.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	// A bound for a broken Run, not a timing assertion: it ticks every ms.
@@ -152,11 +153,12 @@ func TestTrackerConcurrent(t *testing.T) {
 			return nil
 		},
 		OnChange: p.onChange,
+		Interval: time.Millisecond,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); tr.Run(ctx, time.Millisecond) }()
+	go func() { defer wg.Done(); _ = tr.Run(ctx) }()
 	for range 4 {
 		wg.Add(1)
 		go func() {

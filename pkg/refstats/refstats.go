@@ -39,6 +39,11 @@ type Options struct {
 	FlushInterval time.Duration
 	// Logger receives the client's connection warnings; nil: none.
 	Logger *zap.Logger
+	// Source is the counters to send; New requires it. It is read only
+	// by Flush and Run, so a caller whose source needs the Sender first
+	// (rls.ReferenceMetrics takes Observe) may pass one whose value it
+	// completes before Run.
+	Source Source
 }
 
 // Validate names the first bad field.
@@ -81,6 +86,9 @@ func New(o Options, timerScope, timerName string) (s *Sender, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if o.Source == nil {
+		return nil, errors.New("refstats: no counter source")
+	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 5 * time.Second
 	}
@@ -120,10 +128,10 @@ func (s *Sender) Observe(d time.Duration) {
 	s.timer.AddValue(float64(d) / float64(time.Millisecond))
 }
 
-// Flush sends every counter of src that grew since the last flush.
-func (s *Sender) Flush(src Source) {
+// Flush sends every counter of the source that grew since the last flush.
+func (s *Sender) Flush() {
 	s.mu.Lock()
-	src.Stats(func(scope, name string, v uint64) {
+	s.opts.Source.Stats(func(scope, name string, v uint64) {
 		key := scope + "\x00" + name
 		c, ok := s.counters[key]
 		if !ok {
@@ -140,23 +148,23 @@ func (s *Sender) Flush(src Source) {
 // connection that may never come back.
 const finalFlushWait = time.Second
 
-// Run flushes src every flush interval until ctx ends, then once more,
-// waiting for that last flush at most finalFlushWait.
-func (s *Sender) Run(ctx context.Context, src Source) {
+// Run flushes the source every flush interval until ctx ends, then once
+// more, waiting for that last flush at most finalFlushWait. It returns nil.
+func (s *Sender) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.FlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			done := make(chan struct{})
-			go func() { s.Flush(src); close(done) }()
+			go func() { s.Flush(); close(done) }()
 			select {
 			case <-done:
 			case <-time.After(finalFlushWait):
 			}
-			return
+			return nil
 		case <-t.C:
-			s.Flush(src)
+			s.Flush()
 		}
 	}
 }

@@ -34,9 +34,9 @@ func (s *source) Stats(f func(scope, name string, v uint64)) {
 	}
 }
 
-func newSender(t *testing.T, e *statsdtest.Exporter, protocol string, tags map[string]string) *Sender {
+func newSender(t *testing.T, e *statsdtest.Exporter, protocol string, tags map[string]string, src *source) *Sender {
 	t.Helper()
-	s, err := New(Options{Host: "127.0.0.1", Port: e.StatsdPort, Protocol: protocol, Tags: tags, FlushInterval: time.Hour},
+	s, err := New(Options{Host: "127.0.0.1", Port: e.StatsdPort, Protocol: protocol, Tags: tags, FlushInterval: time.Hour, Source: src},
 		"ratelimit_server", "ShouldRateLimit.response_time")
 	if err != nil {
 		t.Fatal(err)
@@ -45,10 +45,10 @@ func newSender(t *testing.T, e *statsdtest.Exporter, protocol string, tags map[s
 }
 
 // awaitValue polls the exporter until name{labels} is want.
-func awaitValue(t *testing.T, e *statsdtest.Exporter, s *Sender, src *source, name string, labels map[string]string, want float64) {
+func awaitValue(t *testing.T, e *statsdtest.Exporter, s *Sender, name string, labels map[string]string, want float64) {
 	t.Helper()
 	eventually.True(t, name, func() (bool, string) {
-		s.Flush(src) // sends only growth: repeating it must not double count
+		s.Flush() // sends only growth: repeating it must not double count
 		got, ok := e.Value(t, name, labels)
 		return ok && got == want, e.Names(t)
 	})
@@ -61,8 +61,8 @@ func TestEnvoyGatewayMapping(t *testing.T) {
 	for _, protocol := range []string{"tcp", "udp"} {
 		t.Run(protocol, func(t *testing.T) {
 			e := statsdtest.Start(t, statsdtest.EnvoyGatewayMapping())
-			s := newSender(t, e, protocol, nil)
 			src := &source{}
+			s := newSender(t, e, protocol, nil, src)
 			src.set("ratelimit", "service.rate_limit.first-listener.first-route_first-route.rule-0-match-0_rule-0-match-0.total_hits", 3)
 			src.set("ratelimit", "service.rate_limit.first-listener.user.over_limit", 2)
 			src.set("ratelimit", "service.call.should_rate_limit.redis_error", 1)
@@ -71,16 +71,16 @@ func TestEnvoyGatewayMapping(t *testing.T) {
 			s.Observe(1500 * time.Microsecond)
 
 			deep := map[string]string{"domain": "first-listener", "key1": "first-route_first-route", "key2": "rule-0-match-0_rule-0-match-0"}
-			awaitValue(t, e, s, src, "ratelimit_service_rate_limit_total_hits", deep, 3)
-			awaitValue(t, e, s, src, "ratelimit_service_rate_limit_over_limit", map[string]string{"domain": "first-listener", "key1": "user"}, 2)
-			awaitValue(t, e, s, src, "ratelimit_service_should_rate_limit_error", map[string]string{"err_type": "redis_error"}, 1)
-			awaitValue(t, e, s, src, "ratelimit_service_config_load_success", map[string]string{}, 1)
-			awaitValue(t, e, s, src, "ratelimit_service_total_requests", map[string]string{"grpc_method": "ShouldRateLimit"}, 5)
-			awaitValue(t, e, s, src, "ratelimit_service_response_time_seconds", map[string]string{"grpc_method": "ShouldRateLimit"}, 1)
+			awaitValue(t, e, s, "ratelimit_service_rate_limit_total_hits", deep, 3)
+			awaitValue(t, e, s, "ratelimit_service_rate_limit_over_limit", map[string]string{"domain": "first-listener", "key1": "user"}, 2)
+			awaitValue(t, e, s, "ratelimit_service_should_rate_limit_error", map[string]string{"err_type": "redis_error"}, 1)
+			awaitValue(t, e, s, "ratelimit_service_config_load_success", map[string]string{}, 1)
+			awaitValue(t, e, s, "ratelimit_service_total_requests", map[string]string{"grpc_method": "ShouldRateLimit"}, 5)
+			awaitValue(t, e, s, "ratelimit_service_response_time_seconds", map[string]string{"grpc_method": "ShouldRateLimit"}, 1)
 
 			// Growth is sent, not the total again.
 			src.set("ratelimit_server", "ShouldRateLimit.total_requests", 8)
-			awaitValue(t, e, s, src, "ratelimit_service_total_requests", map[string]string{"grpc_method": "ShouldRateLimit"}, 8)
+			awaitValue(t, e, s, "ratelimit_service_total_requests", map[string]string{"grpc_method": "ShouldRateLimit"}, 8)
 		})
 	}
 }
@@ -90,10 +90,10 @@ func TestEnvoyGatewayMapping(t *testing.T) {
 // the exporter, reading no such tags, keeps in the escaped name).
 func TestExtraTags(t *testing.T) {
 	e := statsdtest.Start(t, statsdtest.NoMapping())
-	s := newSender(t, e, "tcp", map[string]string{"zone": "z1", "env": "prod"})
 	src := &source{}
+	s := newSender(t, e, "tcp", map[string]string{"zone": "z1", "env": "prod"}, src)
 	src.set("ratelimit", "service.config_load_error", 4)
-	awaitValue(t, e, s, src, "ratelimit_service_config_load_error___env_prod___zone_z1", map[string]string{}, 4)
+	awaitValue(t, e, s, "ratelimit_service_config_load_error___env_prod___zone_z1", map[string]string{}, 4)
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -105,7 +105,11 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Host: "h", Port: 0, Protocol: "tcp"}, "port"},
 		{Options{Host: "h", Port: 1, Protocol: "quic"}, "protocol"},
 		{Options{Host: "h", Port: 1, Protocol: "udp", FlushInterval: -time.Second}, "interval"},
+		{Options{Host: "h", Port: 1, Protocol: "udp"}, "source"},
 	} {
+		if tc.want != "source" {
+			tc.o.Source = &source{}
+		}
 		if _, err := New(tc.o, "s", "t"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one naming %s", tc.o, err, tc.want)
 		}
@@ -115,7 +119,7 @@ func TestOptionsValidate(t *testing.T) {
 // BenchmarkObserve is the per-call cost of the timer line (the only
 // statsd work on the request path); it must not allocate.
 func BenchmarkObserve(b *testing.B) {
-	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour}, "ratelimit_server", "ShouldRateLimit.response_time")
+	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour, Source: &source{}}, "ratelimit_server", "ShouldRateLimit.response_time")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -126,7 +130,7 @@ func BenchmarkObserve(b *testing.B) {
 }
 
 func TestObserveAllocs(t *testing.T) {
-	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour}, "ratelimit_server", "ShouldRateLimit.response_time")
+	s, err := New(Options{Host: "127.0.0.1", Port: 9, Protocol: "udp", FlushInterval: time.Hour, Source: &source{}}, "ratelimit_server", "ShouldRateLimit.response_time")
 	if err != nil {
 		t.Fatal(err)
 	}

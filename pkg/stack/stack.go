@@ -20,7 +20,12 @@
 // answered even during an outage; and outside the deny cache, so that
 // leased hits cost not even a cache lookup and a take's denial is cached
 // like any other. The stack also owns the readiness answer of its backend (Ready)
-// and what must be stopped at shutdown (Close).
+// and its lifecycle: Run runs its goroutines (the lease layers' sweepers,
+// which return every lease held when Run ends, and the in-process stores'
+// sweepers), and Close, after Run returned, releases the rest. The Redis
+// backends' batchers are Close's, not Run's: they own no long-lived
+// goroutine (a flusher runs only while Apply has queued calls), so there is
+// nothing to run, only the pipelines in flight to wait for.
 //
 // stack must not parse flags, URLs or environment variables, build Redis
 // clients, or know gRPC: it takes a client that is already built and
@@ -34,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/denycache"
@@ -43,9 +49,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
-
-// sweepEvery is how often an in-process store drops expired state.
-const sweepEvery = 10 * time.Second
 
 // Config selects and configures the layers. The zero value (with no
 // Redis) is the embedded in-process store.
@@ -94,6 +97,8 @@ type Stack struct {
 	peek  peekFunc
 	ready func(ctx context.Context) error
 	name  string
+	// runs are the goroutines Run runs; close releases the rest after.
+	runs  []func(context.Context) error
 	close []func()
 	// redis is Config.Redis, nil for the in-process store.
 	redis *redisclient.Client
@@ -107,11 +112,11 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.Redis == nil {
-		store, stop, err := newStore(cfg)
+		store, err := newStore(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("stack: in-process store: %w", err)
 		}
-		return &Stack{apply: store.Apply, peek: store.Peek, name: "memory", close: []func(){stop}}, nil
+		return &Stack{apply: store.Apply, peek: store.Peek, name: "memory", runs: []func(context.Context) error{store.Run}}, nil
 	}
 	return newRedis(ctx, cfg)
 }
@@ -148,25 +153,32 @@ func (s *Stack) Redis() *redisclient.Client { return s.redis }
 // Name is "memory" or "redis", for the start-up log line.
 func (s *Stack) Name() string { return s.name }
 
-// Close stops what the stack started, in reverse order. The Redis client
-// stays the caller's to close.
+// Run runs the stack's sweepers until ctx ends, then returns once all of
+// them have: the lease layers' return every lease held as they end, so
+// Apply must not be called after Run returned (stop serving first), and
+// the Redis clients must stay open until it has. It returns the first
+// error of a sweeper (none returns one today).
+func (s *Stack) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, run := range s.runs {
+		g.Go(func() error { return run(ctx) })
+	}
+	return g.Wait()
+}
+
+// Close releases what the stack holds besides Run's goroutines (the Redis
+// backends' batchers, which wait for their pipelines in flight), in
+// reverse order; call it after Run returned, or instead of Run. The Redis
+// client stays the caller's to close.
 func (s *Stack) Close() {
 	for i := len(s.close) - 1; i >= 0; i-- {
 		s.close[i]()
 	}
 }
 
-// newStore returns an in-process store and starts its sweeper.
-func newStore(cfg Config) (*memstore.Store, func(), error) {
-	store, err := memstore.New(memstore.Options{MaxKeys: cfg.MemstoreMaxKeys, Registerer: cfg.Registerer})
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(ctx, sweepEvery) }()
-	// Close joins the sweeper, so nothing of the stack outlives it.
-	return store, func() { cancel(); <-done }, nil
+// newStore returns an in-process store; Run runs its sweeper.
+func newStore(cfg Config) (*memstore.Store, error) {
+	return memstore.New(memstore.Options{MaxKeys: cfg.MemstoreMaxKeys, Registerer: cfg.Registerer})
 }
 
 // newRedis builds the Redis stack, and the per-second one beside it when
@@ -200,6 +212,7 @@ func newRedis(ctx context.Context, cfg Config) (*Stack, error) {
 			return nil
 		},
 		name:  "redis",
+		runs:  append(main.runs, sec.runs...),
 		close: append(main.close, sec.close...),
 		redis: cfg.Redis,
 	}, nil
@@ -239,13 +252,13 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 		Registerer: cfg.Registerer,
 	}
 	if cfg.FailureMode == failover.ModeLocal {
-		store, stop, err := newStore(cfg)
+		store, err := newStore(cfg)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("stack: local failure-mode store: %w", err)
 		}
 		fo.Local = store
-		s.close = append(s.close, stop)
+		s.runs = append(s.runs, store.Run)
 	}
 	var primary failover.Limiter = b
 	if cfg.DenyCacheEntries > 0 {
@@ -267,10 +280,9 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 			s.Close()
 			return nil, fmt.Errorf("stack: %w", err)
 		}
-		ll.Start()
-		// Closed before the Redis backend (close runs in reverse), so
-		// the leases held go back at shutdown.
-		s.close = append(s.close, ll.Close)
+		// Run ends before Close closes the Redis backend, so the leases
+		// held go back at shutdown.
+		s.runs = append(s.runs, ll.Run)
 		primary = ll
 	}
 	fb, err := failover.New(primary, fo)

@@ -27,7 +27,8 @@ func newStack(t *testing.T, cfg Config) *Stack {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(s.Close) // after Run's end: cleanups run last first
+	backendtest.RunInBackground(t, s.Run)
 	return s
 }
 
@@ -68,7 +69,8 @@ func TestBackendSuite(t *testing.T) {
 
 // TestLeaseLayer: with Lease options the stack serves a hot counter from
 // a lease (counted in the metrics), answers from the lease in hand while
-// Redis is down, and at Close counts the hits it could not return.
+// Redis is down, and at the end of Run counts the hits it could not
+// return.
 func TestLeaseLayer(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Standalone(t)
@@ -81,6 +83,8 @@ func TestLeaseLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(st.Close)
+	stop := backendtest.RunInBackground(t, st.Run)
 	hot := backendtest.UserCheck("d", "hot", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1, Period: algo.Hour, Burst: 100_000}, 1)
 	hot.Lease = true
 	cold := backendtest.UserCheck("d", "cold", backendtest.PerMinute(algo.GCRA, 100), 1)
@@ -99,9 +103,9 @@ func TestLeaseLayer(t *testing.T) {
 	if _, err := st.Apply(ctx, time.UnixMicro(now), []algo.Check{cold}); err == nil {
 		t.Fatal("cold counter with Redis down: no error")
 	}
-	st.Close()
+	stop()
 	if expired := counterValue(t, reg, "envoy_rls_lease_hits_expired_total"); expired < 1 {
-		t.Fatalf("%v hits expired at Close with Redis down, want the lease's rest", expired)
+		t.Fatalf("%v hits expired at the end of Run with Redis down, want the lease's rest", expired)
 	}
 	if local := counterValue(t, reg, "envoy_rls_lease_local_decisions_total"); local < 1 {
 		t.Fatalf("%v local decisions", local)
