@@ -158,14 +158,14 @@ func (s *Service) prepareHold(p *plan) holdTicket {
 }
 
 // applyAndHold applies p's checks and holds the request when they
-// reserved a later slot.
-func (s *Service) applyAndHold(ctx context.Context, p *plan) error {
+// reserved a later slot; it returns the reservation it waited for.
+func (s *Service) applyAndHold(ctx context.Context, p *plan) (reservation, error) {
 	t := s.prepareHold(p)
 	if err := s.apply(ctx, p); err != nil {
 		if t.slot {
 			s.held.n.Add(-1)
 		}
-		return err
+		return reservation{}, err
 	}
 	return s.hold(ctx, p, t)
 }
@@ -182,32 +182,35 @@ func clearMaxDelay(p *plan, saved []int64) {
 }
 
 // hold holds p until the latest of its reservations, if any, and gives
-// the ticket's place back. It returns the context's error when the caller
-// gave up first.
-func (s *Service) hold(ctx context.Context, p *plan, t holdTicket) error {
-	if t.slot {
-		defer s.held.n.Add(-1)
+// the ticket's place back. It returns the reservation it waited for (zero
+// when none, or when ReleaseHeld ended the wait), or the context's error
+// when the caller gave up first.
+func (s *Service) hold(ctx context.Context, p *plan, t holdTicket) (reservation, error) {
+	if !t.slot {
+		// Without a place no check kept a MaxDelay, so nothing reserved.
+		if t.capped != nil && s.held.metrics != nil && wouldHaveQueued(p, t.capped) {
+			s.held.metrics.capDenied.Inc()
+		}
+		return reservation{}, nil
 	}
-	if t.capped != nil && s.held.metrics != nil && wouldHaveQueued(p, t.capped) {
-		s.held.metrics.capDenied.Inc()
-	}
-	wait := heldFor(p)
-	if wait == 0 {
-		return nil
+	defer s.held.n.Add(-1)
+	r := latestReservation(p)
+	if r.wait == 0 {
+		return reservation{}, nil
 	}
 	if m := s.held.metrics; m != nil {
 		m.held.Inc()
 		defer m.held.Dec()
-		m.delay.Observe(float64(wait) / float64(algo.Second))
+		m.delay.Observe(float64(r.wait) / float64(algo.Second))
 	}
-	timer := time.NewTimer(time.Duration(wait) * time.Microsecond)
+	timer := time.NewTimer(time.Duration(r.wait) * time.Microsecond)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
+		return r, nil
 	case <-ctx.Done():
 		s.returnReservations(ctx, p)
-		return status.FromContextError(ctx.Err()).Err()
+		return reservation{}, status.FromContextError(ctx.Err()).Err()
 	case <-s.held.release:
 		s.returnReservations(ctx, p)
 		for i := range p.decisions {
@@ -215,18 +218,25 @@ func (s *Service) hold(ctx context.Context, p *plan, t holdTicket) error {
 				*d = algo.Decision{RetryAfter: d.Delay, ResetAfter: d.ResetAfter + d.Delay}
 			}
 		}
-		return nil
+		return reservation{}, nil
 	}
 }
 
-// heldFor is the longest Delay of p's decisions in µs: 0 unless the
-// request was admitted to pass later.
-func heldFor(p *plan) int64 {
-	var wait int64
+// reservation is the latest of a request's reservations: its reserved
+// time (Unix µs) and how long the request waits for it (µs); zero when it
+// passes at once.
+type reservation struct{ at, wait int64 }
+
+// latestReservation is the reservation of p's decisions with the longest
+// Delay.
+func latestReservation(p *plan) reservation {
+	var r reservation
 	for _, d := range p.decisions {
-		wait = max(wait, d.Delay)
+		if d.Delay > r.wait {
+			r = reservation{at: d.ReservedAt, wait: d.Delay}
+		}
 	}
-	return wait
+	return r
 }
 
 // wouldHaveQueued reports whether a denied request had a limit that would
@@ -275,17 +285,11 @@ func (s *Service) returnReservations(ctx context.Context, p *plan) {
 }
 
 // addHoldHeaders reports an admitted held request's reserved time and delay.
-func addHoldHeaders(resp *pb.RateLimitResponse, p *plan) {
-	var at, wait int64
-	for _, d := range p.decisions {
-		if d.Delay > wait {
-			at, wait = d.ReservedAt, d.Delay
-		}
-	}
-	if wait == 0 || resp.GetOverallCode() != pb.RateLimitResponse_OK {
+func addHoldHeaders(resp *pb.RateLimitResponse, r reservation) {
+	if r.wait == 0 || resp.GetOverallCode() != pb.RateLimitResponse_OK {
 		return
 	}
 	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-		&corev3.HeaderValue{Key: ReservedAtHeader, Value: strconv.FormatInt(at, 10)},
-		&corev3.HeaderValue{Key: DelayHeader, Value: strconv.FormatFloat(float64(wait)/1000, 'f', 3, 64)})
+		&corev3.HeaderValue{Key: ReservedAtHeader, Value: strconv.FormatInt(r.at, 10)},
+		&corev3.HeaderValue{Key: DelayHeader, Value: strconv.FormatFloat(float64(r.wait)/1000, 'f', 3, 64)})
 }

@@ -180,11 +180,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		domainLabel = req.GetDomain()
 	}
 	resp, err := s.decide(ctx, req, snap, known, domainLabel)
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.observeRequest(domainLabel, resp, err, time.Since(start))
-	}
-	if s.cfg.ReferenceMetrics != nil {
-		s.cfg.ReferenceMetrics.svc.observeCall(err, time.Since(start))
+	if !start.IsZero() {
+		elapsed := time.Since(start)
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.observeRequest(domainLabel, resp, err, elapsed)
+		}
+		if s.cfg.ReferenceMetrics != nil {
+			s.cfg.ReferenceMetrics.svc.observeCall(err, elapsed)
+		}
 	}
 	if span != nil {
 		span.Finish(resp.GetOverallCode().String(), err)
@@ -216,8 +219,10 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	if s.cfg.Metrics != nil && p.overridesIgnored > 0 {
 		s.cfg.Metrics.observeIgnoredOverrides(domainLabel, p.overridesIgnored)
 	}
+	var held reservation
 	if len(p.checks) > 0 {
-		if err := s.applyAndHold(ctx, p); err != nil {
+		var err error
+		if held, err = s.applyAndHold(ctx, p); err != nil {
 			// Per request at Debug: during an outage every request fails,
 			// and the backend's own breaker logs the transitions once.
 			s.log.Debug("backend failed", zap.String("domain", req.GetDomain()), zap.Error(err))
@@ -228,7 +233,7 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 		}
 	}
 	resp := p.response(req, s.cfg.ShadowMode, s.cfg.Headers)
-	addHoldHeaders(resp, p)
+	addHoldHeaders(resp, held)
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics.observeChecks(domainLabel, p, s.cfg.ShadowMode)
 	}
