@@ -12,7 +12,10 @@ import (
 // script is the writer on the request path; EncodeState and EncodeLog are
 // its Go twins, which tests and tools use and TestCodecRoundTrip holds to
 // DecodeState. The period is part of a limit's key, so a window value
-// stores its index and reads back with the period.
+// stores its index and reads back with the period. A fixed_window's index
+// is part of its key too (one key per window, KeyedWindow), so its value is
+// the count alone: what Redis's INCRBY reads and writes, which lets a lone
+// check skip the script (pkg/redisalgo's plain calls).
 
 // maxPacked bounds the counts a packed window value holds: one length
 // digit each, so at most 9 digits.
@@ -23,10 +26,12 @@ const maxPacked = 1_000_000_000
 // stateValue writes it. A sliding log has none: see EncodeLog.
 func EncodeState(p Policy, s State) (string, error) {
 	switch spec := p.Algorithm.spec(); {
+	case p.KeyedWindow():
+		return strconv.FormatInt(s.Count, 10), nil
 	case spec.Shape == ShapeWindow && p.Windows() > 1:
 		return encodeSubWindows(s, p.Period, p.Windows()), nil
 	case spec.Shape == ShapeWindow:
-		return encodeWindow(s, p.Period, p.Algorithm == SlidingWindow), nil
+		return encodeWindow(s, p.Period), nil
 	case spec.Shape == ShapeBucket && s.Frac == 0:
 		return strconv.FormatInt(s.Time, 10), nil
 	case spec.Shape == ShapeBucket:
@@ -38,13 +43,21 @@ func EncodeState(p Policy, s State) (string, error) {
 // DecodeState reads a string state value written for a limit with policy p
 // (only Algorithm, Period and SubWindows matter): the inverse of
 // EncodeState, as apply.lua's load reads it. A sliding log is a sorted
-// set: see DecodeLog.
+// set: see DecodeLog. A fixed_window's value is its count: the State's
+// Time is 0, and the caller sets it to the start of the window the key
+// names (KeyedWindow).
 func DecodeState(p Policy, v string) (State, error) {
 	switch spec := p.Algorithm.spec(); {
+	case p.KeyedWindow():
+		c, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return State{}, fmt.Errorf("fixed_window state %q is no integer count", v)
+		}
+		return State{Count: c}, nil
 	case spec.Shape == ShapeWindow && p.Windows() > 1:
 		return decodeSubWindows(v, p.Period, p.Windows())
 	case spec.Shape == ShapeWindow:
-		start, c, prev, err := decodeWindow(v, p.Algorithm == SlidingWindow)
+		start, c, prev, err := decodeWindow(v)
 		if err != nil {
 			return State{}, err
 		}
@@ -94,10 +107,23 @@ func DecodeLog(times []int64) State {
 // removes them with ZREMRANGEBYSCORE -inf it).
 func LogLiveAfter(p Policy, now int64) int64 { return now - p.Period }
 
-// encodeWindow is apply.lua's windowValue: the window index, then the
-// counts packed with their digit counts last, or joined by ':' when a
-// count does not fit one digit count.
-func encodeWindow(s State, period int64, sliding bool) string {
+// KeyedWindow reports whether p's state is one key per window, the window
+// named by its key and the value holding the count alone: a fixed_window.
+// Its key (pkg/redisalgo) ends in the window's index (WindowIndex), and a
+// key of a past window is never read again, only left to expire.
+func (p Policy) KeyedWindow() bool { return p.Algorithm == FixedWindow }
+
+// WindowIndex is the index of the window of period that holds now: the
+// window starts at WindowIndex × period.
+func WindowIndex(now, period int64) int64 {
+	i, _ := divmod(now, period)
+	return i
+}
+
+// encodeWindow is apply.lua's windowValue for a sliding_window: the window
+// index, then the counts packed with their digit counts last, or joined by
+// ':' when a count does not fit one digit count.
+func encodeWindow(s State, period int64) string {
 	i, _ := divmod(s.Time, period)
 	packable := func(c int64) bool { return c >= 0 && c < maxPacked }
 	digits := func(c int64) string {
@@ -107,13 +133,6 @@ func encodeWindow(s State, period int64, sliding bool) string {
 		return strconv.FormatInt(c, 10)
 	}
 	idx := strconv.FormatInt(i, 10)
-	if !sliding {
-		if !packable(s.Count) {
-			return idx + ":" + strconv.FormatInt(s.Count, 10)
-		}
-		c := digits(s.Count)
-		return idx + c + strconv.Itoa(len(c))
-	}
 	if !packable(s.Count) || !packable(s.Prev) {
 		return idx + ":" + strconv.FormatInt(s.Count, 10) + ":" + strconv.FormatInt(s.Prev, 10)
 	}
@@ -162,16 +181,12 @@ func decodeFields(v string, n int) (a, b, c int64, err error) {
 	return out[0], out[1], out[2], nil
 }
 
-// decodeWindow reads a window value (apply.lua's loadWindow): the window
-// index, its count and, for a sliding window, the previous count; packed,
-// with the counts' digit counts at the end, or joined by ':'.
-func decodeWindow(v string, sliding bool) (index, count, prev int64, err error) {
+// decodeWindow reads a sliding_window value (apply.lua's loadWindow): the
+// window index, its count and the previous count; packed, with the counts'
+// digit counts at the end, or joined by ':'.
+func decodeWindow(v string) (index, count, prev int64, err error) {
 	if strings.Contains(v, ":") {
-		n := 2
-		if sliding {
-			n = 3
-		}
-		return decodeFields(v, n)
+		return decodeFields(v, 3)
 	}
 	bad := fmt.Errorf("window state %q is not packed as apply.lua packs it", v)
 	n := len(v)
@@ -194,10 +209,7 @@ func decodeWindow(v string, sliding bool) (index, count, prev int64, err error) 
 		x, err := strconv.ParseInt(s, 10, 64)
 		return x, err == nil
 	}
-	np := 0
-	if sliding {
-		np = digit()
-	}
+	np := digit()
 	nc := digit()
 	prev, okp := take(np)
 	count, okc := take(nc)

@@ -270,7 +270,11 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 		if p.TTL < 0 {
 			ttl = -1
 		}
-		rep.Descriptors[where[i][0]].Limits[where[i][1]].State = &State{
+		lim := &rep.Descriptors[where[i][0]].Limits[where[i][1]]
+		if p.Key != "" {
+			lim.Key = p.Key
+		}
+		lim.State = &State{
 			Exists: p.Exists, Allowed: d.Allowed, Remaining: d.Remaining,
 			ResetAfterMS: float64(d.ResetAfter) / 1e3, TTLMS: ttl,
 			Raw: RawState{TimeUS: p.State.Time, Frac: p.State.Frac, Count: p.State.Count, Prev: p.State.Prev, LogEntries: len(p.State.Log), SubWindows: p.State.Subs},
@@ -288,7 +292,9 @@ func (e *Explainer) limit(now time.Time, domain string, r *rules.Rule, l *rules.
 		eff = rls.EffectiveLimit(nil, now, domain, r, l)
 	}
 	c := algo.Check{Domain: domain, Entries: keyEntries, HashTag: r.HashTag, Policy: eff.Policy}
-	key := redisalgo.AppendKey([]byte(e.KeyPrefix), c)
+	// A fixed window's key names the window holding now; a live explain
+	// shows the one the peek read, on Redis's clock.
+	key := redisalgo.AppendKeyAt([]byte(e.KeyPrefix), c, now.UnixMicro())
 	out := Limit{
 		Name: l.Name, Label: l.Label, Algorithm: l.Policy.Algorithm.String(),
 		Unit: l.Unit.String(), UnitMultiplier: l.UnitMultiplier, PeriodUS: l.Policy.Period,

@@ -325,6 +325,11 @@ func (w *walk) add(rd read, now int64) {
 			k.State = "unreadable"
 			break
 		}
+		if pol.KeyedWindow() {
+			// The key names its window; a live key's is the latest its
+			// letter can name.
+			st.Time = rd.key.WindowStart(now)
+		}
 		k.State, k.Value = describeState(pol, st, now, k.Rule != "")
 		if k.Rule != "" {
 			k.Remaining = algo.Peeked{State: st, Now: now}.Decision(pol).Remaining

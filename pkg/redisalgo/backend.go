@@ -120,6 +120,11 @@ type Backend struct {
 	maxCallCost int64
 	// keyPrefix is Options.KeyPrefix.
 	keyPrefix string
+	// clock tracks Redis's time for the keys of fixed windows (clock.go);
+	// clockUsed is set once a request needed it, from when pipelines keep
+	// it measured.
+	clock     redisClock
+	clockUsed atomic.Bool
 }
 
 // New returns a Backend over a client of standalone Redis or of a Sentinel
@@ -370,8 +375,16 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	s.reset(len(checks))
 
 	var now int64 // 0: the server's TIME
-	if b.callerTime {
+	switch {
+	case b.callerTime:
 		now = at.UnixMicro()
+	case keyedWindows(checks):
+		// The keys name the window holding now: the script cannot pick
+		// it, so the request is applied at Redis's time as tracked here.
+		var err error
+		if now, err = b.redisNow(ctx); err != nil {
+			return nil, err
+		}
 	}
 	b.group(s, checks, now)
 	b.topo.route(s.calls)
@@ -384,6 +397,32 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		out[i] = s.out[j]
 	}
 	return out, nil
+}
+
+// keyedWindows reports whether a check's key names its window
+// (algo.Policy.KeyedWindow).
+func keyedWindows(checks []algo.Check) bool {
+	for i := range checks {
+		if checks[i].Policy.KeyedWindow() {
+			return true
+		}
+	}
+	return false
+}
+
+// redisNow returns Redis's time as tracked (clock.go), measuring it first
+// with a TIME of its own when no pipeline has yet.
+func (b *Backend) redisNow(ctx context.Context) (int64, error) {
+	b.clockUsed.Store(true)
+	now, _, ok := b.clock.now(time.Now())
+	if ok {
+		return now, nil
+	}
+	if err := b.clock.sync(ctx, b.client); err != nil {
+		return 0, err
+	}
+	now, _, _ = b.clock.now(time.Now())
+	return now, nil
 }
 
 // outcome returns the error of s's calls, if any, after refunding what a
@@ -428,7 +467,7 @@ func ValidateKeyPrefix(p string) error {
 // group.
 func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 	for i := range checks {
-		key := s.keys.add(b.keyPrefix, checks[i])
+		key := s.keys.add(b.keyPrefix, checks[i], now)
 		s.slots = append(s.slots, b.topo.slot(key))
 		s.order = append(s.order, i)
 	}
@@ -449,6 +488,9 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 		c := call{checks: s.sorted[lo : j+1], out: s.out[lo : j+1]}
 		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
 		c.script.lean = leanChecks(c.checks)
+		if now != 0 && len(c.checks) == 1 && plainCheck(&c.checks[0]) {
+			c.script.plain, c.script.ttl = true, windowTTL(c.checks[0].Policy.Period, now)
+		}
 		s.calls = append(s.calls, c)
 		lo = j + 1
 	}
@@ -489,14 +531,27 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		}
 	}
 
+	s.sending = s.sending[:0]
 	for i := range calls {
 		c := &calls[i]
 		if err := c.script.err; err != nil {
-			c.err = fmt.Errorf("redisalgo: apply script: %w", err)
+			what := "apply script"
+			if c.script.plain {
+				what = "plain call"
+			}
+			c.err = fmt.Errorf("redisalgo: %s: %w", what, err)
 			continue
 		}
 		// parseApplyInts's errors carry the package prefix and the detail.
 		c.evalNow, c.allowed, c.err = parseApplyInts(c.script.reply, c.out)
+		if c.script.plain && c.err == nil && !c.allowed {
+			s.sending = append(s.sending, c)
+		}
+	}
+	if len(s.sending) > 0 {
+		// The request is answered anyway; the give-back must not be
+		// cut short by its deadline (the client's timeouts bound it).
+		b.giveBack(context.WithoutCancel(ctx), s.sending)
 	}
 }
 
@@ -606,6 +661,17 @@ func (b *Backend) send(ctx context.Context, calls []*scriptCall) {
 	m := mergers.Get().(*merger)
 	defer mergers.Put(m)
 	cmds := m.merge(ctx, calls, b.maxCallCost)
+	// Keep Redis's clock measured while requests need it: one pipeline a
+	// second carries a TIME (clock.go).
+	var clock *redis.TimeCmd
+	if b.clockUsed.Load() && len(cmds) > 0 {
+		if _, stale, _ := b.clock.now(time.Now()); b.clock.claim(stale) {
+			defer b.clock.release()
+			clock = redis.NewTimeCmd(ctx, "time")
+			cmds = append(cmds, clock)
+		}
+	}
+	sent := time.Now()
 	switch len(cmds) {
 	case 0:
 		return
@@ -617,6 +683,9 @@ func (b *Backend) send(ctx context.Context, calls []*scriptCall) {
 			_ = pipe.Process(ctx, c)
 		}
 		_, _ = pipe.Exec(ctx)
+	}
+	if clock != nil && clock.Err() == nil {
+		b.clock.observe(sent, time.Now(), clock.Val())
 	}
 	m.split()
 }

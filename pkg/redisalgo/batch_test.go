@@ -546,7 +546,8 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	cl := redistest.SharedCluster(t)
 	b := newBackend(t, cl.ClusterClient(t), Options{CallerTime: true})
 	dom := redistest.KeyPrefix(t)
-	pol := backendtest.PerMinute(algo.FixedWindow, 2)
+	// Not a fixed window, whose one-hit checks go as plain commands.
+	pol := backendtest.PerMinute(algo.TokenBucket, 2)
 	firstCheck := backendtest.UserCheck(dom, "first", pol, 1)
 	master := cl.MasterForSlot(t, keySlot(AppendKey(nil, firstCheck)))
 	// Four users on the master of "first", three requests each; slots

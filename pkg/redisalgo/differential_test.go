@@ -209,6 +209,10 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		}
 		first := limits[pick[0]].p
 		now += randsteps.Gap(r, first.Period, first.Limit)
+		for i := range keys {
+			// A fixed window's key names the window holding now.
+			keys[i] = windowKey(keys[i], checks[i].Policy, now)
+		}
 
 		res, err := observedScript.Run(ctx, client, keys, appendApplyArgs(nil, now, checks)...).Slice()
 		if err != nil || len(res) != 5 {
@@ -217,7 +221,7 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		before, after, ttls, ran := res[1].([]any), res[2].([]any), res[3].([]any), res[4].(int64)
 		states = slices.Grow(states[:0], len(keys))[:len(keys)]
 		for i, k := range keys {
-			s, _, err := parseState(k, checks[i].Policy, before[i])
+			s, _, err := parseState(k, checks[i].Policy, before[i], now)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -248,7 +252,7 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 		}
 		for i, k := range keys {
-			got, present, err := parseState(k, checks[i].Policy, after[i])
+			got, present, err := parseState(k, checks[i].Policy, after[i], now)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -332,9 +336,16 @@ func diffQueueMode(r *rand.Rand, c algo.Check, key string, reserved []diffReserv
 	return 1 + r.Int64N(2*max(c.Policy.Period, 1)), 0
 }
 
+// windowKey is key as AppendKeyAt ends it for policy p at now: with a
+// fixed window's window suffix.
+func windowKey(key string, p algo.Policy, now int64) string {
+	return string(appendWindow([]byte(key), p, now))
+}
+
 // parseState decodes one key's state of policy p as observedScript reads
-// it; present is false for a missing key.
-func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, err error) {
+// it at now (a fixed window's key names the window holding now); present
+// is false for a missing key.
+func parseState(key string, p algo.Policy, v any, now int64) (s algo.State, present bool, err error) {
 	a := p.Algorithm
 	vals, ok := v.([]any)
 	if !ok {
@@ -374,7 +385,16 @@ func parseState(key string, p algo.Policy, v any) (s algo.State, present bool, e
 			s.Log = append(s.Log, t)
 			n++
 		}
-	case algo.FixedWindow, algo.SlidingWindow:
+	case algo.FixedWindow:
+		// The count alone; the key names the window.
+		if s, err = DecodeState(p, strs[0]); err != nil {
+			return s, true, fmt.Errorf("%s: %w", key, err)
+		}
+		if want := strconv.FormatInt(s.Count, 10); strs[0] != want {
+			return s, true, fmt.Errorf("%s: %v value %q, want %q", key, a, strs[0], want)
+		}
+		s.Time = algo.WindowIndex(now, p.Period) * p.Period
+	case algo.SlidingWindow:
 		// One spelling per state, so the value must round-trip.
 		if s, err = DecodeState(p, strs[0]); err != nil {
 			return s, true, fmt.Errorf("%s: %w", key, err)
@@ -567,7 +587,7 @@ func TestBoundaryOnRedis(t *testing.T) {
 			pipe := client.Pipeline()
 			cmds := make([]*redis.Cmd, 100)
 			for i := range cmds {
-				cmds[i] = paddedApply.EvalSha(ctx, pipe, []string{key}, appendApplyArgs(nil, now, checks)...)
+				cmds[i] = paddedApply.EvalSha(ctx, pipe, []string{windowKey(key, p, now)}, appendApplyArgs(nil, now, checks)...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)

@@ -132,6 +132,65 @@ func AppendKey(dst []byte, c algo.Check) []byte {
 	return append(dst, '}')
 }
 
+// windowLetters is how many windows a fixed_window's key tells apart: its
+// last byte is the window's index modulo windowLetters, as an uppercase
+// letter (AppendKeyAt).
+const windowLetters = 26
+
+// AppendKeyAt appends the key that holds c's state at now (Unix µs): the
+// limit's key (AppendKey), then for a fixed_window (algo.Policy.KeyedWindow)
+// one uppercase letter naming the window that holds now, 'A' + its index
+// modulo 26, so that each window has a key of its own whose value is the
+// count alone:
+//
+//	r2{perf:key:user-4480405:f1o}K
+//	r2{api:user:alice}#:path:/a:f1oK
+//
+// Redis's INCRBY and PEXPIRE then apply a lone hit exactly (plain calls,
+// plain.go). A window's key expires at the window's end, so by the time
+// the letter comes round again, 26 windows later, the key it named is
+// long gone; only a key whose expiry was never set (an INCRBY whose
+// PEXPIRE, sent in the same write, never ran) could be read again, and its
+// count then only denies, for one window, after which the PEXPIRE of that
+// window's first call expires it. One byte keeps the name shorter than
+// envoyproxy/ratelimit's, whose names carry the window's start in seconds
+// (TestKeyNameMemory); the letter follows the policy field, whose period
+// is lowercase base 36, or the hash tag's '}', so it parses back uniquely
+// and leaves the hash tag, and so the slot, unchanged.
+func AppendKeyAt(dst []byte, c algo.Check, now int64) []byte {
+	dst = AppendKey(dst, c)
+	return appendWindow(dst, c.Policy, now)
+}
+
+// appendWindow appends the window letter of AppendKeyAt for policy p at
+// now: nothing unless p.KeyedWindow().
+func appendWindow(dst []byte, p algo.Policy, now int64) []byte {
+	if !p.KeyedWindow() {
+		return dst
+	}
+	return append(dst, windowLetter(p.Period, now))
+}
+
+// windowLetter is the letter of the window of period holding now: 'A' for
+// a period that is not positive (such a policy blocks every hit and stores
+// nothing).
+func windowLetter(period, now int64) byte {
+	if period <= 0 {
+		return 'A'
+	}
+	_, r := divmod(algo.WindowIndex(now, period), windowLetters)
+	return byte('A' + r)
+}
+
+// divmod is floor division and its non-negative remainder.
+func divmod(a, b int64) (q, r int64) {
+	q, r = a/b, a%b
+	if r < 0 {
+		q, r = q-1, r+b
+	}
+	return q, r
+}
+
 // appendPolicy appends what of p names the counter: the algorithm's letter
 // (algo.Spec.Letter, part of the key layout: changing one needs a new
 // LayoutVersion), then the period in base 36, in seconds when it is whole
@@ -285,6 +344,21 @@ type Key struct {
 	// SubWindows is a sliding_window's sub-window count when above 1,
 	// else 0 (algo.Policy.SubWindows).
 	SubWindows int64
+	// Window is a fixed_window key's letter (AppendKeyAt): the index of
+	// the window it counts modulo 26; 0 for other algorithms.
+	Window int64
+}
+
+// WindowStart is the start (Unix µs) of the latest window at or before now
+// that k, a fixed_window's key, can name: the window it counts when its
+// state is alive at now (a window's key expires at the window's end).
+func (k Key) WindowStart(now int64) int64 {
+	if k.Period <= 0 {
+		return 0
+	}
+	i := algo.WindowIndex(now, k.Period)
+	_, r := divmod(i-k.Window, windowLetters)
+	return (i - r) * k.Period
 }
 
 // ErrNotOurs is wrapped by ParseKey's errors: the name is not one that
@@ -292,7 +366,8 @@ type Key struct {
 var ErrNotOurs = errors.New("not an envoy-rls key")
 
 // ParseKey reads a key name back into what it names: the inverse of
-// AppendKey after prefix (Options.KeyPrefix). It accepts only the one
+// AppendKeyAt after prefix (Options.KeyPrefix): a fixed_window's key
+// must end in its window's letter, no other key may. It accepts only the one
 // spelling AppendKey writes, so every name it accepts names one counter,
 // and it accepts every name AppendKey writes (the key tests and a fuzz
 // target hold both directions). Any other name is refused with an error
@@ -314,15 +389,50 @@ func parseKey(name, prefix string) (Key, error) {
 	if strings.IndexByte(name, '{') != len(prefix)+len(LayoutVersion) {
 		return k, errors.New("the first '{' is not the hash tag's")
 	}
+	rest, window, windowed := cutWindow(rest)
 	// Split where Redis does: at the first '}' after the first '{'.
 	tag, after, ok := strings.Cut(rest, "}")
 	if !ok || tag == "" {
 		return k, errors.New("no hash tag")
 	}
+	var err error
 	if after == "" {
-		return k, k.parseDefault(strings.Split(tag, ":"))
+		err = k.parseDefault(strings.Split(tag, ":"))
+	} else {
+		err = k.parseTagged(strings.Split(tag, ":"), strings.Split(after, ":"))
 	}
-	return k, k.parseTagged(strings.Split(tag, ":"), strings.Split(after, ":"))
+	if err != nil {
+		return k, err
+	}
+	keyed := algo.Policy{Algorithm: k.Algorithm}.KeyedWindow()
+	switch {
+	case keyed && !windowed:
+		return k, fmt.Errorf("no window letter ends the %s key", k.Algorithm)
+	case !keyed && windowed:
+		return k, fmt.Errorf("a window letter %q ends a %s key", window, k.Algorithm)
+	case keyed && k.Period <= 0 && window != 'A':
+		return k, fmt.Errorf("window letter %q for a period of %dµs (want 'A')", window, k.Period)
+	}
+	if keyed {
+		k.Window = int64(window - 'A')
+	}
+	return k, nil
+}
+
+// cutWindow cuts a fixed_window's window letter (appendWindow) off a key
+// name: a last byte 'A'-'Z' that follows the policy field (in the hash-tag
+// layout; the field is lowercase base 36 with '.' and '/') or the hash
+// tag's '}' (in the default layout; text after '}' without ':' is nothing
+// else).
+func cutWindow(name string) (rest string, window byte, ok bool) {
+	n := len(name)
+	if n < 2 || name[n-1] < 'A' || name[n-1] > 'Z' {
+		return name, 0, false
+	}
+	if name[n-2] == '}' || strings.LastIndexByte(name, ':') > strings.LastIndexByte(name, '}') {
+		return name[:n-1], name[n-1], true
+	}
+	return name, 0, false
 }
 
 // parseDefault reads the fields of r2{<domain>:<k1>:<v1>…:<ap>}.

@@ -24,12 +24,12 @@ func (k *keyBuf) reset() {
 	k.ends = k.ends[:0]
 }
 
-// add appends prefix and c's key (AppendKey) as key number k.len()-1 and
-// returns its bytes.
-func (k *keyBuf) add(prefix string, c algo.Check) []byte {
+// add appends prefix and c's key at now (AppendKeyAt) as key number
+// k.len()-1 and returns its bytes.
+func (k *keyBuf) add(prefix string, c algo.Check, now int64) []byte {
 	start := len(k.b)
 	k.b = append(k.b, prefix...)
-	k.b = AppendKey(k.b, c)
+	k.b = AppendKeyAt(k.b, c, now)
 	k.ends = append(k.ends, len(k.b))
 	return k.b[start:]
 }

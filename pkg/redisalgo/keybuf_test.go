@@ -47,8 +47,8 @@ func TestKeyBufViews(t *testing.T) {
 	var want []string
 	for i := range 50 { // enough to make the buffer grow under the views
 		c := backendtest.UserCheck("dom", strconv.Itoa(i), backendtest.PerMinute(algo.Algorithms[i%len(algo.Algorithms)], 3), 1)
-		got := string(k.add("pre:", c))
-		want = append(want, string(AppendKey([]byte("pre:"), c)))
+		got := string(k.add("pre:", c, 0))
+		want = append(want, string(AppendKeyAt([]byte("pre:"), c, 0)))
 		if got != want[i] {
 			t.Fatalf("add %d returned %q, want %q", i, got, want[i])
 		}

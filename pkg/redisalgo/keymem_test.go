@@ -275,7 +275,7 @@ func TestKeyNameMemory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ours := func(i int) string {
-				return string(AppendKey(nil, algo.Check{Domain: tc.domain, Entries: tc.entries(i), HashTag: tc.hashTag, Policy: perMinute}))
+				return string(AppendKeyAt(nil, algo.Check{Domain: tc.domain, Entries: tc.entries(i), HashTag: tc.hashTag, Policy: perMinute}, time.Now().UnixMicro()))
 			}
 			reference := func(i int) string {
 				name := tc.domain + "_"
@@ -287,9 +287,12 @@ func TestKeyNameMemory(t *testing.T) {
 			got, want := nameMemory(t, n, ours), nameMemory(t, n, reference)
 			t.Logf("%q: %.1f bytes/key; reference %q: %.1f bytes/key", ours(0), got, reference(0), want)
 			// A name costs a whole allocator size class (8 or 16 bytes
-			// here) more or less; what one byte covers is the measurement's
-			// own noise (a connection buffer that grew by a few KiB).
-			if got > want+1 {
+			// here) more or less; what four bytes cover is the
+			// measurement's own noise, which moves either figure by 1.2
+			// bytes/key from run to run for names of one size class (a
+			// connection buffer that grew by a few KiB, say), and a
+			// difference of a size class still fails.
+			if got > want+4 {
 				t.Errorf("%q costs %.1f bytes/key, more than the reference's %q at %.1f", ours(0), got, reference(0), want)
 			}
 		})

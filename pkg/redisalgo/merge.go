@@ -47,6 +47,14 @@ type scriptCall struct {
 	// lean sends the call to lean.lua instead of apply.lua; the backend
 	// sets it for a request's calls that leanChecks accepts.
 	lean bool
+	// plain sends the call as INCRBY and PEXPIRE instead of a script
+	// (plain.go); the backend sets it for a lone check that plainCheck
+	// accepts, ttl to the PEXPIRE's ms.
+	plain bool
+	ttl   int64
+	// plainReply holds a plain call's reply, made as apply.lua would have
+	// made it (plain.go), which reply then views.
+	plainReply [replyPerLimit + 2]int64
 
 	// reply is the call's share of its command's reply (replySize of its
 	// limits), or err the command's error.
@@ -87,19 +95,27 @@ type merger struct {
 	args   []any
 	cmds   []redis.Cmder
 	merged []mergedCall
+	plains []plainCmds
 }
 
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
-// merge returns the commands for calls: one per run of calls that share a
-// slot, the eval flag and the script (lean or apply), each carrying calls whose summed cost stays
-// within maxCost, so that no merged script holds Redis much longer than
-// one request may (a call above maxCost goes alone). Calls keep their
-// queue order within a command. After the round trip, split hands each
+// merge returns the commands for calls: an INCRBY and a PEXPIRE per plain
+// call (plain.go), then one script call per run of calls that share a
+// slot, the eval flag and the script (lean or apply), each carrying calls
+// whose summed cost stays within maxCost, so that no merged script holds
+// Redis much longer than one request may (a call above maxCost goes
+// alone). Calls keep their queue order within a command. After the round trip, split hands each
 // call its share of the reply; the merger must not be reused before.
 func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) []redis.Cmder {
 	m.calls = append(m.calls[:0], calls...)
 	byCommand := func(x, y *scriptCall) int {
+		if x.plain != y.plain {
+			if x.plain {
+				return -1
+			}
+			return 1
+		}
 		if x.eval != y.eval {
 			if x.eval {
 				return 1
@@ -120,10 +136,17 @@ func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) 
 		// Stable: requests of one slot keep their order in the command.
 		slices.SortStableFunc(m.calls, byCommand)
 	}
-	m.args, m.cmds, m.merged = m.args[:0], m.cmds[:0], m.merged[:0]
+	m.args, m.cmds, m.merged, m.plains = m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0]
 	lo := 0
 	var cost int64
 	for i, c := range m.calls {
+		if c.plain {
+			// Plain calls sort first and never merge: each is its own
+			// INCRBY and PEXPIRE.
+			m.addPlain(ctx, c)
+			lo = i + 1
+			continue
+		}
 		cost += c.cost
 		if i+1 < len(m.calls) {
 			next := m.calls[i+1]
@@ -193,6 +216,9 @@ func (m *merger) add(ctx context.Context, calls []*scriptCall) {
 // merged command; a lone call gets its reply whole, for parseApplyInts to
 // report in detail.
 func (m *merger) split() {
+	for _, p := range m.plains {
+		p.split()
+	}
 	for _, mc := range m.merged {
 		if err := mc.cmd.Err(); err != nil {
 			for _, c := range mc.calls {
@@ -227,5 +253,6 @@ func (m *merger) split() {
 	clear(m.args)
 	clear(m.cmds)
 	clear(m.merged)
-	m.calls, m.args, m.cmds, m.merged = m.calls[:0], m.args[:0], m.cmds[:0], m.merged[:0]
+	clear(m.plains)
+	m.calls, m.args, m.cmds, m.merged, m.plains = m.calls[:0], m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0]
 }

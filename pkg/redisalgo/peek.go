@@ -15,20 +15,32 @@ import (
 // tools (the live explain endpoint): one pipeline of GET (ZRANGE for a
 // sliding log) and PTTL per key, and TIME for the time to judge the state
 // at (the time the script would use; the caller's at under
-// Options.CallerTime). It never calls the script and sends no command that
+// Options.CallerTime). A fixed_window's key is its current window's, on
+// Redis's clock as the backend tracks it (clock.go), and that is the time
+// its state is judged at. It never calls the script and sends no command that
 // writes, so a peek consumes nothing and moves no expiry. On a cluster each
 // key's commands go to its master.
 func (b *Backend) Peek(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Peeked, error) {
+	var keyed int64 // the now fixed windows' keys are at
+	switch {
+	case b.callerTime:
+		keyed = at.UnixMicro()
+	case keyedWindows(checks):
+		var err error
+		if keyed, err = b.redisNow(ctx); err != nil {
+			return nil, fmt.Errorf("redisalgo: peek: %w", err)
+		}
+	}
 	pipe := b.client.Pipeline()
 	var clock *redis.TimeCmd
-	if !b.callerTime {
+	if keyed == 0 {
 		clock = pipe.Time(ctx)
 	}
 	out := make([]algo.Peeked, len(checks))
 	values := make([]redis.Cmder, len(checks))
 	ttls := make([]*redis.DurationCmd, len(checks))
 	for i := range checks {
-		key := string(AppendKey([]byte(b.keyPrefix), checks[i]))
+		key := string(AppendKeyAt([]byte(b.keyPrefix), checks[i], keyed))
 		out[i].Key = key
 		if isLog(checks[i].Policy.Algorithm) {
 			values[i] = pipe.ZRangeWithScores(ctx, key, 0, -1)
@@ -40,7 +52,7 @@ func (b *Backend) Peek(ctx context.Context, at time.Time, checks []algo.Check) (
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("redisalgo: peek: %w", err)
 	}
-	now := at.UnixMicro()
+	now := keyed
 	if clock != nil {
 		now = clock.Val().UnixMicro()
 	}
@@ -53,6 +65,9 @@ func (b *Backend) Peek(ctx context.Context, at time.Time, checks []algo.Check) (
 			if v.Err() == nil {
 				p.Exists = true
 				p.State, err = DecodeState(checks[i].Policy, v.Val())
+				if pol := checks[i].Policy; pol.KeyedWindow() && pol.Period > 0 {
+					p.State.Time = algo.WindowIndex(now, pol.Period) * pol.Period
+				}
 			}
 		case *redis.ZSliceCmd:
 			p.Exists = len(v.Val()) > 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,9 +24,11 @@ func TestDecodeState(t *testing.T) {
 		want  algo.State
 		bad   bool
 	}{
-		{"packed fixed window (apply.lua's example)", fixed, "29934682122", algo.State{Time: 29934682 * algo.Minute, Count: 12}, false},
-		{"fixed window of count 0", fixed, "70", algo.State{Time: 7 * algo.Minute}, false},
-		{"fixed window with a colon", fixed, "7:1234567890", algo.State{Time: 7 * algo.Minute, Count: 1234567890}, false},
+		// A fixed window's key names its window: Time is the caller's.
+		{"fixed window count", fixed, "12", algo.State{Count: 12}, false},
+		{"fixed window of count 0", fixed, "0", algo.State{}, false},
+		{"fixed window of 10 digits", fixed, "1234567890", algo.State{Count: 1234567890}, false},
+		{"fixed window in the old packed layout's colon form", fixed, "7:1234567890", algo.State{}, true},
 		{"packed sliding window", sliding, "512321", algo.State{Time: 5 * algo.Second, Count: 12, Prev: 3}, false},
 		{"sliding window with colons", sliding, "5:12:3", algo.State{Time: 5 * algo.Second, Count: 12, Prev: 3}, false},
 		{"sliding window, previous only", sliding, "5901", algo.State{Time: 5 * algo.Second, Prev: 9}, false},
@@ -33,7 +36,7 @@ func TestDecodeState(t *testing.T) {
 		{"bucket TAT with a fraction", bucket, "17:4", algo.State{Time: 17, Frac: 4}, false},
 		{"not a number", bucket, "abc", algo.State{}, true},
 		{"too many fields", bucket, "1:2:3", algo.State{}, true},
-		{"packed lengths longer than the value", fixed, "19", algo.State{}, true},
+		{"packed lengths longer than the value", sliding, "19", algo.State{}, true},
 		{"sliding log has no string state", algo.Policy{Algorithm: algo.SlidingLog, Period: 1}, "1", algo.State{}, true},
 	}
 	for _, tt := range tests {
@@ -57,7 +60,8 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
 				t.Fatal(err)
 			}
-			key := string(AppendKey(nil, c))
+			now, _, _ := b.clock.now(time.Now())
+			key := string(AppendKeyAt(nil, c, now))
 			before, err := client.Dump(ctx, key).Result()
 			if err != nil {
 				t.Fatalf("%s: DUMP %q: %v", a, key, err)

@@ -448,14 +448,15 @@ func TestWindowValue(t *testing.T) {
 		value    string
 		encoding string
 	}{
+		// A fixed window's key names its window: the value is the count.
 		{name: "fixed second", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Second},
-			hits: []hit{{0, 3, false}}, value: "170000000031", encoding: "int"},
+			hits: []hit{{0, 3, false}}, value: "3", encoding: "int"},
 		{name: "fixed minute", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 100, Period: algo.Minute},
-			hits: []hit{{0, 12, false}}, value: "28333333122", encoding: "int"},
+			hits: []hit{{0, 12, false}}, value: "12", encoding: "int"},
 		{name: "fixed 7µs", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: 7},
-			hits: []hit{{0, 1, false}}, value: "24285714285714211", encoding: "int"},
+			hits: []hit{{0, 1, false}}, value: "1", encoding: "int"},
 		{name: "fixed count of 10 digits", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2 * big, Period: algo.Second},
-			hits: []hit{{0, big, false}}, value: "1700000000:1000000007", encoding: "embstr"},
+			hits: []hit{{0, big, false}}, value: "1000000007", encoding: "int"},
 		{name: "sliding both counts", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
 			hits: []hit{{0, 5, false}, {algo.Second, 17, false}}, value: "170000000117521", encoding: "int"},
 		{name: "sliding previous only", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
@@ -475,21 +476,22 @@ func TestWindowValue(t *testing.T) {
 			goOut := make([]algo.Decision, 1)
 			for _, h := range tt.hits {
 				c := []algo.Check{{Policy: tt.p, Hits: h.hits, Refund: h.refund}}
-				_, _, luaOut := luaApply(t, client, []string{key}, luaT0+h.at, c)
+				_, _, luaOut := luaApply(t, client, []string{windowKey(key, tt.p, luaT0+h.at)}, luaT0+h.at, c)
 				algo.ApplyAll(c, states, luaT0+h.at, goOut)
 				if luaOut[0] != goOut[0] {
 					t.Fatalf("at +%dµs: lua %+v, go %+v", h.at, luaOut[0], goOut[0])
 				}
 			}
-			if got, err := client.Get(ctx, key).Result(); err != nil || got != tt.value {
+			written := windowKey(key, tt.p, luaT0+tt.hits[len(tt.hits)-1].at)
+			if got, err := client.Get(ctx, written).Result(); err != nil || got != tt.value {
 				t.Errorf("value %q (%v), want %q", got, err, tt.value)
 			}
-			if got, err := client.ObjectEncoding(ctx, key).Result(); err != nil || got != tt.encoding {
+			if got, err := client.ObjectEncoding(ctx, written).Result(); err != nil || got != tt.encoding {
 				t.Errorf("OBJECT ENCODING %q (%v), want %q", got, err, tt.encoding)
 			}
 			last := tt.hits[len(tt.hits)-1].at + 1
 			c := []algo.Check{{Policy: tt.p}}
-			_, _, luaOut := luaApply(t, client, []string{key}, luaT0+last, c)
+			_, _, luaOut := luaApply(t, client, []string{windowKey(key, tt.p, luaT0+last)}, luaT0+last, c)
 			algo.ApplyAll(c, states, luaT0+last, goOut)
 			if luaOut[0] != goOut[0] {
 				t.Errorf("check-only after: lua %+v, go %+v (the value read back wrong)", luaOut[0], goOut[0])

@@ -41,7 +41,7 @@ func TestScriptWritesTableCodec(t *testing.T) {
 				s = ns
 			}
 		}
-		key := string(AppendKey(nil, c))
+		key := string(AppendKeyAt(nil, c, now))
 		spec, _ := p.Algorithm.Spec()
 		if spec.Shape == algo.ShapeLog {
 			got := LogState(client.ZRangeWithScores(ctx, key, 0, -1).Val())

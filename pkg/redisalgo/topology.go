@@ -137,7 +137,8 @@ func (t *cluster) settle(calls []call, failed error) error {
 func (t *cluster) shard(prefix string, c algo.Check) int {
 	buf := keyBufs.Get().(*keyBuf)
 	buf.reset()
-	buf.add(prefix, c)
+	// Any window's key has the limit's slot (AppendKeyAt).
+	buf.add(prefix, c, 0)
 	// The view is read only until forKey returns; buf is reset after.
 	n := t.nodes.forKey(buf.view(0))
 	keyBufs.Put(buf)

@@ -82,7 +82,7 @@ func TestWarmupTwoReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 20000 && time.Now().Before(end); i++ {
+			for i := 0; i < 200000 && time.Now().Before(end); i++ {
 				sent := time.Now()
 				resp, err := s.rls().ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "warm", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
 				got := time.Now()
@@ -208,13 +208,15 @@ func warmAnchor(t *testing.T, r *redistest.Server) time.Time {
 }
 
 // windowEnd returns the end (Unix s) of the fixed window an admitted hit
-// went into. Redis counted it before got (one host, one clock) at a time
-// reset before the window's end, a whole second, so that end is the last
-// whole second at or before got+reset; were the call slower than a second,
-// this picks a later window, whose bound is the larger, so a slow machine
-// cannot fail the check.
+// went into. The replica decided it reset before the window's end, a whole
+// second, on Redis's clock as it tracks it (one host, one clock, read off
+// by up to half a round trip), and got is later than the decision by the
+// call's latency: got+reset is the window's end give or take both, so the
+// nearest whole second is that end. Were the call slower than half a
+// second, this picks a later window, whose bound is the larger, so a slow
+// machine cannot fail the check.
 func windowEnd(got time.Time, reset time.Duration) int64 {
-	return int64(math.Floor(float64(got.Add(reset).UnixMicro()) / 1e6))
+	return int64(math.Round(float64(got.Add(reset).UnixMicro()) / 1e6))
 }
 
 // checkWarmStatus: the status reports the ramp's effective limit (between

@@ -55,8 +55,17 @@
 -- Storage, one key per limit (the fields of algo.State), each a string but
 -- the sliding log's; numbers in decimal, so that one GET reads a state and
 -- one SET … PX writes it with its expiry:
---   fixed_window    "<i><c><n>"        i = window index (start / period),
---                                      c = count, n = c's digit count
+--   fixed_window    "<c>"              the count alone: the key names the
+--                                      window (it ends in '@' and the
+--                                      window index in base 36,
+--                                      redisalgo.AppendKeyAt), so a key
+--                                      is the state of one window, read
+--                                      at the start of the window holding
+--                                      now, and Redis's INCRBY applies a
+--                                      lone hit without this script (the
+--                                      backend's plain calls); a count
+--                                      above the limit is one such call's
+--                                      denied hit not yet given back
 --   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
 --                                      count, p = the previous count, n
 --                                      and m = c's and p's digit counts
@@ -74,21 +83,21 @@
 --   token_bucket    "<t>" when f = 0, else "<t>:<f>": TAT = t + f/limit µs
 --   gcra            the same value as token_bucket (f = 0 whenever period
 --                   is a multiple of limit)
--- A window value is packed into one integer because Redis keeps a value
--- that reads as a 64-bit integer in the 16-byte object itself (what
--- envoyproxy/ratelimit's INCRBY counters and a whole token_bucket TAT get),
--- whereas "<start µs>:<count>" was a 48-byte string: 32 bytes a key, the
--- difference between more and less memory than the reference (BENCHMARKS.md,
--- "Redis memory per key"). So the window is stored as its index, a 10-digit
--- number at a 1 s period, and a count of 0 as no digits (n or m = 0); the
--- trailing length digits find the counts from the end: 12 hits in window
--- 29934682 of a minute are "29934682122". A count of 10 digits
--- or more (or a negative one) does not fit one length digit: such a state
--- is "<i>:<c>" or "<i>:<c>:<p>" instead, and a value with ':' reads so.
--- The period is part of the key, so the index always converts back to the
--- µs of algo.State with the period it was written with. A packed value that
--- is no 64-bit integer to Redis (more than 19 digits, say, at a period of a
--- few µs) stays a string there, longer but read the same way.
+-- A sliding_window value is packed into one integer because Redis keeps a
+-- value that reads as a 64-bit integer in the 16-byte object itself (what
+-- envoyproxy/ratelimit's INCRBY counters, a fixed_window's count and a
+-- whole token_bucket TAT get), whereas "<start µs>:<count>" was a 48-byte
+-- string: 32 bytes a key (BENCHMARKS.md, "Redis memory per key"). So the
+-- window is stored as its index, a 10-digit number at a 1 s period, and a
+-- count of 0 as no digits (n or m = 0); the trailing length digits find
+-- the counts from the end: 3 hits in window 5 after 10 in the one before
+-- are "531012". A count of 10 digits or more (or a negative one) does not
+-- fit one length digit: such a state is "<i>:<c>:<p>" instead, and a
+-- value with ':' reads so. The period is part of the key, so the index
+-- always converts back to the µs of algo.State with the period it was
+-- written with. A packed value that is no 64-bit integer to Redis (more
+-- than 19 digits, say, at a period of a few µs) stays a string there,
+-- longer but read the same way.
 -- Every written key expires after algo.Expiry rounded up to ms; a state
 -- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
 -- past its Expiry decides like no key.
@@ -553,10 +562,10 @@ local function loadFields(v)
   return tonumber(a), tonumber(b) or 0, tonumber(c) or 0
 end
 
--- loadWindow reads a window value (fixed_window a = 1, sliding_window a =
--- 2; see the header) as the window start in µs, its count and the previous
--- window's count; an unreadable value reads as no key.
-local function loadWindow(v, a, period)
+-- loadWindow reads a sliding_window value (see the header) as the window
+-- start in µs, its count and the previous window's count; an unreadable
+-- value reads as no key.
+local function loadWindow(v, period)
   if string.find(v, ':', 1, true) then
     local i, c, p = loadFields(v)
     if not i then
@@ -568,11 +577,9 @@ local function loadWindow(v, a, period)
     return 0, 0, 0
   end
   -- Packed: the trailing length digits say where the counts begin.
-  local n, np = #v, 0
-  if a == 2 then
-    np = tonumber(string.sub(v, n, n)) or 0
-    n = n - 1
-  end
+  local n = #v
+  local np = tonumber(string.sub(v, n, n)) or 0
+  n = n - 1
   local nc = tonumber(string.sub(v, n, n)) or 0
   n = n - 1
   local p = tonumber(string.sub(v, n - np + 1, n)) or 0
@@ -598,23 +605,14 @@ local function countDigits(c)
   return string.format('%.0f', c)
 end
 
--- windowValue formats a fixed (a = 1) or sliding (a = 2) window state: the
--- window index, then the counts, packed when they fit, else joined by ':'.
-local function windowValue(a, s, period)
+-- windowValue formats a sliding_window state: the window index, then the
+-- counts, packed when they fit, else joined by ':'.
+local function windowValue(s, period)
   -- s.t is always a window start, a multiple of period.
   local i = divmod(s.t, period)
-  local c, p = countDigits(s.c), ''
-  if a == 2 then
-    p = countDigits(s.p)
-  end
+  local c, p = countDigits(s.c), countDigits(s.p)
   if c == nil or p == nil then
-    if a == 1 then
-      return string.format('%.0f:%.0f', i, s.c)
-    end
     return string.format('%.0f:%.0f:%.0f', i, s.c, s.p)
-  end
-  if a == 1 then
-    return string.format('%.0f%s%.0f', i, c, #c)
   end
   return string.format('%.0f%s%s%.0f%.0f', i, c, p, #c, #p)
 end
@@ -690,33 +688,43 @@ end
 -- stateValue formats limit l's new state for SET (the inverse of load).
 local function stateValue(l, s)
   local a = l.alg
-  if a == 2 and l.sub > 1 then
+  if a == 1 then
+    return string.format('%.0f', s.c)
+  elseif a == 2 and l.sub > 1 then
     return subsValue(s, l.period, l.sub)
-  elseif a == 1 or a == 2 then
-    return windowValue(a, s, l.period)
+  elseif a == 2 then
+    return windowValue(s, l.period)
   elseif s.f == 0 then
     return string.format('%.0f', s.t)
   end
   return string.format('%.0f:%.0f', s.t, s.f)
 end
 
--- load reads limit l's state (algo.State; a missing key reads as zeros).
--- A sliding log is read by its step instead.
-local function load(l)
+-- load reads limit l's state at now (algo.State; a missing key reads as
+-- zeros). A sliding log is read by its step instead.
+local function load(l, now)
   local a = l.alg
   if a == 3 then
     return nil
   end
   local v = redis.call('GET', l.key)
-  if a == 2 and l.sub > 1 then
+  if a == 1 then
+    -- The key names the window holding now (see the header); an
+    -- unreadable count reads as no key.
+    local c = v and tonumber(v)
+    if not c or l.period <= 0 then
+      return {t = 0, c = 0, p = 0}
+    end
+    return {t = windowStart(now, l.period), c = c, p = 0}
+  elseif a == 2 and l.sub > 1 then
     if v then
       return loadSubs(v, l.period, l.sub)
     end
     return {t = 0, s = {}}
-  elseif a == 1 or a == 2 then
+  elseif a == 2 then
     local t, c, p = 0, 0, 0
     if v then
-      t, c, p = loadWindow(v, a, l.period)
+      t, c, p = loadWindow(v, l.period)
     end
     return {t = t, c = c, p = p}
   end
@@ -973,7 +981,7 @@ local function applyRequest(r, now, reply)
     if l.hits < 0 then
       l.hits = 0
     end
-    l.state = load(l)
+    l.state = load(l, now)
     if mode == 3 and l.reservedAt ~= 0 then
       l.ns, l.allowed, l.remaining, l.reset, l.retry, l.granted = cancel(l, now)
     elseif l.take and l.hits > 0 then

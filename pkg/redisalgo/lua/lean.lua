@@ -35,43 +35,15 @@ local function divmod(a, b)
   return q, r
 end
 
--- apply.lua's loadWindow for a fixed window (a = 1): the window start in
--- µs and its count; an unreadable value reads as no key.
-local function loadWindow(v, period)
-  if string.find(v, ':', 1, true) then
-    local i, c = string.match(v, '^(-?%d+):?(-?%d*):?(-?%d*)$')
-    if not i then
-      return 0, 0
-    end
-    return tonumber(i) * period, tonumber(c) or 0
-  end
-  if not string.find(v, '^-?%d+$') then
+-- apply.lua's load for a fixed window: the key names the window holding
+-- now, and its value is the count; an unreadable value reads as no key.
+local function loadCount(v, period, now)
+  local c = tonumber(v)
+  if c == nil then
     return 0, 0
   end
-  local n = #v
-  local nc = tonumber(string.sub(v, n, n)) or 0
-  n = n - 1
-  local c = tonumber(string.sub(v, n - nc + 1, n)) or 0
-  n = n - nc
-  local i = tonumber(string.sub(v, 1, n))
-  if not i then
-    return 0, 0
-  end
-  return i * period, c
-end
-
--- apply.lua's windowValue for a fixed window: the window index, then the
--- count and its digit count, or "<i>:<c>" when the count does not fit.
-local function windowValue(t, c, period)
-  local i = divmod(t, period)
-  if c == 0 then
-    return string.format('%.0f0', i)
-  end
-  if c < 0 or c >= 1e9 then
-    return string.format('%.0f:%.0f', i, c)
-  end
-  local cs = string.format('%.0f', c)
-  return string.format('%.0f%s%.0f', i, cs, #cs)
+  local _, off = divmod(now, period)
+  return now - off, c
 end
 
 -- apply.lua's stepFixedWindow without refunds (algo.stepFixedWindow):
@@ -170,7 +142,7 @@ for _, r in ipairs(reqs) do
       end
       break
     elseif v then
-      t, c = loadWindow(v, period)
+      t, c = loadCount(v, period, now)
     end
     local ns, nc, ok, remaining, reset, retry = step(limit, period, t, c, now, hits)
     allowed = allowed and ok
@@ -203,7 +175,7 @@ for _, r in ipairs(reqs) do
           if rem > 0 then
             ms = ms + 1
           end
-          redis.call('SET', KEYS[rk + i], windowValue(ns, nc, period), 'PX', ms)
+          redis.call('SET', KEYS[rk + i], string.format('%.0f', nc), 'PX', ms)
         else
           local _, _, ok, remaining, reset, retry = step(limit, period, lim[l + 3], lim[l + 4], now, 0)
           reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok and 1 or 0, remaining, reset, retry

@@ -1,0 +1,309 @@
+package redisalgo
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/randsteps"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+)
+
+// TestDifferentialPlain holds plain calls to algo.ApplyAll, with the
+// script paths on the same counters in between: lone one-hit fixed
+// windows (plain INCRBY and PEXPIRE), requests of several hits (lean.lua),
+// of several limits (lean.lua, all or nothing), with a token bucket
+// (apply.lua) and refunds (apply.lua). Every decision, every stored count
+// (a denied plain hit given back) and every expiry must be Go's.
+func TestDifferentialPlain(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		r := rand.New(rand.NewPCG(19, 0x91a1))
+		clk := newClock()
+		b := newBackend(t, client, clk.opts())
+		prefix := redistest.KeyPrefix(t)
+		limits := make([]algo.Check, 6)
+		for i := range limits {
+			p := algo.Policy{Algorithm: algo.FixedWindow, Limit: 1 + r.Int64N(6), Period: algo.Minute * (1 + r.Int64N(3))}
+			if i == 5 {
+				p = algo.Policy{Algorithm: algo.TokenBucket, Limit: 4, Period: algo.Minute}
+			}
+			limits[i] = algo.Check{Domain: prefix, Entries: []algo.Entry{{Key: "k", Value: strconv.Itoa(i)}}, HashTag: -1, Policy: p, Hits: 1}
+		}
+		// Go's state of each counter, by its key at the step's now, and
+		// when each key expires on the test's clock: the clock runs far
+		// faster than Redis's, so the test expires keys itself, as Redis
+		// does on its own clock in production, before a window's letter
+		// comes round again.
+		states := map[string]algo.State{}
+		expires := map[string]int64{}
+		var kinds [4]int // plain, plain denied, script, refunds
+		for step := range 1500 {
+			now := clk.us.Add(randsteps.Gap(r, algo.Minute, 4))
+			for k, e := range expires {
+				if e <= now {
+					if err := client.Del(ctx, k).Err(); err != nil {
+						t.Fatal(err)
+					}
+					delete(expires, k)
+					delete(states, k)
+				}
+			}
+			var checks []algo.Check
+			switch n := r.IntN(10); {
+			case n < 6: // a lone one-hit fixed window: plain
+				checks = []algo.Check{limits[r.IntN(5)]}
+			case n < 7: // more hits: lean.lua
+				c := limits[r.IntN(5)]
+				c.Hits = 2
+				checks = []algo.Check{c}
+			case n < 8: // a refund: apply.lua
+				c := limits[r.IntN(5)]
+				c.Refund = true
+				checks = []algo.Check{c}
+				kinds[3]++
+			default: // several limits, all or nothing
+				for _, i := range r.Perm(6)[:2] {
+					checks = append(checks, limits[i])
+				}
+			}
+			plain := len(checks) == 1 && plainCheck(&checks[0])
+			keys := make([]string, len(checks))
+			goStates := make([]algo.State, len(checks))
+			for i, c := range checks {
+				keys[i] = string(AppendKeyAt(nil, c, now))
+				goStates[i] = states[keys[i]]
+			}
+			goOut := make([]algo.Decision, len(checks))
+			allowed := algo.ApplyAll(checks, goStates, now, goOut)
+			got, err := b.Apply(ctx, time.UnixMicro(now), checks)
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			if !slices.Equal(got, goOut) {
+				t.Fatalf("step %d at %d, checks %+v (plain %v):\n go    %+v\n redis %+v", step, now, checks, plain, goOut, got)
+			}
+			switch {
+			case plain && allowed:
+				kinds[0]++
+			case plain:
+				kinds[1]++
+			default:
+				kinds[2]++
+			}
+			for i, k := range keys {
+				states[k] = goStates[i]
+				p := checks[i].Policy
+				if !p.KeyedWindow() {
+					continue
+				}
+				v, err := client.Get(ctx, k).Result()
+				want := goStates[i].Count
+				if goStates[i].Time != algo.WindowIndex(now, p.Period)*p.Period {
+					want = 0
+				}
+				switch {
+				case err == redis.Nil && want == 0:
+				case err != nil:
+					t.Fatalf("step %d: GET %s: %v (Go's count %d)", step, k, err, want)
+				case v != strconv.FormatInt(want, 10):
+					t.Fatalf("step %d: %s holds %q, Go's count is %d", step, k, v, want)
+				}
+				if err == nil {
+					expires[k] = (algo.WindowIndex(now, p.Period) + 1) * p.Period
+				}
+				if err == nil && allowed && checks[i].Hits > 0 && !checks[i].Refund {
+					// Written now: it expires by its window's end.
+					ms := client.PTTL(ctx, k).Val().Milliseconds()
+					if left := (windowLeft(p.Period, now) + 999) / 1000; ms > left || ms <= 0 {
+						t.Fatalf("step %d: %s PTTL %dms, want the %dms to its window's end", step, k, ms, left)
+					}
+				}
+			}
+		}
+		t.Logf("plain allowed %d, plain denied %d, script %d (refunds %d)", kinds[0], kinds[1], kinds[2], kinds[3])
+		if kinds[0] == 0 || kinds[1] == 0 || kinds[2] == 0 || kinds[3] == 0 {
+			t.Errorf("paths exercised %v; want plain allowed, plain denied, script calls and refunds", kinds)
+		}
+	})
+}
+
+// TestPlainConcurrentMixed: concurrent requests on one fixed window, plain
+// and through the script, admit exactly the limit's hits, and once they
+// are answered the count is the limit: every denied plain hit was given
+// back.
+func TestPlainConcurrentMixed(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, client, Options{})
+		const limit, workers, each = 40, 8, 25
+		c := algo.Check{Domain: redistest.KeyPrefix(t), Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: limit, Period: algo.Hour}, Hits: 1}
+		admitted := make(chan int64, workers*each)
+		errs := make(chan error, workers)
+		for w := range workers {
+			go func() {
+				for i := range each {
+					c := c
+					if (w+i)%4 == 0 {
+						c.Hits = 2 // lean.lua
+					}
+					d, err := b.Apply(ctx, time.Now(), []algo.Check{c})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d[0].Allowed {
+						admitted <- c.Hits
+					} else {
+						admitted <- 0
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(admitted)
+		var sum int64
+		for h := range admitted {
+			sum += h
+		}
+		// Two-hit requests may leave one hit unused.
+		if sum < limit-1 || sum > limit {
+			t.Fatalf("admitted %d hits of a limit of %d", sum, limit)
+		}
+		now, _, _ := b.clock.now(time.Now())
+		key := string(AppendKeyAt(nil, c, now))
+		if v, err := client.Get(ctx, key).Int64(); err != nil || v != sum {
+			t.Fatalf("%s holds %d (%v) after every request was answered, want the %d admitted", key, v, err, sum)
+		}
+	})
+}
+
+// TestClockPlacesWindows: in production (no CallerTime) a fixed window's
+// key is the window holding Redis's TIME, whatever the caller's clock
+// says, and the request is decided at that time.
+func TestClockPlacesWindows(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.SharedStandalone(t).Client(t)
+	b := newBackend(t, client, Options{})
+	c := algo.Check{Domain: redistest.KeyPrefix(t), Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
+		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Hour}, Hits: 1}
+	// A caller clock a day off must not matter.
+	d, err := b.Apply(ctx, time.Now().Add(24*time.Hour), []algo.Check{c})
+	if err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+		t.Fatalf("Apply: %+v, %v", d, err)
+	}
+	redisNow, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := string(AppendKeyAt(nil, c, redisNow.UnixMicro()))
+	if v := client.Get(ctx, key).Val(); v != "1" {
+		// The hour may have turned between the two; then the previous
+		// window's key holds it.
+		prev := string(AppendKeyAt(nil, c, redisNow.UnixMicro()-algo.Hour))
+		if client.Get(ctx, prev).Val() != "1" {
+			t.Fatalf("neither %s nor %s (Redis's window) holds the hit", key, prev)
+		}
+	}
+	if left := time.Duration(d[0].ResetAfter) * time.Microsecond; left <= 0 || left > time.Hour {
+		t.Fatalf("reset after %v, want within the hour", left)
+	}
+}
+
+// TestRedisClockObserve: the offset is Redis's time less the middle of the
+// round trip that read it, and it is due again after clockMaxAge.
+func TestRedisClockObserve(t *testing.T) {
+	var c redisClock
+	local := time.UnixMicro(1_000_000_000_000)
+	if now, stale, ok := c.now(local); ok || !stale || now != local.UnixMicro() {
+		t.Fatalf("unmeasured clock: now %d stale %v ok %v, want the local time, stale, not ok", now, stale, ok)
+	}
+	sent, recv := local, local.Add(400*time.Microsecond)
+	c.observe(sent, recv, local.Add(5*time.Second))
+	for _, tc := range []struct {
+		at    time.Time
+		want  int64
+		stale bool
+	}{
+		{recv, recv.UnixMicro() + 5_000_000 - 200, false},
+		{recv.Add(clockMaxAge), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 200, false},
+		{recv.Add(clockMaxAge + time.Microsecond), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 199, true},
+	} {
+		if now, stale, ok := c.now(tc.at); now != tc.want || stale != tc.stale || !ok {
+			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, stale, ok, tc.want, tc.stale)
+		}
+	}
+	// A slower round trip's measurement does not replace it, but counts
+	// as a check; after clockMaxKeep one does.
+	c.observe(recv.Add(time.Second), recv.Add(time.Second+time.Millisecond), recv.Add(time.Second+5*time.Second))
+	if now, stale, _ := c.now(recv.Add(time.Second + time.Millisecond)); stale || now != recv.Add(time.Second+time.Millisecond).UnixMicro()+5_000_000-200 {
+		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, stale)
+	}
+	late := recv.Add(clockMaxKeep + time.Second)
+	c.observe(late, late.Add(time.Millisecond), late.Add(time.Millisecond+7*time.Second))
+	if now, _, _ := c.now(late.Add(time.Millisecond)); now != late.Add(time.Millisecond).UnixMicro()+7_000_000+500 {
+		t.Errorf("after clockMaxKeep: now %d, want the slow round trip's offset", now)
+	}
+	if !c.claim(true) || c.claim(true) {
+		t.Fatal("a stale clock must be claimed by exactly one pipeline")
+	}
+	c.release()
+	if c.claim(false) {
+		t.Fatal("a fresh clock was claimed")
+	}
+}
+
+// TestWindowLetters: a fixed window's key names its window with one
+// letter, the index modulo 26, and parses back to the latest window at or
+// before a time that the letter can name.
+func TestWindowLetters(t *testing.T) {
+	c := algo.Check{Domain: "d", Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
+		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}}
+	tagged := c
+	tagged.Entries = append(tagged.Entries, algo.Entry{Key: "p", Value: "/a"})
+	tagged.HashTag = 0
+	for _, tc := range []struct {
+		check algo.Check
+		now   int64
+		want  string
+	}{
+		{c, 0, "r2{d:k:v:f1o}A"},
+		{c, 25 * algo.Minute, "r2{d:k:v:f1o}Z"},
+		{c, 26*algo.Minute + 59*algo.Second, "r2{d:k:v:f1o}A"},
+		{c, -1, "r2{d:k:v:f1o}Z"},
+		{tagged, 27 * algo.Minute, "r2{d:k:v}#:p:/a:f1oB"},
+	} {
+		got := string(AppendKeyAt(nil, tc.check, tc.now))
+		if got != tc.want {
+			t.Errorf("AppendKeyAt(%d) = %q, want %q", tc.now, got, tc.want)
+			continue
+		}
+		k, err := ParseKey(got, "")
+		if err != nil {
+			t.Fatalf("ParseKey(%q): %v", got, err)
+		}
+		start := algo.WindowIndex(tc.now, algo.Minute) * algo.Minute
+		for _, later := range []int64{tc.now, start + 25*algo.Minute + 59*algo.Second} {
+			if ws := k.WindowStart(later); ws != start {
+				t.Errorf("%q: WindowStart(%d) = %d, want %d", got, later, ws, start)
+			}
+		}
+	}
+	for _, bad := range []string{"r2{d:k:v:f1o}", "r2{d:k:v:t1o}A", "r2{d:k:v}#:p:/a:f1o", "r2{d:k:v}#:p:/a:t1oB", "r2{d:k:v:f1o}a"} {
+		if _, err := ParseKey(bad, ""); err == nil {
+			t.Errorf("ParseKey(%q) accepted it", bad)
+		}
+	}
+}
