@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -60,6 +61,12 @@ func (g *grpcFlags) serverOptions() []grpc.ServerOption {
 		sp.MaxConnectionAgeGrace = g.maxConnAgeGrace
 	}
 	return []grpc.ServerOption{
+		// Reused stream goroutines keep the stack a request grows: a new
+		// goroutine per stream grew and copied its stack on every
+		// request, 10-12% of the service's CPU at 1000 requests/s
+		// (BENCHMARKS.md, issue 19). grpc-go still starts a goroutine
+		// when every worker is busy.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.KeepaliveParams(sp),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             g.keepaliveMinTime,
