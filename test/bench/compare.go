@@ -377,7 +377,10 @@ type cmpFigures struct {
 	other                   float64 // % of the machine outside the bench
 	errors                  int64   // RPC errors over all samples
 	calls, usec             map[string]float64
-	n, failures             int
+	// reads is Redis's socket reads per decision: round trips, so below
+	// 1 when requests share them.
+	reads       float64
+	n, failures int
 }
 
 func figures(c *cmpCell) cmpFigures {
@@ -398,6 +401,7 @@ func figures(c *cmpCell) cmpFigures {
 		redisCPU: median(s, func(x cmpSample) float64 { return x.row.redisCPU }),
 		total:    median(s, func(x cmpSample) float64 { return x.row.srvCPU + x.row.redisCPU }),
 		other:    median(s, func(x cmpSample) float64 { return x.row.other }),
+		reads:    median(s, func(x cmpSample) float64 { return x.row.redisReads }),
 		calls:    map[string]float64{},
 		usec:     map[string]float64{},
 		n:        len(s),
@@ -435,7 +439,7 @@ func writeCompare(w io.Writer, o options, cells map[cmpCellKey]*cmpCell) {
 		}
 	}
 	fmt.Fprintln(w)
-	tableHead(w, "Redis INFO commandstats per decision (calls, execution µs; commands a script runs included)", "load", "keys", "envoyproxy/ratelimit", "envoy-rls")
+	tableHead(w, "Redis INFO commandstats per decision (calls, execution µs; commands a script runs included) and socket reads per decision (total_reads_processed: round trips, below 1 when requests share them)", "load", "keys", "envoyproxy/ratelimit", "envoy-rls")
 	for _, load := range cmpLoads(o) {
 		for _, keys := range cmpKeySets(o) {
 			ref := figures(cells[cmpCellKey{load.name, keys.name, sysRef}])
@@ -498,7 +502,7 @@ func cmdMix(f cmpFigures) string {
 		parts[i] = fmt.Sprintf("%s %.3f × %.1f µs", strings.ReplaceAll(n, "|", " "), f.calls[n], f.usec[n]/f.calls[n])
 		us += f.usec[n]
 	}
-	return fmt.Sprintf("%s (%.1f µs executing)", strings.Join(parts, ", "), us)
+	return fmt.Sprintf("%s (%.1f µs executing); %.3f socket reads", strings.Join(parts, ", "), us, f.reads)
 }
 
 // writeCompareTargets sets the medians against issue 19's targets. It
