@@ -50,6 +50,10 @@ func (g *grpcFlags) validate() error {
 	return errors.Join(errs...)
 }
 
+// streamWorkers is how many goroutines serve gRPC streams: enough for the
+// concurrent requests of a busy replica (64 per CPU, at most 1024).
+func streamWorkers() uint32 { return uint32(min(64*runtime.GOMAXPROCS(0), 1024)) }
+
 // serverOptions turns the flags into gRPC server options. A zero age or
 // grace is left out: grpc-go reads an unset field as "infinite".
 func (g *grpcFlags) serverOptions() []grpc.ServerOption {
@@ -63,10 +67,11 @@ func (g *grpcFlags) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		// Reused stream goroutines keep the stack a request grows: a new
 		// goroutine per stream grew and copied its stack on every
-		// request, 10-12% of the service's CPU at 1000 requests/s
-		// (BENCHMARKS.md, issue 19). grpc-go still starts a goroutine
-		// when every worker is busy.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// request, 10-12% of the service's CPU at 1000 requests/s and at
+		// 32 concurrent callers (BENCHMARKS.md, issue 19). grpc-go starts
+		// a goroutine when every worker is busy; an idle worker costs
+		// only its stack.
+		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.KeepaliveParams(sp),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             g.keepaliveMinTime,
