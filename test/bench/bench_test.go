@@ -207,6 +207,26 @@ func TestSmokeEnvoyRLS(t *testing.T) {
 	}
 }
 
+// TestSmokeScriptCost runs --script-cost briefly against a real
+// redis-server: every call kind is measured at both loads, with Redis CPU
+// and the commands it ran.
+func TestSmokeScriptCost(t *testing.T) {
+	opts := smokeOptions("")
+	opts.scriptsDir = "../../pkg/redisalgo/lua"
+	ctx, cancel := context.WithTimeout(context.Background(), opts.timeout)
+	defer cancel()
+	var out, log strings.Builder
+	if err := runScriptCost(ctx, opts, &out, &log); err != nil {
+		t.Fatalf("script cost: %v\n%s", err, log.String())
+	}
+	table := out.String()
+	for _, want := range []string{"| PING (a round trip, no work) | 1000/s | 100 |", "| EVALSHA apply.lua, one fixed window | closed, 8 callers | 3000 |", "evalsha", "incrby", "pexpire"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
 func buildRLS(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")

@@ -52,7 +52,11 @@ type options struct {
 	refBin   string
 	rounds   int
 	cmpLease bool
-	cmpOnly  []string // loads and key sets to run; empty: all
+	// scriptCost runs only the script-cost measurement (scriptcost.go),
+	// with envoy-rls's scripts read from scriptsDir.
+	scriptCost bool
+	scriptsDir string
+	cmpOnly    []string // loads and key sets to run; empty: all
 }
 
 func main() {
@@ -74,9 +78,12 @@ func main() {
 	// children then die by their parent-death signal.
 	context.AfterFunc(ctx, stop)
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
-	if opts.compare {
+	switch {
+	case opts.scriptCost:
+		err = runScriptCost(ctx, opts, os.Stdout, os.Stderr)
+	case opts.compare:
 		_, err = runCompare(ctx, opts, os.Stdout, os.Stderr)
-	} else {
+	default:
 		_, err = run(ctx, opts, os.Stdout, os.Stderr)
 	}
 	cancel()
@@ -111,6 +118,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refVersion+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
 	fs.IntVar(&o.rounds, "rounds", 4, "interleaved rounds of --compare")
 	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
+	fs.StringVar(&o.scriptsDir, "scripts-dir", "pkg/redisalgo/lua", "envoy-rls's Lua scripts, for --script-cost")
+	fs.BoolVar(&o.scriptCost, "script-cost", false, "run only the script-cost measurement: Redis CPU per call of plain commands and of scripts, at 1000/s and in a closed loop, on a redis-server of its own")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -1,0 +1,229 @@
+package main
+
+// --script-cost: what a script call costs Redis beside plain commands, at a
+// paced 1000 calls/s (where a replica spends its life, and where Redis is
+// idle between calls) and in a closed loop of 8 callers. It explains issue
+// 19's finding that an EVALSHA costs Redis several times more in the
+// comparison than alone under redis-benchmark: at a low rate every call
+// arrives at an idle Redis, and a script's code path, much longer than a
+// plain command's, costs several times more then (BENCHMARKS.md).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCostOp is one kind of call: plain commands or a script.
+type scriptCostOp struct {
+	name string
+	do   func(ctx context.Context, c *redis.Client, key string) error
+}
+
+// scriptCostOps returns the calls measured; envoy-rls's scripts are read
+// from dir (the driver runs from the repository's root and imports none of
+// its packages).
+func scriptCostOps(dir string) ([]scriptCostOp, error) {
+	tiny := redis.NewScript(`return 1`)
+	minimal := redis.NewScript(`local c = redis.call('INCRBY', KEYS[1], 1)
+if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return c`)
+	read := func(name string) (*redis.Script, error) {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("bench: script cost: %w (run from the repository's root)", err)
+		}
+		return redis.NewScript(string(src)), nil
+	}
+	lean, err := read("lean.lua")
+	if err != nil {
+		return nil, err
+	}
+	apply, err := read("apply.lua")
+	if err != nil {
+		return nil, err
+	}
+	// One fixed window of 10⁹ per second at the server's TIME, one hit:
+	// the common call's four arguments.
+	args := []any{1, 1, 1_000_000_000, 1_000_000}
+	script := func(s *redis.Script, args ...any) func(context.Context, *redis.Client, string) error {
+		return func(ctx context.Context, c *redis.Client, key string) error {
+			return s.Run(ctx, c, []string{key}, args...).Err()
+		}
+	}
+	return []scriptCostOp{
+		{"PING (a round trip, no work)", func(ctx context.Context, c *redis.Client, _ string) error { return c.Ping(ctx).Err() }},
+		{"INCRBY + EXPIRE (envoyproxy/ratelimit's pipeline)", func(ctx context.Context, c *redis.Client, key string) error {
+			p := c.Pipeline()
+			p.IncrBy(ctx, key, 1)
+			p.Expire(ctx, key, time.Second)
+			_, err := p.Exec(ctx)
+			return err
+		}},
+		{"INCRBY + PEXPIRE (envoy-rls's plain call)", func(ctx context.Context, c *redis.Client, key string) error {
+			p := c.Pipeline()
+			p.IncrBy(ctx, key, 1)
+			p.PExpire(ctx, key, time.Second)
+			_, err := p.Exec(ctx)
+			return err
+		}},
+		{"EVALSHA `return 1`", script(tiny)},
+		{"EVALSHA INCRBY + first-hit PEXPIRE", script(minimal, 1000)},
+		{"EVALSHA lean.lua, one fixed window", script(lean, args...)},
+		{"EVALSHA apply.lua, one fixed window", script(apply, args...)},
+	}, nil
+}
+
+// scriptCostRow is one op measured at one load.
+type scriptCostRow struct {
+	op, load string
+	calls    int
+	redisCPU float64            // µs per call
+	exec     map[string]float64 // commandstats µs per call of the op's commands
+}
+
+// runScriptCost measures every op at 1000 calls/s and in a closed loop of
+// 8 callers on a redis-server of its own, and writes the table: 3000 paced
+// calls and 40 000 closed-loop calls per op, fewer when --max-requests is
+// lower (a thirtieth of it paced, all of it closed).
+func runScriptCost(ctx context.Context, opts options, stdout, stderr io.Writer) error {
+	b, err := newBench(opts, stderr)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	bin, err := findRedisServer(opts.redisServer)
+	if err != nil {
+		return err
+	}
+	rd, err := startRedis(ctx, bin, b.tmp)
+	if err != nil {
+		return err
+	}
+	b.trackRedis(rd)
+	c := redis.NewClient(&redis.Options{Addr: rd.addr, PoolSize: 8})
+	defer c.Close()
+	ops, err := scriptCostOps(opts.scriptsDir)
+	if err != nil {
+		return err
+	}
+	var rows []scriptCostRow
+	for _, load := range []struct {
+		name  string
+		rate  int
+		calls int
+	}{{"1000/s", 1000, int(min(3000, max(opts.maxRequests/30, 1)))}, {"closed, 8 callers", 0, int(min(40000, max(opts.maxRequests, 8)))}} {
+		for _, op := range ops {
+			row, err := scriptCostRun(ctx, c, rd, op, load.rate, load.calls)
+			if err != nil {
+				return fmt.Errorf("bench: script cost: %s at %s: %w", op.name, load.name, err)
+			}
+			row.load = load.name
+			b.logf("script cost: %s at %s: %.1f µs Redis CPU per call", op.name, load.name, row.redisCPU)
+			rows = append(rows, row)
+		}
+	}
+	writeScriptCost(stdout, rows)
+	return nil
+}
+
+// scriptCostRun runs calls of op, paced to rate (0: a closed loop of 8
+// callers), over 100 000 keys, and reads Redis's CPU and commandstats
+// around them.
+func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scriptCostOp, rate, calls int) (scriptCostRow, error) {
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		return scriptCostRow{}, err
+	}
+	// A first call loads the script (Run falls back to EVAL on NOSCRIPT).
+	if err := op.do(ctx, c, "warm"); err != nil {
+		return scriptCostRow{}, err
+	}
+	before, err := rd.stats(ctx)
+	if err != nil {
+		return scriptCostRow{}, err
+	}
+	key := func(i int) string { return "{u" + strconv.Itoa(i%100_000) + "}" }
+	var errs []error
+	if rate > 0 {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		for i := 0; i < calls; i++ {
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return scriptCostRow{}, ctx.Err()
+			case <-tick.C:
+			}
+			if err := op.do(ctx, c, key(i)); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+		tick.Stop()
+	} else {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for g := range 8 {
+			wg.Go(func() {
+				for i := g; i < calls; i += 8 {
+					if err := op.do(ctx, c, key(i)); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if len(errs) > 0 {
+		return scriptCostRow{}, errors.Join(errs...)
+	}
+	after, err := rd.stats(ctx)
+	if err != nil {
+		return scriptCostRow{}, err
+	}
+	d := after.sub(before)
+	row := scriptCostRow{op: op.name, calls: calls, redisCPU: float64(d.cpu.Microseconds()) / float64(calls), exec: map[string]float64{}}
+	for name, n := range d.calls {
+		if n > 0 && name != "info" && name != "config|resetstat" {
+			row.exec[name] = float64(d.usec[name]) / float64(n)
+		}
+	}
+	return row, nil
+}
+
+func writeScriptCost(w io.Writer, rows []scriptCostRow) {
+	tableHead(w, "What a call costs Redis: Redis CPU per call (INFO cpu) and execution µs per command (INFO commandstats; a script's includes the commands it runs)",
+		"call", "load", "calls", "Redis CPU µs/call", "execution µs per command")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %s |\n", r.op, r.load, r.calls, r.redisCPU, execMix(r.exec))
+	}
+	fmt.Fprintln(w)
+}
+
+// execMix formats commandstats µs per command, by name.
+func execMix(exec map[string]float64) string {
+	names := make([]string, 0, len(exec))
+	for n := range exec {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %.1f", n, exec[n])
+	}
+	return s
+}
