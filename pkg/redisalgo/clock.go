@@ -11,13 +11,14 @@ package redisalgo
 // replicas' own clocks could disagree by seconds; and a window's count is
 // exact whichever side of a boundary a hit lands.
 //
-// The offset is re-measured once it is older than clockMaxAge, by a TIME
-// that the next pipeline carries (Backend.send), so keeping it costs one
-// TIME a second. A measurement from a round trip over twice as long as the
-// one in use is dropped, since its error may be that much larger, unless
-// the one in use is older than clockMaxKeep: so a busy moment's slow round
-// trip does not replace a good measurement, and a step of either clock is
-// followed within clockMaxKeep.
+// The offset is measured again once the last measurement is older than
+// clockMaxAge, by a TIME that the next pipeline carries (Backend.send), so
+// keeping it costs one TIME a second. Of the measurements of the last
+// clockMaxKeep, the one from the shortest round trip is used, as NTP
+// does: a round trip slowed by a busy machine (a wait for a connection,
+// the process descheduled) has a larger error, and one good measurement
+// in ten seconds is enough, since clocks drift by microseconds in that
+// time; a step of either clock is followed within clockMaxKeep.
 
 import (
 	"context"
@@ -31,23 +32,34 @@ import (
 
 // clockMaxAge is how long after a measurement the next pipeline measures
 // the offset again; clockMaxKeep how long a measurement is kept against
-// ones from slower round trips.
+// ones from slower round trips, and clockSamples how many are kept.
 const (
 	clockMaxAge  = time.Second
 	clockMaxKeep = 10 * time.Second
+	clockSamples = 10
 )
+
+// clockSample is one measurement: the offset, the round trip it came from
+// and when it was taken (local, monotonic).
+type clockSample struct {
+	offset int64
+	rtt    time.Duration
+	at     time.Time
+}
 
 // redisClock is the offset of Redis's clock from the local one. It is safe
 // for concurrent use.
 type redisClock struct {
 	mu sync.Mutex
-	// offset is Redis's time minus the local time, µs, measured at
-	// measured (local, monotonic) in a round trip of rtt; checked is when
-	// it was last measured again, kept or not; ok once one was.
-	offset            int64
-	rtt               time.Duration
-	measured, checked time.Time
-	ok                bool
+	// offset is Redis's time minus the local time, µs: the offset of
+	// the kept sample with the shortest round trip; checked is when the
+	// last sample was taken; ok once one was. samples is a ring of the
+	// last clockSamples, next its next slot.
+	offset  int64
+	checked time.Time
+	ok      bool
+	samples [clockSamples]clockSample
+	next    int
 	// sampling is set while a pipeline carries a TIME, so that one at a
 	// time does.
 	sampling atomic.Bool
@@ -70,11 +82,20 @@ func (c *redisClock) observe(sent, recv time.Time, redis time.Time) {
 	mid := sent.Add(rtt / 2)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.checked = recv
-	if c.ok && rtt > 2*c.rtt && recv.Sub(c.measured) <= clockMaxKeep {
-		return
+	c.samples[c.next] = clockSample{offset: redis.UnixMicro() - mid.UnixMicro(), rtt: rtt, at: recv}
+	c.next = (c.next + 1) % clockSamples
+	c.checked, c.ok = recv, true
+	var best *clockSample
+	for i := range c.samples {
+		s := &c.samples[i]
+		if s.at.IsZero() || recv.Sub(s.at) > clockMaxKeep {
+			continue
+		}
+		if best == nil || s.rtt < best.rtt {
+			best = s
+		}
 	}
-	c.offset, c.rtt, c.measured, c.ok = redis.UnixMicro()-mid.UnixMicro(), rtt, recv, true
+	c.offset = best.offset
 }
 
 // claim reports whether the caller should add a TIME to its pipeline: the

@@ -133,53 +133,55 @@ func AppendKey(dst []byte, c algo.Check) []byte {
 }
 
 // windowLetters is how many windows a fixed_window's key tells apart: its
-// last byte is the window's index modulo windowLetters, as an uppercase
-// letter (AppendKeyAt).
-const windowLetters = 26
+// last two bytes are the window's index modulo windowLetters, as two
+// uppercase letters (AppendKeyAt).
+const windowLetters = 26 * 26
 
 // AppendKeyAt appends the key that holds c's state at now (Unix µs): the
 // limit's key (AppendKey), then for a fixed_window (algo.Policy.KeyedWindow)
-// one uppercase letter naming the window that holds now, 'A' + its index
-// modulo 26, so that each window has a key of its own whose value is the
-// count alone:
+// two uppercase letters naming the window that holds now, its index modulo
+// 676 in base 26 ('A' = 0), so that each window has a key of its own whose
+// value is the count alone:
 //
-//	r2{perf:key:user-4480405:f1o}K
-//	r2{api:user:alice}#:path:/a:f1oK
+//	r2{perf:key:user-4480405:f1o}QK
+//	r2{api:user:alice}#:path:/a:f1oBC
 //
 // Redis's INCRBY and PEXPIRE then apply a lone hit exactly (plain calls,
 // plain.go). A window's key expires at the window's end, so by the time
-// the letter comes round again, 26 windows later, the key it named is
-// long gone; only a key whose expiry was never set (an INCRBY whose
-// PEXPIRE, sent in the same write, never ran) could be read again, and its
-// count then only denies, for one window, after which the PEXPIRE of that
-// window's first call expires it. One byte keeps the name shorter than
-// envoyproxy/ratelimit's, whose names carry the window's start in seconds
-// (TestKeyNameMemory); the letter follows the policy field, whose period
-// is lowercase base 36, or the hash tag's '}', so it parses back uniquely
-// and leaves the hash tag, and so the slot, unchanged.
+// its letters come round again, 676 windows later (11 minutes at a period
+// of a second), the key they named is long gone; only a key whose expiry
+// was never set (an INCRBY whose PEXPIRE, sent in the same write, never
+// ran) could be read again, and its count then only denies, for one
+// window, after which the PEXPIRE of that window's first call expires it.
+// Two bytes keep the name no longer than envoyproxy/ratelimit's, whose
+// names carry the window's start in seconds (TestKeyNameMemory); the
+// letters follow the policy field, whose period is lowercase base 36, or
+// the hash tag's '}', so they parse back uniquely and leave the hash tag,
+// and so the slot, unchanged.
 func AppendKeyAt(dst []byte, c algo.Check, now int64) []byte {
 	dst = AppendKey(dst, c)
 	return appendWindow(dst, c.Policy, now)
 }
 
-// appendWindow appends the window letter of AppendKeyAt for policy p at
+// appendWindow appends the window letters of AppendKeyAt for policy p at
 // now: nothing unless p.KeyedWindow().
 func appendWindow(dst []byte, p algo.Policy, now int64) []byte {
 	if !p.KeyedWindow() {
 		return dst
 	}
-	return append(dst, windowLetter(p.Period, now))
+	w := windowOf(p.Period, now)
+	return append(dst, byte('A'+w/26), byte('A'+w%26))
 }
 
-// windowLetter is the letter of the window of period holding now: 'A' for
-// a period that is not positive (such a policy blocks every hit and stores
-// nothing).
-func windowLetter(period, now int64) byte {
+// windowOf is the index modulo windowLetters of the window of period
+// holding now: 0 for a period that is not positive (such a policy blocks
+// every hit and stores nothing).
+func windowOf(period, now int64) int64 {
 	if period <= 0 {
-		return 'A'
+		return 0
 	}
 	_, r := divmod(algo.WindowIndex(now, period), windowLetters)
-	return byte('A' + r)
+	return r
 }
 
 // divmod is floor division and its non-negative remainder.
@@ -344,8 +346,8 @@ type Key struct {
 	// SubWindows is a sliding_window's sub-window count when above 1,
 	// else 0 (algo.Policy.SubWindows).
 	SubWindows int64
-	// Window is a fixed_window key's letter (AppendKeyAt): the index of
-	// the window it counts modulo 26; 0 for other algorithms.
+	// Window is what a fixed_window key's letters say (AppendKeyAt): the
+	// index of the window it counts modulo 676; 0 for other algorithms.
 	Window int64
 }
 
@@ -367,7 +369,7 @@ var ErrNotOurs = errors.New("not an envoy-rls key")
 
 // ParseKey reads a key name back into what it names: the inverse of
 // AppendKeyAt after prefix (Options.KeyPrefix): a fixed_window's key
-// must end in its window's letter, no other key may. It accepts only the one
+// must end in its window's letters, no other key may. It accepts only the one
 // spelling AppendKey writes, so every name it accepts names one counter,
 // and it accepts every name AppendKey writes (the key tests and a fuzz
 // target hold both directions). Any other name is refused with an error
@@ -407,32 +409,33 @@ func parseKey(name, prefix string) (Key, error) {
 	keyed := algo.Policy{Algorithm: k.Algorithm}.KeyedWindow()
 	switch {
 	case keyed && !windowed:
-		return k, fmt.Errorf("no window letter ends the %s key", k.Algorithm)
+		return k, fmt.Errorf("no window letters end the %s key", k.Algorithm)
 	case !keyed && windowed:
-		return k, fmt.Errorf("a window letter %q ends a %s key", window, k.Algorithm)
-	case keyed && k.Period <= 0 && window != 'A':
-		return k, fmt.Errorf("window letter %q for a period of %dµs (want 'A')", window, k.Period)
+		return k, fmt.Errorf("window letters %q end a %s key", window, k.Algorithm)
+	case keyed && k.Period <= 0 && window != "AA":
+		return k, fmt.Errorf("window letters %q for a period of %dµs (want \"AA\")", window, k.Period)
 	}
 	if keyed {
-		k.Window = int64(window - 'A')
+		k.Window = int64(window[0]-'A')*26 + int64(window[1]-'A')
 	}
 	return k, nil
 }
 
-// cutWindow cuts a fixed_window's window letter (appendWindow) off a key
-// name: a last byte 'A'-'Z' that follows the policy field (in the hash-tag
-// layout; the field is lowercase base 36 with '.' and '/') or the hash
-// tag's '}' (in the default layout; text after '}' without ':' is nothing
-// else).
-func cutWindow(name string) (rest string, window byte, ok bool) {
+// cutWindow cuts a fixed_window's window letters (appendWindow) off a key
+// name: two last bytes 'A'-'Z' that follow the policy field (in the
+// hash-tag layout; the field is lowercase base 36 with '.' and '/') or the
+// hash tag's '}' (in the default layout; text after '}' without ':' is
+// nothing else).
+func cutWindow(name string) (rest, window string, ok bool) {
 	n := len(name)
-	if n < 2 || name[n-1] < 'A' || name[n-1] > 'Z' {
-		return name, 0, false
+	upper := func(b byte) bool { return b >= 'A' && b <= 'Z' }
+	if n < 3 || !upper(name[n-1]) || !upper(name[n-2]) {
+		return name, "", false
 	}
-	if name[n-2] == '}' || strings.LastIndexByte(name, ':') > strings.LastIndexByte(name, '}') {
-		return name[:n-1], name[n-1], true
+	if name[n-3] == '}' || strings.LastIndexByte(name, ':') > strings.LastIndexByte(name, '}') {
+		return name[:n-2], name[n-2:], true
 	}
-	return name, 0, false
+	return name, "", false
 }
 
 // parseDefault reads the fields of r2{<domain>:<k1>:<v1>…:<ap>}.

@@ -32,7 +32,7 @@ const keyNow = 1_700_000_123_456_789
 func wantKey(c algo.Check) Key {
 	k := Key{Domain: wantPart(c.Domain), HashTag: c.TagIndex(), Algorithm: c.Policy.Algorithm, Period: c.Policy.Period}
 	if c.Policy.KeyedWindow() {
-		k.Window = int64(windowLetter(c.Policy.Period, keyNow) - 'A')
+		k.Window = windowOf(c.Policy.Period, keyNow)
 	}
 	if n := c.Policy.Windows(); n > 1 {
 		k.SubWindows = n

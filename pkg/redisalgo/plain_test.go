@@ -245,13 +245,14 @@ func TestRedisClockObserve(t *testing.T) {
 			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, stale, ok, tc.want, tc.stale)
 		}
 	}
-	// A slower round trip's measurement does not replace it, but counts
-	// as a check; after clockMaxKeep one does.
+	// The shortest round trip of the last clockMaxKeep is used: a slower
+	// one's measurement counts as a check but is not used until the
+	// faster one is older than clockMaxKeep.
 	c.observe(recv.Add(time.Second), recv.Add(time.Second+time.Millisecond), recv.Add(time.Second+5*time.Second))
 	if now, stale, _ := c.now(recv.Add(time.Second + time.Millisecond)); stale || now != recv.Add(time.Second+time.Millisecond).UnixMicro()+5_000_000-200 {
 		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, stale)
 	}
-	late := recv.Add(clockMaxKeep + time.Second)
+	late := recv.Add(clockMaxKeep + 2*time.Second)
 	c.observe(late, late.Add(time.Millisecond), late.Add(time.Millisecond+7*time.Second))
 	if now, _, _ := c.now(late.Add(time.Millisecond)); now != late.Add(time.Millisecond).UnixMicro()+7_000_000+500 {
 		t.Errorf("after clockMaxKeep: now %d, want the slow round trip's offset", now)
@@ -265,9 +266,9 @@ func TestRedisClockObserve(t *testing.T) {
 	}
 }
 
-// TestWindowLetters: a fixed window's key names its window with one
-// letter, the index modulo 26, and parses back to the latest window at or
-// before a time that the letter can name.
+// TestWindowLetters: a fixed window's key names its window with two
+// letters, the index modulo 676 in base 26, and parses back to the latest
+// window at or before a time that the letters can name.
 func TestWindowLetters(t *testing.T) {
 	c := algo.Check{Domain: "d", Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
 		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}}
@@ -279,11 +280,13 @@ func TestWindowLetters(t *testing.T) {
 		now   int64
 		want  string
 	}{
-		{c, 0, "r2{d:k:v:f1o}A"},
-		{c, 25 * algo.Minute, "r2{d:k:v:f1o}Z"},
-		{c, 26*algo.Minute + 59*algo.Second, "r2{d:k:v:f1o}A"},
-		{c, -1, "r2{d:k:v:f1o}Z"},
-		{tagged, 27 * algo.Minute, "r2{d:k:v}#:p:/a:f1oB"},
+		{c, 0, "r2{d:k:v:f1o}AA"},
+		{c, 25 * algo.Minute, "r2{d:k:v:f1o}AZ"},
+		{c, 26*algo.Minute + 59*algo.Second, "r2{d:k:v:f1o}BA"},
+		{c, 675 * algo.Minute, "r2{d:k:v:f1o}ZZ"},
+		{c, 676 * algo.Minute, "r2{d:k:v:f1o}AA"},
+		{c, -1, "r2{d:k:v:f1o}ZZ"},
+		{tagged, 28 * algo.Minute, "r2{d:k:v}#:p:/a:f1oBC"},
 	} {
 		got := string(AppendKeyAt(nil, tc.check, tc.now))
 		if got != tc.want {
@@ -295,13 +298,13 @@ func TestWindowLetters(t *testing.T) {
 			t.Fatalf("ParseKey(%q): %v", got, err)
 		}
 		start := algo.WindowIndex(tc.now, algo.Minute) * algo.Minute
-		for _, later := range []int64{tc.now, start + 25*algo.Minute + 59*algo.Second} {
+		for _, later := range []int64{tc.now, start + 675*algo.Minute + 59*algo.Second} {
 			if ws := k.WindowStart(later); ws != start {
 				t.Errorf("%q: WindowStart(%d) = %d, want %d", got, later, ws, start)
 			}
 		}
 	}
-	for _, bad := range []string{"r2{d:k:v:f1o}", "r2{d:k:v:t1o}A", "r2{d:k:v}#:p:/a:f1o", "r2{d:k:v}#:p:/a:t1oB", "r2{d:k:v:f1o}a"} {
+	for _, bad := range []string{"r2{d:k:v:f1o}", "r2{d:k:v:f1o}A", "r2{d:k:v:t1o}AA", "r2{d:k:v}#:p:/a:f1o", "r2{d:k:v}#:p:/a:t1oBB", "r2{d:k:v:f1o}aA", "r2{d:k:v:f1o}AAA"} {
 		if _, err := ParseKey(bad, ""); err == nil {
 			t.Errorf("ParseKey(%q) accepted it", bad)
 		}
