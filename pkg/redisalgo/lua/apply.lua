@@ -56,8 +56,8 @@
 -- the sliding log's; numbers in decimal, so that one GET reads a state and
 -- one SET … PX writes it with its expiry:
 --   fixed_window    "<c>"              the count alone: the key names the
---                                      window (it ends in '@' and the
---                                      window index in base 36,
+--                                      window (it ends in two letters,
+--                                      the window's index modulo 676,
 --                                      redisalgo.AppendKeyAt), so a key
 --                                      is the state of one window, read
 --                                      at the start of the window holding
