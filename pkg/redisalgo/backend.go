@@ -374,17 +374,9 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	}()
 	s.reset(len(checks))
 
-	var now int64 // 0: the server's TIME
-	switch {
-	case b.callerTime:
-		now = at.UnixMicro()
-	case keyedWindows(checks):
-		// The keys name the window holding now: the script cannot pick
-		// it, so the request is applied at Redis's time as tracked here.
-		var err error
-		if now, err = b.redisNow(ctx); err != nil {
-			return nil, err
-		}
+	now, err := b.requestNow(ctx, at, checks)
+	if err != nil {
+		return nil, err
 	}
 	b.group(s, checks, now)
 	b.topo.route(s.calls)
@@ -408,6 +400,20 @@ func keyedWindows(checks []algo.Check) bool {
 		}
 	}
 	return false
+}
+
+// requestNow returns the time checks are applied at: at under
+// CallerTime; else Redis's time as tracked here when a check's key names
+// its window (the script cannot pick the window, since the key must be
+// known before it runs); else 0, the script's own TIME.
+func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Check) (int64, error) {
+	switch {
+	case b.callerTime:
+		return at.UnixMicro(), nil
+	case keyedWindows(checks):
+		return b.redisNow(ctx)
+	}
+	return 0, nil
 }
 
 // redisNow returns Redis's time as tracked (clock.go), measuring it first

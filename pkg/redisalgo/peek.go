@@ -21,15 +21,10 @@ import (
 // writes, so a peek consumes nothing and moves no expiry. On a cluster each
 // key's commands go to its master.
 func (b *Backend) Peek(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Peeked, error) {
-	var keyed int64 // the now fixed windows' keys are at
-	switch {
-	case b.callerTime:
-		keyed = at.UnixMicro()
-	case keyedWindows(checks):
-		var err error
-		if keyed, err = b.redisNow(ctx); err != nil {
-			return nil, fmt.Errorf("redisalgo: peek: %w", err)
-		}
+	// The now fixed windows' keys are at; 0: none, judge at TIME.
+	keyed, err := b.requestNow(ctx, at, checks)
+	if err != nil {
+		return nil, fmt.Errorf("redisalgo: peek: %w", err)
 	}
 	pipe := b.client.Pipeline()
 	var clock *redis.TimeCmd

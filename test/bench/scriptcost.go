@@ -62,25 +62,30 @@ return c`)
 	}
 	return []scriptCostOp{
 		{"PING (a round trip, no work)", func(ctx context.Context, c *redis.Client, _ string) error { return c.Ping(ctx).Err() }},
-		{"INCRBY + EXPIRE (envoyproxy/ratelimit's pipeline)", func(ctx context.Context, c *redis.Client, key string) error {
-			p := c.Pipeline()
-			p.IncrBy(ctx, key, 1)
-			p.Expire(ctx, key, time.Second)
-			_, err := p.Exec(ctx)
-			return err
-		}},
-		{"INCRBY + PEXPIRE (envoy-rls's plain call)", func(ctx context.Context, c *redis.Client, key string) error {
-			p := c.Pipeline()
-			p.IncrBy(ctx, key, 1)
-			p.PExpire(ctx, key, time.Second)
-			_, err := p.Exec(ctx)
-			return err
-		}},
+		{"INCRBY + EXPIRE (envoyproxy/ratelimit's pipeline)", incrExpire("expire")},
+		{"INCRBY + PEXPIRE (envoy-rls's plain call)", incrExpire("pexpire")},
 		{"EVALSHA `return 1`", script(tiny)},
 		{"EVALSHA INCRBY + first-hit PEXPIRE", script(minimal, 1000)},
 		{"EVALSHA lean.lua, one fixed window", script(lean, args...)},
 		{"EVALSHA apply.lua, one fixed window", script(apply, args...)},
 	}, nil
+}
+
+// incrExpire is a pipeline of INCRBY key 1 and expire (EXPIRE key 1 or
+// PEXPIRE key 1000): envoyproxy/ratelimit's call and envoy-rls's plain
+// call.
+func incrExpire(expire string) func(context.Context, *redis.Client, string) error {
+	ttl := 1
+	if expire == "pexpire" {
+		ttl = 1000
+	}
+	return func(ctx context.Context, c *redis.Client, key string) error {
+		p := c.Pipeline()
+		p.IncrBy(ctx, key, 1)
+		p.Do(ctx, expire, key, ttl)
+		_, err := p.Exec(ctx)
+		return err
+	}
 }
 
 // scriptCostRow is one op measured at one load.
