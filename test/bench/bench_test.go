@@ -67,14 +67,14 @@ func TestHistogramIndexRoundTrip(t *testing.T) {
 }
 
 func TestParseRedisInfo(t *testing.T) {
-	text := "# Stats\r\ntotal_commands_processed:120\r\ntotal_reads_processed:30\r\n# CPU\r\n" +
+	text := "# Stats\r\ntotal_commands_processed:120\r\ntotal_reads_processed:30\r\ntotal_net_input_bytes:4000\r\ntotal_net_output_bytes:2500\r\n# CPU\r\n" +
 		"used_cpu_sys:1.500000\r\nused_cpu_user:0.250000\r\n# Commandstats\r\n" +
 		"cmdstat_evalsha:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n"
 	got, err := parseRedisInfo(text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := redisStats{cpu: 1750 * time.Millisecond, commands: 120, reads: 30, evalsha: 100, calls: map[string]int64{"evalsha": 100}, usec: map[string]int64{"evalsha": 900}}
+	want := redisStats{cpu: 1750 * time.Millisecond, commands: 120, reads: 30, netIn: 4000, netOut: 2500, evalsha: 100, calls: map[string]int64{"evalsha": 100}, usec: map[string]int64{"evalsha": 900}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("parseRedisInfo = %+v, want %+v", got, want)
 	}

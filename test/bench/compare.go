@@ -378,9 +378,10 @@ type cmpFigures struct {
 	errors                  int64   // RPC errors over all samples
 	calls, usec             map[string]float64
 	// reads is Redis's socket reads per decision: round trips, so below
-	// 1 when requests share them.
-	reads       float64
-	n, failures int
+	// 1 when requests share them; in and out its network bytes per
+	// decision.
+	reads, in, out float64
+	n, failures    int
 }
 
 func figures(c *cmpCell) cmpFigures {
@@ -402,6 +403,8 @@ func figures(c *cmpCell) cmpFigures {
 		total:    median(s, func(x cmpSample) float64 { return x.row.srvCPU + x.row.redisCPU }),
 		other:    median(s, func(x cmpSample) float64 { return x.row.other }),
 		reads:    median(s, func(x cmpSample) float64 { return x.row.redisReads }),
+		in:       median(s, func(x cmpSample) float64 { return x.row.redisIn }),
+		out:      median(s, func(x cmpSample) float64 { return x.row.redisOut }),
 		calls:    map[string]float64{},
 		usec:     map[string]float64{},
 		n:        len(s),
@@ -439,7 +442,7 @@ func writeCompare(w io.Writer, o options, cells map[cmpCellKey]*cmpCell) {
 		}
 	}
 	fmt.Fprintln(w)
-	tableHead(w, "Redis INFO commandstats per decision (calls, execution µs; commands a script runs included) and socket reads per decision (total_reads_processed: round trips, below 1 when requests share them)", "load", "keys", "envoyproxy/ratelimit", "envoy-rls")
+	tableHead(w, "Redis INFO commandstats per decision (calls, execution µs; commands a script runs included) and socket reads and network bytes per decision (total_reads_processed: round trips, below 1 when requests share them; total_net_input_bytes, total_net_output_bytes)", "load", "keys", "envoyproxy/ratelimit", "envoy-rls")
 	for _, load := range cmpLoads(o) {
 		for _, keys := range cmpKeySets(o) {
 			ref := figures(cells[cmpCellKey{load.name, keys.name, sysRef}])
@@ -502,7 +505,7 @@ func cmdMix(f cmpFigures) string {
 		parts[i] = fmt.Sprintf("%s %.3f × %.1f µs", strings.ReplaceAll(n, "|", " "), f.calls[n], f.usec[n]/f.calls[n])
 		us += f.usec[n]
 	}
-	return fmt.Sprintf("%s (%.1f µs executing); %.3f socket reads", strings.Join(parts, ", "), us, f.reads)
+	return fmt.Sprintf("%s (%.1f µs executing); %.3f socket reads, %.0f B in, %.0f B out", strings.Join(parts, ", "), us, f.reads, f.in, f.out)
 }
 
 // writeCompareTargets sets the medians against issue 19's targets. It

@@ -38,17 +38,17 @@ func TestFiguresPerCommand(t *testing.T) {
 	c := &cmpCell{}
 	for _, n := range []float64{1, 2, 3} {
 		c.samples = append(c.samples, cmpSample{
-			row:   &row{rps: n, p50: time.Duration(n) * time.Microsecond, redisReads: 0.25 * n},
+			row:   &row{rps: n, p50: time.Duration(n) * time.Microsecond, redisReads: 0.25 * n, redisIn: 40 * n, redisOut: 10 * n},
 			calls: map[string]float64{"incrby": 1, "expire": 1, "evalsha": 0.5 * n},
 			usec:  map[string]float64{"incrby": 2, "expire": 1, "evalsha": 10 * n},
 		})
 	}
 	f := figures(c)
-	if !f.ok || f.rps != 2 || f.p50 != 2 || f.calls["evalsha"] != 1 || f.usec["evalsha"] != 20 || f.reads != 0.5 {
-		t.Fatalf("figures = %+v, want medians rps 2, p50 2µs, evalsha 1 call 20 µs, 0.5 reads", f)
+	if !f.ok || f.rps != 2 || f.p50 != 2 || f.calls["evalsha"] != 1 || f.usec["evalsha"] != 20 || f.reads != 0.5 || f.in != 80 || f.out != 20 {
+		t.Fatalf("figures = %+v, want medians rps 2, p50 2µs, evalsha 1 call 20 µs, 0.5 reads, 80 B in, 20 B out", f)
 	}
 	got := cmdMix(f)
-	want := "evalsha 1.000 × 20.0 µs, expire 1.000 × 1.0 µs, incrby 1.000 × 2.0 µs (23.0 µs executing); 0.500 socket reads"
+	want := "evalsha 1.000 × 20.0 µs, expire 1.000 × 1.0 µs, incrby 1.000 × 2.0 µs (23.0 µs executing); 0.500 socket reads, 80 B in, 20 B out"
 	if got != want {
 		t.Fatalf("cmdMix = %q, want %q", got, want)
 	}

@@ -112,7 +112,11 @@ type redisStats struct {
 	cpu      time.Duration // used_cpu_user + used_cpu_sys
 	commands int64         // total_commands_processed
 	reads    int64         // total_reads_processed: socket reads, ~ round trips
-	evalsha  int64         // cmdstat_evalsha calls
+	// netIn and netOut are total_net_input_bytes and
+	// total_net_output_bytes; infoOut is the size of the INFO reply that
+	// took the snapshot, which the next snapshot's netOut includes.
+	netIn, netOut, infoOut int64
+	evalsha                int64 // cmdstat_evalsha calls
 	// calls counts every command by name (INFO commandstats), including
 	// those a Lua script runs with redis.call.
 	calls map[string]int64
@@ -128,7 +132,10 @@ func (r *redisServer) stats(ctx context.Context) (redisStats, error) {
 	if err != nil {
 		return redisStats{}, fmt.Errorf("bench: redis info: %w", err)
 	}
-	return parseRedisInfo(text)
+	st, err := parseRedisInfo(text)
+	// The reply as sent: a bulk string, "$<len>\r\n<text>\r\n".
+	st.infoOut = int64(len(text) + len(strconv.Itoa(len(text))) + 5)
+	return st, err
 }
 
 func parseRedisInfo(text string) (redisStats, error) {
@@ -154,6 +161,10 @@ func parseRedisInfo(text string) (redisStats, error) {
 			seen++
 		case "total_reads_processed":
 			s.reads, err = strconv.ParseInt(v, 10, 64)
+		case "total_net_input_bytes":
+			s.netIn, err = strconv.ParseInt(v, 10, 64)
+		case "total_net_output_bytes":
+			s.netOut, err = strconv.ParseInt(v, 10, 64)
 		default:
 			name, ok := strings.CutPrefix(k, "cmdstat_")
 			if !ok {
@@ -193,9 +204,13 @@ func (s redisStats) sub(before redisStats) redisStats {
 		cpu:      s.cpu - before.cpu,
 		commands: max(0, s.commands-before.commands-1),
 		reads:    max(0, s.reads-before.reads-1),
-		evalsha:  s.evalsha - before.evalsha,
-		calls:    map[string]int64{},
-		usec:     map[string]int64{},
+		// The earlier snapshot's INFO reply went out in between; its
+		// command (a few dozen bytes in) is left in.
+		netIn:   s.netIn - before.netIn,
+		netOut:  max(0, s.netOut-before.netOut-before.infoOut),
+		evalsha: s.evalsha - before.evalsha,
+		calls:   map[string]int64{},
+		usec:    map[string]int64{},
 	}
 	for name, n := range s.calls {
 		if name == "info" {

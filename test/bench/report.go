@@ -25,15 +25,18 @@ type row struct {
 	redisCPU   float64
 	redisCmds  float64
 	redisReads float64
-	evalsha    float64
-	perCommand string // "evalsha 1.00, time 1.00, …", most frequent first
-	batchName  string
-	batch      float64
-	hasBatch   bool
-	denied     float64 // fraction answered OVER_LIMIT
-	other      float64 // CPU of other processes, % of the machine
-	errors     int64
-	capped     bool
+	// redisIn and redisOut are Redis's network bytes in and out per
+	// decision.
+	redisIn, redisOut float64
+	evalsha           float64
+	perCommand        string // "evalsha 1.00, time 1.00, …", most frequent first
+	batchName         string
+	batch             float64
+	hasBatch          bool
+	denied            float64 // fraction answered OVER_LIMIT
+	other             float64 // CPU of other processes, % of the machine
+	errors            int64
+	capped            bool
 	// group is scenario.group; admitted counts the calls answered OK and
 	// bound is the scenario's bound for the measured interval (0: none).
 	group    string
@@ -67,6 +70,7 @@ func newRow(sc scenario, res *loadResult, before, after snapshot) *row {
 		r.redisCPU = perDecision(rd.cpu)
 		r.redisCmds = float64(rd.commands) / d
 		r.redisReads = float64(rd.reads) / d
+		r.redisIn, r.redisOut = float64(rd.netIn)/d, float64(rd.netOut)/d
 		r.evalsha = float64(rd.evalsha) / d
 		r.perCommand = commandMix(rd.calls, d)
 		r.batchName, r.batch, r.hasBatch = meanBatch(before.batch, after.batch)
