@@ -403,31 +403,36 @@ func keyedWindows(checks []algo.Check) bool {
 }
 
 // requestNow returns the time checks are applied at: at under
-// CallerTime; else Redis's time as tracked here when a check's key names
-// its window (the script cannot pick the window, since the key must be
-// known before it runs); else 0, the script's own TIME.
+// CallerTime; else, when a check's key names its window (the script cannot
+// pick the window, since the key must be known before it runs), Redis's
+// time at the instant at, as tracked here (at is from this process's
+// clock, which the tracked offset corrects); else 0, the script's own
+// TIME. Taking at, not the time of sending, puts a request's consumption
+// and a refund of it that its caller makes at the same at (the per-second
+// split's, say) in one window, even when a window ends in between.
 func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Check) (int64, error) {
 	switch {
 	case b.callerTime:
 		return at.UnixMicro(), nil
 	case keyedWindows(checks):
-		return b.redisNow(ctx)
+		return b.redisNow(ctx, at)
 	}
 	return 0, nil
 }
 
-// redisNow returns Redis's time as tracked (clock.go), measuring it first
-// with a TIME of its own when no pipeline has yet.
-func (b *Backend) redisNow(ctx context.Context) (int64, error) {
+// redisNow returns Redis's time at the local instant at as tracked
+// (clock.go), measuring the offset first with a TIME of its own when no
+// pipeline has yet.
+func (b *Backend) redisNow(ctx context.Context, at time.Time) (int64, error) {
 	b.clockUsed.Store(true)
-	now, _, ok := b.clock.now(time.Now())
+	now, _, ok := b.clock.now(at)
 	if ok {
 		return now, nil
 	}
 	if err := b.clock.sync(ctx, b.client); err != nil {
 		return 0, err
 	}
-	now, _, _ = b.clock.now(time.Now())
+	now, _, _ = b.clock.now(at)
 	return now, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -60,7 +59,8 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
 				t.Fatal(err)
 			}
-			now, _, _ := b.clock.now(time.Now())
+			// A fixed window's key names the window of Redis's time at t0.
+			now, _, _ := b.clock.now(t0)
 			key := string(AppendKeyAt(nil, c, now))
 			before, err := client.Dump(ctx, key).Result()
 			if err != nil {

@@ -191,34 +191,58 @@ func TestPlainConcurrentMixed(t *testing.T) {
 }
 
 // TestClockPlacesWindows: in production (no CallerTime) a fixed window's
-// key is the window holding Redis's TIME, whatever the caller's clock
-// says, and the request is decided at that time.
+// key is the window holding Redis's TIME at the instant the caller gives,
+// on this process's clock; and a refund its caller makes at the same
+// instant lands in the same window even when Redis's clock has moved on to
+// the next (the per-second split refunds so), never in the current one.
 func TestClockPlacesWindows(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.SharedStandalone(t).Client(t)
 	b := newBackend(t, client, Options{})
 	c := algo.Check{Domain: redistest.KeyPrefix(t), Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
-		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Hour}, Hits: 1}
-	// A caller clock a day off must not matter.
-	d, err := b.Apply(ctx, time.Now().Add(24*time.Hour), []algo.Check{c})
-	if err != nil || !d[0].Allowed || d[0].Remaining != 4 {
-		t.Fatalf("Apply: %+v, %v", d, err)
+		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}, Hits: 1}
+	redisNow := func() int64 {
+		t.Helper()
+		tm, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
 	}
-	redisNow, err := client.Time(ctx).Result()
-	if err != nil {
+	// Two seconds ago: a past window, whose key still lives (its TTL is
+	// counted from the Redis time it names).
+	past := time.Now().Add(-2 * time.Second)
+	if d, err := b.Apply(ctx, past, []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+		t.Fatalf("Apply at the past instant: %+v, %v", d, err)
+	}
+	if d, err := b.Apply(ctx, time.Now(), []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+		t.Fatalf("Apply now: %+v, %v (a fresh window: the past one is another key)", d, err)
+	}
+	now := redisNow()
+	pastKey := string(AppendKeyAt(nil, c, now-2*algo.Second))
+	nowKey := string(AppendKeyAt(nil, c, now))
+	if pastKey == nowKey {
+		t.Fatalf("one key %s for two windows", nowKey)
+	}
+	refund := c
+	refund.Refund = true
+	if _, err := b.Apply(ctx, past, []algo.Check{refund}); err != nil {
 		t.Fatal(err)
 	}
-	key := string(AppendKeyAt(nil, c, redisNow.UnixMicro()))
-	if v := client.Get(ctx, key).Val(); v != "1" {
-		// The hour may have turned between the two; then the previous
-		// window's key holds it.
-		prev := string(AppendKeyAt(nil, c, redisNow.UnixMicro()-algo.Hour))
-		if client.Get(ctx, prev).Val() != "1" {
-			t.Fatalf("neither %s nor %s (Redis's window) holds the hit", key, prev)
+	// The Redis seconds read here and in Apply may straddle a boundary:
+	// then the hit is in the window before. A count refunded to 0 is
+	// deleted (its state equals no key).
+	for _, tc := range []struct {
+		key, want string
+	}{{pastKey, ""}, {nowKey, "1"}} {
+		got := client.Get(ctx, tc.key).Val()
+		if got != tc.want {
+			prev := string(AppendKeyAt(nil, c, now-algo.Second))
+			if tc.key == nowKey && client.Get(ctx, prev).Val() == tc.want {
+				continue
+			}
+			t.Errorf("%s holds %q, want %q", tc.key, got, tc.want)
 		}
-	}
-	if left := time.Duration(d[0].ResetAfter) * time.Microsecond; left <= 0 || left > time.Hour {
-		t.Fatalf("reset after %v, want within the hour", left)
 	}
 }
 
