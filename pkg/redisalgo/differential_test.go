@@ -258,6 +258,10 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 			p := checks[i].Policy
 			e := algo.Expiry(p, states[i], now)
+			if p.KeyedWindow() && e > 0 {
+				// The key lives windowMargin beyond its window.
+				e += windowMargin(p.Period)
+			}
 			written := goAllowed && checks[i].Hits > 0
 			if checks[i].Refund {
 				// A cancel that cannot give back leaves the key alone.

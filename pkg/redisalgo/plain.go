@@ -48,11 +48,22 @@ func plainCheck(c *algo.Check) bool {
 }
 
 // windowTTL is the PEXPIRE, in ms, of a fixed_window count at now: to its
-// window's end, rounded up (apply.lua's ttlMs of algo's expiry).
+// window's end and windowMargin beyond, rounded up (apply.lua's ttlMs of
+// algo's expiry plus its windowMargin).
 func windowTTL(period, now int64) int64 {
-	left := windowLeft(period, now)
-	return (left + 999) / 1000
+	return (windowLeft(period, now) + windowMargin(period) + 999) / 1000
 }
+
+// windowMargin is how much longer than its window a fixed window's key
+// lives: a period, at most 5 s. Replicas place windows on Redis's clock as
+// each tracks it (clock.go), so one may still count into a window after
+// another's clock says it ended; were the key set to expire at the window's
+// end by the one that runs ahead, the other would count into a fresh key
+// and over-admit. A past window's key is not read again (its letters come
+// round 676 windows later), so the margin costs only memory: at a period
+// of a second a key lives up to two seconds, as envoyproxy/ratelimit's
+// EXPIRE of a period after the last hit keeps its keys.
+func windowMargin(period int64) int64 { return min(period, 5*algo.Second) }
 
 // windowLeft is the µs from now to the end of its window of period.
 func windowLeft(period, now int64) int64 {

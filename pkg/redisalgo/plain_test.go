@@ -119,10 +119,11 @@ func TestDifferentialPlain(t *testing.T) {
 					expires[k] = (algo.WindowIndex(now, p.Period) + 1) * p.Period
 				}
 				if err == nil && allowed && checks[i].Hits > 0 && !checks[i].Refund {
-					// Written now: it expires by its window's end.
+					// Written now: it expires windowMargin after its
+					// window's end.
 					ms := client.PTTL(ctx, k).Val().Milliseconds()
-					if left := (windowLeft(p.Period, now) + 999) / 1000; ms > left || ms <= 0 {
-						t.Fatalf("step %d: %s PTTL %dms, want the %dms to its window's end", step, k, ms, left)
+					if left := (windowLeft(p.Period, now) + windowMargin(p.Period) + 999) / 1000; ms > left || ms <= 0 {
+						t.Fatalf("step %d: %s PTTL %dms, want the %dms to its window's end and the margin", step, k, ms, left)
 					}
 				}
 			}
@@ -332,5 +333,27 @@ func TestWindowLetters(t *testing.T) {
 		if _, err := ParseKey(bad, ""); err == nil {
 			t.Errorf("ParseKey(%q) accepted it", bad)
 		}
+	}
+}
+
+// TestWindowOutlivesReplicaClocks: a replica whose tracked clock lags
+// another's still counts into the window the other just left. The one
+// ahead wrote the key a millisecond before the window's end; the key lives
+// on for windowMargin, so the lagging replica's hit, a few real
+// milliseconds later but inside the window on its clock, finds the count
+// instead of a fresh key (which would admit the limit again).
+func TestWindowOutlivesReplicaClocks(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.SharedStandalone(t).Client(t)
+	ahead, behind := newBackend(t, client, Options{CallerTime: true}), newBackend(t, client, Options{CallerTime: true})
+	c := algo.Check{Domain: redistest.KeyPrefix(t), Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
+		Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 3, Period: algo.Second}, Hits: 1}
+	end := (t0.UnixMicro()/algo.Second + 1) * algo.Second
+	if d, err := ahead.Apply(ctx, time.UnixMicro(end-1000), []algo.Check{c}); err != nil || d[0].Remaining != 2 {
+		t.Fatalf("ahead: %+v, %v", d, err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the window's end as the first replica set it
+	if d, err := behind.Apply(ctx, time.UnixMicro(end-2000), []algo.Check{c}); err != nil || d[0].Remaining != 1 {
+		t.Fatalf("behind: %+v, %v; want remaining 1 (the window's count), not 2 (a fresh key)", d, err)
 	}
 }

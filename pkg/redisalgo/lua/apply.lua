@@ -829,6 +829,16 @@ end
 
 -- End of queue mode. --
 
+-- windowMargin is how much longer than its window a fixed window's key
+-- lives (redisalgo.windowMargin): a period, at most 5 s. Another replica,
+-- whose tracked clock may lag this one's, can still count into the window
+-- after this one thinks it ended: the key must not have expired under it.
+-- A past window's key is never read by a replica whose clock is right, so
+-- the margin costs only memory.
+local function windowMargin(period)
+  return math.min(period, 5000000)
+end
+
 -- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.
 local function ttlMs(e)
   if e <= 0 then
@@ -885,6 +895,9 @@ local function commit(l, now)
   local e
   if a == 1 then
     e = expiryFixedWindow(l.period, ns, now)
+    if e > 0 then
+      e = e + windowMargin(l.period)
+    end
   elseif a == 2 and l.sub > 1 then
     e = expirySubWindows(l.period, l.sub, ns, now)
   elseif a == 2 then

@@ -169,8 +169,9 @@ for _, r in ipairs(reqs) do
       if hits > 0 and reply[o + 1] == 1 then
         if allowed then
           -- apply.lua's commit: a consumed window has a count, so its
-          -- expiry (algo.expiryFixedWindow) is the window's end, > now.
-          local e = ns + period - now
+          -- expiry (algo.expiryFixedWindow) is the window's end, > now,
+          -- and apply.lua's windowMargin: a period, at most 5 s.
+          local e = ns + period - now + math.min(period, 5000000)
           local ms, rem = divmod(e, 1000)
           if rem > 0 then
             ms = ms + 1
