@@ -424,15 +424,18 @@ func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Ch
 // (clock.go), measuring the offset first with a TIME of its own when no
 // pipeline has yet.
 func (b *Backend) redisNow(ctx context.Context, at time.Time) (int64, error) {
-	b.clockUsed.Store(true)
-	now, _, ok := b.clock.now(at)
-	if ok {
+	if !b.clockUsed.Load() {
+		// Stored once: a store on every request would move the flag's
+		// cache line between CPUs.
+		b.clockUsed.Store(true)
+	}
+	if now, ok := b.clock.now(at); ok {
 		return now, nil
 	}
 	if err := b.clock.sync(ctx, b.client); err != nil {
 		return 0, err
 	}
-	now, _, _ = b.clock.now(at)
+	now, _ := b.clock.now(at)
 	return now, nil
 }
 
@@ -675,14 +678,14 @@ func (b *Backend) send(ctx context.Context, calls []*scriptCall) {
 	// Keep Redis's clock measured while requests need it: one pipeline a
 	// second carries a TIME (clock.go).
 	var clock *redis.TimeCmd
+	var sent time.Time
 	if b.clockUsed.Load() && len(cmds) > 0 {
-		if _, stale, _ := b.clock.now(time.Now()); b.clock.claim(stale) {
+		if sent = time.Now(); b.clock.claim(sent) {
 			defer b.clock.release()
 			clock = redis.NewTimeCmd(ctx, "time")
 			cmds = append(cmds, clock)
 		}
 	}
-	sent := time.Now()
 	switch len(cmds) {
 	case 0:
 		return

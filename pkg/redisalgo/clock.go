@@ -48,16 +48,14 @@ type clockSample struct {
 }
 
 // redisClock is the offset of Redis's clock from the local one. It is safe
-// for concurrent use.
+// for concurrent use; reading it (every request with a fixed window) takes
+// no lock.
 type redisClock struct {
-	mu sync.Mutex
-	// offset is Redis's time minus the local time, µs: the offset of
-	// the kept sample with the shortest round trip; checked is when the
-	// last sample was taken; ok once one was. samples is a ring of the
-	// last clockSamples, next its next slot.
-	offset  int64
-	checked time.Time
-	ok      bool
+	// cur is the reading in use; nil until the first measurement.
+	cur atomic.Pointer[clockReading]
+	// mu guards the samples: a ring of the last clockSamples, next its
+	// next slot.
+	mu      sync.Mutex
 	samples [clockSamples]clockSample
 	next    int
 	// sampling is set while a pipeline carries a TIME, so that one at a
@@ -65,14 +63,29 @@ type redisClock struct {
 	sampling atomic.Bool
 }
 
-// now returns Redis's time (Unix µs) at the local time local, whether the
-// offset is due to be measured again (older than clockMaxAge, or never
-// measured) and whether it ever was (before, now is the local time).
-func (c *redisClock) now(local time.Time) (now int64, stale, ok bool) {
-	c.mu.Lock()
-	off, at, ok := c.offset, c.checked, c.ok
-	c.mu.Unlock()
-	return local.UnixMicro() + off, !ok || local.Sub(at) > clockMaxAge, ok
+// clockReading is what the clock says: offset is Redis's time minus the
+// local time, µs, from the kept sample with the shortest round trip;
+// checked is when the last sample was taken, kept or not.
+type clockReading struct {
+	offset  int64
+	checked time.Time
+}
+
+// now returns Redis's time (Unix µs) at the local time local, and whether
+// the offset was ever measured (before, now is the local time).
+func (c *redisClock) now(local time.Time) (now int64, ok bool) {
+	r := c.cur.Load()
+	if r == nil {
+		return local.UnixMicro(), false
+	}
+	return local.UnixMicro() + r.offset, true
+}
+
+// stale reports whether the offset is due to be measured again at local:
+// never measured, or last checked over clockMaxAge before.
+func (c *redisClock) stale(local time.Time) bool {
+	r := c.cur.Load()
+	return r == nil || local.Sub(r.checked) > clockMaxAge
 }
 
 // observe records a TIME reply, redis, received in a round trip sent at
@@ -84,7 +97,6 @@ func (c *redisClock) observe(sent, recv time.Time, redis time.Time) {
 	defer c.mu.Unlock()
 	c.samples[c.next] = clockSample{offset: redis.UnixMicro() - mid.UnixMicro(), rtt: rtt, at: recv}
 	c.next = (c.next + 1) % clockSamples
-	c.checked, c.ok = recv, true
 	var best *clockSample
 	for i := range c.samples {
 		s := &c.samples[i]
@@ -95,14 +107,14 @@ func (c *redisClock) observe(sent, recv time.Time, redis time.Time) {
 			best = s
 		}
 	}
-	c.offset = best.offset
+	c.cur.Store(&clockReading{offset: best.offset, checked: recv})
 }
 
 // claim reports whether the caller should add a TIME to its pipeline: the
-// offset is stale and no other pipeline carries one. A true claim must be
-// followed by release.
-func (c *redisClock) claim(stale bool) bool {
-	return stale && c.sampling.CompareAndSwap(false, true)
+// offset is stale at local and no other pipeline carries one. A true claim
+// must be followed by release.
+func (c *redisClock) claim(local time.Time) bool {
+	return c.stale(local) && c.sampling.CompareAndSwap(false, true)
 }
 
 func (c *redisClock) release() { c.sampling.Store(false) }

@@ -252,43 +252,21 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 		}
 		for i, k := range keys {
-			got, present, err := parseState(k, checks[i].Policy, after[i], now)
-			if err != nil {
-				t.Fatalf("step %d: %v", step, err)
-			}
-			p := checks[i].Policy
-			e := algo.Expiry(p, states[i], now)
-			if p.KeyedWindow() && e > 0 {
-				// The key lives windowMargin beyond its window.
-				e += windowMargin(p.Period)
-			}
 			written := goAllowed && checks[i].Hits > 0
 			if checks[i].Refund {
 				// A cancel that cannot give back leaves the key alone.
 				written = checks[i].ReservedAt == 0 || goOut[i].Granted > 0
 			}
+			got, present := checkWrite(t, step, k, checks[i], states[i], after[i], ttls[i], ran, written, now)
 			if !present {
-				// Redis may expire a key whose TTL the script set to a
-				// few ms before the script ends: its clock runs on.
-				if e != 0 && !(written && (e+999)/1000 <= ran/1000+1) {
-					t.Fatalf("step %d: %s (%+v) missing on Redis, Go state %+v expires in %dµs", step, k, p, states[i], e)
-				}
 				continue
 			}
-			if !sameState(p.Algorithm, got, states[i]) {
-				t.Fatalf("step %d: %s (%+v, check %+v):\n go    %+v\n redis %+v", step, k, p, checks[i], states[i], got)
-			}
+			p := checks[i].Policy
 			if p.Windows() > 1 {
 				subStates++
 			}
 			if p.Algorithm == algo.GCRA && written {
 				gcraForms[min(got.Frac, 1)]++
-			}
-			// PTTL counts from Redis's clock, which runs on while the
-			// script does: allow what the script measured it ran.
-			ms, want := ttls[i].(int64), (e+999)/1000
-			if written && p.Limit > 0 && (ms > want || ms < want-ran/1000-1) {
-				t.Fatalf("step %d: %s PTTL %dms, want %dms (Expiry %dµs rounded up; script ran %dµs)", step, k, ms, want, e, ran)
 			}
 		}
 	}
@@ -307,6 +285,50 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		t.Errorf("gcra values written: %d plain, %d with a fraction; want both spellings exercised", gcraForms[0], gcraForms[1])
 	}
 	t.Logf("gcra values written: %d plain, %d with a fraction", gcraForms[0], gcraForms[1])
+}
+
+// storedExpiry is how long (µs) after now the scripts keep a key holding
+// state st of policy p: algo.Expiry, and windowMargin more for a fixed
+// window's key.
+func storedExpiry(p algo.Policy, st algo.State, now int64) int64 {
+	e := algo.Expiry(p, st, now)
+	if p.KeyedWindow() && e > 0 {
+		e += windowMargin(p.Period)
+	}
+	return e
+}
+
+// checkWrite compares key's state after a script call (after, as the
+// observed script reads it; ttl its PTTL in ms; ran how long the script
+// ran, µs) with Go's state want for check c at now; written says whether
+// the call wrote the key. It returns the state read and whether the key
+// exists.
+func checkWrite(t *testing.T, step int, key string, c algo.Check, want algo.State, after, ttl any, ran int64, written bool, now int64) (algo.State, bool) {
+	t.Helper()
+	p := c.Policy
+	got, present, err := parseState(key, p, after, now)
+	if err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	e := storedExpiry(p, want, now)
+	if !present {
+		// Redis may expire a key whose TTL the script set to a few ms
+		// before the script ends: its clock runs on.
+		if e != 0 && !(written && (e+999)/1000 <= ran/1000+1) {
+			t.Fatalf("step %d: %s (%+v) missing on Redis, Go state %+v expires in %dµs", step, key, p, want, e)
+		}
+		return got, false
+	}
+	if !sameState(p.Algorithm, got, want) {
+		t.Fatalf("step %d: %s (%+v, check %+v):\n go    %+v\n redis %+v", step, key, p, c, want, got)
+	}
+	// PTTL counts from Redis's clock, which runs on while the script
+	// does: allow what the script measured it ran.
+	ms, wantMs := ttl.(int64), (e+999)/1000
+	if written && p.Limit > 0 && (ms > wantMs || ms < wantMs-ran/1000-1) {
+		t.Fatalf("step %d: %s PTTL %dms, want %dms (Expiry %dµs rounded up; script ran %dµs)", step, key, ms, wantMs, e, ran)
+	}
+	return got, true
 }
 
 // diffReservation is a reservation the differential test may cancel.

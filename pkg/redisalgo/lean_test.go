@@ -115,34 +115,11 @@ func runLeanDifferential(t *testing.T, client *redis.Client, seed uint64, steps 
 }
 
 // checkLeanWrites compares the stored states and TTLs after a lean call
-// with Go's, as runDifferential does.
+// with Go's, as runDifferential does (checkWrite).
 func checkLeanWrites(t *testing.T, step int, keys []string, checks []algo.Check, states []algo.State, after, ttls []any, ran int64, allowed bool, now int64) {
 	t.Helper()
 	for i, k := range keys {
-		p := checks[i].Policy
-		got, present, err := parseState(k, p, after[i], now)
-		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
-		e := algo.Expiry(p, states[i], now)
-		if p.KeyedWindow() && e > 0 {
-			// The key lives windowMargin beyond its window.
-			e += windowMargin(p.Period)
-		}
-		written := allowed && checks[i].Hits > 0
-		if !present {
-			if e != 0 && !(written && (e+999)/1000 <= ran/1000+1) {
-				t.Fatalf("step %d: %s (%+v) missing on Redis, Go state %+v expires in %dµs", step, k, p, states[i], e)
-			}
-			continue
-		}
-		if !sameState(p.Algorithm, got, states[i]) {
-			t.Fatalf("step %d: %s (%+v, check %+v):\n go    %+v\n redis %+v", step, k, p, checks[i], states[i], got)
-		}
-		ms, want := ttls[i].(int64), (e+999)/1000
-		if written && (ms > want || ms < want-ran/1000-1) {
-			t.Fatalf("step %d: %s PTTL %dms, want %dms (Expiry %dµs rounded up; script ran %dµs)", step, k, ms, want, e, ran)
-		}
+		checkWrite(t, step, k, checks[i], states[i], after[i], ttls[i], ran, allowed && checks[i].Hits > 0, now)
 	}
 }
 

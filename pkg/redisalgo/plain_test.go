@@ -183,7 +183,7 @@ func TestPlainConcurrentMixed(t *testing.T) {
 		if sum < limit-1 || sum > limit {
 			t.Fatalf("admitted %d hits of a limit of %d", sum, limit)
 		}
-		now, _, _ := b.clock.now(time.Now())
+		now, _ := b.clock.now(time.Now())
 		key := string(AppendKeyAt(nil, c, now))
 		if v, err := client.Get(ctx, key).Int64(); err != nil || v != sum {
 			t.Fatalf("%s holds %d (%v) after every request was answered, want the %d admitted", key, v, err, sum)
@@ -252,8 +252,8 @@ func TestClockPlacesWindows(t *testing.T) {
 func TestRedisClockObserve(t *testing.T) {
 	var c redisClock
 	local := time.UnixMicro(1_000_000_000_000)
-	if now, stale, ok := c.now(local); ok || !stale || now != local.UnixMicro() {
-		t.Fatalf("unmeasured clock: now %d stale %v ok %v, want the local time, stale, not ok", now, stale, ok)
+	if now, ok := c.now(local); ok || !c.stale(local) || now != local.UnixMicro() {
+		t.Fatalf("unmeasured clock: now %d ok %v stale %v, want the local time, not ok, stale", now, ok, c.stale(local))
 	}
 	sent, recv := local, local.Add(400*time.Microsecond)
 	c.observe(sent, recv, local.Add(5*time.Second))
@@ -266,27 +266,29 @@ func TestRedisClockObserve(t *testing.T) {
 		{recv.Add(clockMaxAge), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 200, false},
 		{recv.Add(clockMaxAge + time.Microsecond), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 199, true},
 	} {
-		if now, stale, ok := c.now(tc.at); now != tc.want || stale != tc.stale || !ok {
-			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, stale, ok, tc.want, tc.stale)
+		if now, ok := c.now(tc.at); now != tc.want || c.stale(tc.at) != tc.stale || !ok {
+			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, c.stale(tc.at), ok, tc.want, tc.stale)
 		}
 	}
 	// The shortest round trip of the last clockMaxKeep is used: a slower
 	// one's measurement counts as a check but is not used until the
 	// faster one is older than clockMaxKeep.
-	c.observe(recv.Add(time.Second), recv.Add(time.Second+time.Millisecond), recv.Add(time.Second+5*time.Second))
-	if now, stale, _ := c.now(recv.Add(time.Second + time.Millisecond)); stale || now != recv.Add(time.Second+time.Millisecond).UnixMicro()+5_000_000-200 {
-		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, stale)
+	slow := recv.Add(time.Second + time.Millisecond)
+	c.observe(recv.Add(time.Second), slow, recv.Add(time.Second+5*time.Second))
+	if now, _ := c.now(slow); c.stale(slow) || now != slow.UnixMicro()+5_000_000-200 {
+		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, c.stale(slow))
 	}
 	late := recv.Add(clockMaxKeep + 2*time.Second)
 	c.observe(late, late.Add(time.Millisecond), late.Add(time.Millisecond+7*time.Second))
-	if now, _, _ := c.now(late.Add(time.Millisecond)); now != late.Add(time.Millisecond).UnixMicro()+7_000_000+500 {
+	if now, _ := c.now(late.Add(time.Millisecond)); now != late.Add(time.Millisecond).UnixMicro()+7_000_000+500 {
 		t.Errorf("after clockMaxKeep: now %d, want the slow round trip's offset", now)
 	}
-	if !c.claim(true) || c.claim(true) {
+	due := late.Add(clockMaxAge + time.Second)
+	if !c.claim(due) || c.claim(due) {
 		t.Fatal("a stale clock must be claimed by exactly one pipeline")
 	}
 	c.release()
-	if c.claim(false) {
+	if c.claim(late.Add(time.Millisecond)) {
 		t.Fatal("a fresh clock was claimed")
 	}
 }
