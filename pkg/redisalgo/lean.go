@@ -25,10 +25,15 @@ var leanScript = redis.NewScript(leanLua)
 // 1 + codeHits.
 func leanChecks(checks []algo.Check) bool {
 	for i := range checks {
-		c := &checks[i]
-		if c.Policy.Algorithm != algo.FixedWindow || c.Refund || c.Take || c.Policy.Burst != 0 || c.Policy.Limit <= 0 || c.Policy.Period <= 0 {
+		if !leanCheck(&checks[i]) {
 			return false
 		}
 	}
 	return len(checks) > 0
+}
+
+// leanCheck reports whether lean.lua can apply c (see leanChecks).
+func leanCheck(c *algo.Check) bool {
+	return c.Policy.Algorithm == algo.FixedWindow && !c.Refund && !c.Take &&
+		c.Policy.Burst == 0 && c.Policy.Limit > 0 && c.Policy.Period > 0
 }

@@ -41,13 +41,10 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// plainCheck reports whether c can be a plain call: a consuming
-// fixed_window check of one hit, with a positive limit and period and no
-// burst.
-func plainCheck(c *algo.Check) bool {
-	return c.Policy.Algorithm == algo.FixedWindow && !c.Refund && !c.Take && c.Hits == 1 &&
-		c.Policy.Burst == 0 && c.Policy.Limit > 0 && c.Policy.Period > 0
-}
+// plainCheck reports whether c can be a plain call: a check lean.lua
+// takes (a consuming fixed_window with a positive limit and period and no
+// burst) of one hit.
+func plainCheck(c *algo.Check) bool { return c.Hits == 1 && leanCheck(c) }
 
 // windowTTL is the PEXPIRE, in ms, of a fixed_window count at now: to its
 // window's end and windowMargin beyond, rounded up (apply.lua's ttlMs of
