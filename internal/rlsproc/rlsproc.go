@@ -1,0 +1,245 @@
+// Package rlsproc builds the envoy-rls binary and runs it, for tests that
+// put it behind something else (a real Envoy, a browser), as a black box on
+// free loopback ports: it starts `envoy-rls serve`, reads the addresses from
+// the "envoy-rls serving" log line, waits for /readyz, and kills, stops or
+// restarts the process on demand. It imports none of the service's packages
+// and must not be imported by non-test code.
+package rlsproc
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/childproc"
+)
+
+// Bounds that only keep a broken build from hanging a test; nothing
+// asserts on durations.
+const (
+	startTimeout = 30 * time.Second
+	stopTimeout  = 30 * time.Second
+)
+
+// Build compiles cmd/envoy-rls into dir and returns the binary's path, or
+// $E2E_ENVOY_RLS_BIN when that names a prebuilt one.
+func Build(dir string) (string, error) {
+	if p := os.Getenv("E2E_ENVOY_RLS_BIN"); p != "" {
+		return p, nil
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(dir, "envoy-rls")
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.version=e2e-test", "-o", bin, "./cmd/envoy-rls")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("rlsproc: go build ./cmd/envoy-rls: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Proc is one envoy-rls process. Its addresses stay the same across
+// Restart when they were given as fixed ports.
+type Proc struct {
+	GRPCAddr, HTTPAddr, DebugAddr string
+	Logs                          *childproc.Buffer
+
+	t    testing.TB
+	bin  string
+	args []string
+	env  []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	code int
+}
+
+// Start runs bin with args (usually "serve" and its flags; add
+// --grpc-addr/--http-addr/--debug-addr, 127.0.0.1:0 is fine) and the extra
+// environment (the test's own ENVOY_RLS_* variables are dropped, so a
+// developer's shell cannot change a test), waits until it serves and is
+// ready, and kills it at cleanup, printing its logs when t failed.
+func Start(t testing.TB, bin string, args, env []string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, bin: bin, args: args, env: env, Logs: &childproc.Buffer{}}
+	p.launch()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("envoy-rls logs:\n%s", p.Logs)
+		}
+	})
+	return p
+}
+
+func (p *Proc) launch() {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, p.args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENVOY_RLS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, p.env...)
+	cmd.Stdout, cmd.Stderr = p.Logs, p.Logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	done := make(chan struct{})
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("rlsproc: start %s: %v", p.bin, err)
+	}
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.code = exitCode(err)
+		p.mu.Unlock()
+		close(done)
+	}()
+	// The serving line of this run: earlier runs' lines stay in Logs.
+	skip := strings.Count(p.Logs.String(), "\n")
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-done:
+			p.t.Fatalf("rlsproc: envoy-rls exited with code %d before serving; logs:\n%s", p.ExitCode(), p.Logs)
+		case <-time.After(25 * time.Millisecond):
+		}
+		if g, h, d := servingLine(p.Logs.String(), skip); g != "" {
+			p.GRPCAddr, p.HTTPAddr, p.DebugAddr = g, h, d
+			break
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("rlsproc: envoy-rls did not log its addresses within %v; logs:\n%s", startTimeout, p.Logs)
+		}
+	}
+	for !p.ready() {
+		select {
+		case <-done:
+			p.t.Fatalf("rlsproc: envoy-rls exited with code %d before ready; logs:\n%s", p.ExitCode(), p.Logs)
+		case <-time.After(25 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("rlsproc: envoy-rls not ready within %v; logs:\n%s", startTimeout, p.Logs)
+		}
+	}
+}
+
+func (p *Proc) ready() bool {
+	if strings.HasPrefix(p.HTTPAddr, "off") || p.HTTPAddr == "" {
+		return true
+	}
+	resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK
+}
+
+// Kill ends the process at once (SIGKILL to its group), as a crash does.
+func (p *Proc) Kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
+// Stop sends SIGTERM and waits for the exit; it fails t when the process
+// did not exit in time.
+func (p *Proc) Stop() int {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		p.t.Fatalf("rlsproc: envoy-rls did not exit within %v of SIGTERM", stopTimeout)
+	}
+	return p.ExitCode()
+}
+
+// Restart starts the same command again after Kill or Stop. With fixed
+// ports in its arguments it serves on the same addresses.
+func (p *Proc) Restart() {
+	p.t.Helper()
+	p.Kill()
+	p.launch()
+}
+
+// Pid is the running process's id.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// ExitCode is the last run's exit code (-1 for a signal).
+func (p *Proc) ExitCode() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.code
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Signal(sig)
+}
+
+// servingLine returns the addresses of the first "envoy-rls serving" line
+// after the first skip lines of logs, or empty strings.
+func servingLine(logs string, skip int) (grpcAddr, httpAddr, debugAddr string) {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 0; sc.Scan(); n++ {
+		if n < skip {
+			continue
+		}
+		var line struct {
+			Msg   string `json:"msg"`
+			GRPC  string `json:"grpc_addr"`
+			HTTP  string `json:"http_addr"`
+			Debug string `json:"debug_addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "envoy-rls serving" && line.GRPC != "" {
+			return line.GRPC, line.HTTP, line.Debug
+		}
+	}
+	return "", "", ""
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
