@@ -67,7 +67,7 @@ func readRepoFile(t testing.TB, rel string) []byte {
 // (RFC 5737), so a client bound to them reaches the address rules while
 // every packet stays on loopback.
 var loopbackAddrs = map[string]string{
-	"192.0.2.66":    "127.0.0.66",  // blocked_ip
+	"192.0.2.66":    "127.0.0.66", // blocked_ip
 	"198.51.100.10": "127.0.0.10", // the unlimited uptime monitor
 }
 
