@@ -36,6 +36,11 @@ import (
 //     its reservation given back: admitting it early would pass it before
 //     its slot and break the limit's rate; denying only under-admits, and
 //     Envoy's client may retry on another replica.
+//   - Warned: a caller whose deadline (Envoy sends its rate_limit filter's
+//     timeout as the gRPC deadline) is shorter than a limit's max_delay
+//     gives up before a long hold ends, so the hold only turns into
+//     Envoy's timeout. It is logged at Warn, once per limit per
+//     shortDeadlineWarnEvery, naming the fix (warnShortDeadline).
 //   - Reported: an admitted held request carries the usual headers (of the
 //     limit at its reserved time) and X-RateLimit-Reserved-At (Unix µs in
 //     the backend's clock, Redis's TIME) and X-RateLimit-Delay-Ms, added
@@ -91,6 +96,11 @@ func NewHoldMetrics(reg prometheus.Registerer) *HoldMetrics {
 	return m
 }
 
+// shortDeadlineWarnEvery spaces the warnings about one limit's callers
+// giving up before its max_delay: one says it, a line per request would
+// drown the log.
+const shortDeadlineWarnEvery = 10 * time.Minute
+
 // holder counts the held requests and ends them at shutdown.
 type holder struct {
 	max     int64
@@ -98,6 +108,9 @@ type holder struct {
 	metrics *HoldMetrics
 	release chan struct{}
 	once    sync.Once
+	// warned: when each limit ("rule\x00limit") last warned of a short
+	// deadline (*atomic.Int64, Unix ns); bounded by the rules' limits.
+	warned sync.Map
 }
 
 func newHolder(c HoldConfig) *holder {
@@ -130,7 +143,7 @@ type holdTicket struct {
 // checks' MaxDelay: under global shadow mode, on soft limits (they never
 // deny, so they never wait), on refunds, after ReleaseHeld, and when the
 // cap is reached.
-func (s *Service) prepareHold(p *plan) holdTicket {
+func (s *Service) prepareHold(ctx context.Context, p *plan) holdTicket {
 	queues := false
 	for i := range p.checks {
 		c := &p.checks[i]
@@ -142,6 +155,7 @@ func (s *Service) prepareHold(p *plan) holdTicket {
 	if !queues {
 		return holdTicket{}
 	}
+	s.warnShortDeadline(ctx, p)
 	select {
 	case <-s.held.release:
 		clearMaxDelay(p, nil)
@@ -160,7 +174,7 @@ func (s *Service) prepareHold(p *plan) holdTicket {
 // applyAndHold applies p's checks and holds the request when they
 // reserved a later slot; it returns the reservation it waited for.
 func (s *Service) applyAndHold(ctx context.Context, p *plan) (reservation, error) {
-	t := s.prepareHold(p)
+	t := s.prepareHold(ctx, p)
 	if err := s.apply(ctx, p); err != nil {
 		if t.slot {
 			s.held.n.Add(-1)
@@ -168,6 +182,36 @@ func (s *Service) applyAndHold(ctx context.Context, p *plan) (reservation, error
 		return reservation{}, err
 	}
 	return s.hold(ctx, p, t)
+}
+
+// warnShortDeadline warns when the caller's deadline is shorter than the
+// max_delay of a limit that may hold its request: the caller (Envoy, at its
+// rate_limit filter's timeout) would give up before the hold ends, and the
+// request would pass or fail by Envoy's failure_mode_deny instead of
+// waiting its turn. At most one line per limit per shortDeadlineWarnEvery.
+func (s *Service) warnShortDeadline(ctx context.Context, p *plan) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return
+	}
+	left := time.Until(deadline)
+	for i := range p.checks {
+		maxDelay := time.Duration(p.checks[i].MaxDelay) * time.Microsecond
+		if maxDelay <= 0 || left >= maxDelay {
+			continue
+		}
+		m := &p.meta[i]
+		v, _ := s.held.warned.LoadOrStore(m.ruleID+"\x00"+m.limitLabel, new(atomic.Int64))
+		last, now := v.(*atomic.Int64), p.now.UnixNano()
+		prev := last.Load()
+		if prev != 0 && now-prev < int64(shortDeadlineWarnEvery) || !last.CompareAndSwap(prev, now) {
+			continue
+		}
+		s.log.Warn("a caller's deadline is shorter than a queued limit's max_delay, so it gives up before the hold can end; raise the rate_limit filter's timeout above max_delay, or lower max_delay",
+			zap.String("rule", m.ruleID), zap.String("limit", m.limitLabel),
+			zap.Duration("deadline", left), zap.Duration("max_delay", maxDelay),
+			zap.Duration("repeats_after", shortDeadlineWarnEvery))
+	}
 }
 
 // clearMaxDelay puts every check in deny mode, saving their MaxDelay in

@@ -8,10 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -228,5 +232,57 @@ func TestHoldHeaders(t *testing.T) {
 	}
 	if resp.GetOverallCode() != pb.RateLimitResponse_OK || !maps.Equal(got, want) {
 		t.Fatalf("%v, headers %v; want OK with %v", resp.GetOverallCode(), got, want)
+	}
+}
+
+// TestHoldWarnsOfShortDeadlines: a caller whose deadline is shorter than a
+// queued limit's max_delay (500ms here) is warned about once per limit,
+// naming the fix; a long enough deadline, a limit that never queues, and
+// a caller without a deadline are not.
+func TestHoldWarnsOfShortDeadlines(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	m := NewHoldMetrics(prometheus.NewRegistry())
+	s, _ := newTestService(t, queueRules, func(c *Config) {
+		c.Hold = HoldConfig{Metrics: m}
+		c.Logger = zap.New(core)
+	})
+	t.Cleanup(s.ReleaseHeld)
+	askWithin := func(d time.Duration, req *pb.RateLimitRequest) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		ask(ctx, t, s, req)
+	}
+	askWithin(time.Second, request("api", desc("tier=vip")))
+	ask(context.Background(), t, s, request("api", desc("tier=vip")))
+	for range 5 {
+		askWithin(100*time.Millisecond, request("api", desc("tier=free")))
+	}
+	if n := logs.Len(); n != 0 {
+		t.Fatalf("%d warnings before any short deadline met a queued limit: %v", n, logs.All())
+	}
+	for range 5 {
+		askWithin(100*time.Millisecond, request("api", desc("tier=vip")))
+		askWithin(100*time.Millisecond, request("api", desc("both=x")))
+	}
+	lines := logs.All()
+	if len(lines) != 2 {
+		t.Fatalf("%d warnings, want one per queued limit (vip, both's first): %v", len(lines), lines)
+	}
+	limits := map[string]bool{}
+	for _, l := range lines {
+		f := l.ContextMap()
+		limits[f["rule"].(string)+" "+f["limit"].(string)] = true
+		if !strings.Contains(l.Message, "raise the rate_limit filter's timeout above max_delay, or lower max_delay") {
+			t.Errorf("warning %q names no fix", l.Message)
+		}
+		if f["max_delay"] != 500*time.Millisecond {
+			t.Errorf("warning fields %v, want max_delay 500ms", f)
+		}
+		if d, _ := f["deadline"].(time.Duration); d <= 0 || d > 100*time.Millisecond {
+			t.Errorf("warning fields %v, want the deadline left (0..100ms]", f)
+		}
+	}
+	if len(limits) != 2 {
+		t.Errorf("warned limits %v, want two different ones", limits)
 	}
 }
