@@ -18,12 +18,15 @@ import (
 type limitSpec struct {
 	RPU  int
 	Unit string
+	// Burst replaces the limit's burst; 0 means RPU.
+	Burst int
 }
 
 // withLimits returns a copy of files whose named limits (rate_limit or
 // rate_limits entries of any file, matched by name) get the given sizes. A
-// burst, where the limit has one, becomes the new requests_per_unit, so a
-// token bucket or GCRA admits exactly RPU at once; unit_multiplier is
+// burst, where the limit has one, becomes the spec's Burst, else the new
+// requests_per_unit, so a token bucket or GCRA admits exactly RPU at once
+// unless the spec says otherwise; unit_multiplier is
 // dropped. A name no file has fails t, so a renamed rule cannot leave a
 // test limiting nothing.
 func withLimits(t testing.TB, files map[string]string, specs map[string]limitSpec) map[string]string {
@@ -63,6 +66,9 @@ func withLimits(t testing.TB, files map[string]string, specs map[string]limitSpe
 					delete(lm, "unit_multiplier")
 					if _, ok := lm["burst"]; ok {
 						lm["burst"] = spec.RPU
+						if spec.Burst > 0 {
+							lm["burst"] = spec.Burst
+						}
 					}
 				}
 				if sub, ok := dm["descriptors"].([]any); ok {

@@ -14,15 +14,15 @@ import (
 // keep their names, keys, algorithms and modes; blocked_ip (0) and
 // login_per_minute (5 a minute) are small as shipped and stay as they are.
 var baseLimits = map[string]limitSpec{
-	"per_ip":             {20, "hour"},
-	"user_per_second":    {20, "hour"},
-	"user_per_day":       {20, "day"},
-	"partner_per_second": {20, "hour"},
-	"vip_per_second":     {20, "hour"},
-	"login_path":         {20, "hour"},
-	"api_paths":          {20, "month"},
-	"login_per_hour":     {20, "hour"},
-	"user_writes":        {20, "hour"},
+	"per_ip":             {RPU: 20, Unit: "hour"},
+	"user_per_second":    {RPU: 20, Unit: "hour"},
+	"user_per_day":       {RPU: 20, Unit: "day"},
+	"partner_per_second": {RPU: 20, Unit: "hour"},
+	"vip_per_second":     {RPU: 20, Unit: "hour"},
+	"login_path":         {RPU: 20, Unit: "hour"},
+	"api_paths":          {RPU: 20, Unit: "month"},
+	"login_per_hour":     {RPU: 20, Unit: "hour"},
+	"user_writes":        {RPU: 20, Unit: "hour"},
 }
 
 // smallRules is exampleRules with baseLimits, and then the case's own.
@@ -64,7 +64,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		unlimited []string
 	}{{
 		name:    "per_ip",
-		limits:  map[string]limitSpec{"per_ip": {3, "hour"}},
+		limits:  map[string]limitSpec{"per_ip": {RPU: 3, Unit: "hour"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.31"}},
 		sends:   5,
 		allowed: 3,
@@ -80,7 +80,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		// The uptime monitor is unlimited: more than per_ip admits pass,
 		// and per_ip never sees them.
 		name:      "unlimited monitor",
-		limits:    map[string]limitSpec{"per_ip": {3, "hour"}},
+		limits:    map[string]limitSpec{"per_ip": {RPU: 3, Unit: "hour"}},
 		reqs:      []request{{Path: "/hello", From: "127.0.0.10"}},
 		sends:     6,
 		allowed:   -1,
@@ -88,7 +88,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		unlimited: []string{"remote_address=127.0.0.10"},
 	}, {
 		name:    "user_per_second",
-		limits:  map[string]limitSpec{"user_per_second": {3, "hour"}},
+		limits:  map[string]limitSpec{"user_per_second": {RPU: 3, Unit: "hour"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.32", Header: user("u-sec")}},
 		sends:   5,
 		allowed: 3,
@@ -99,7 +99,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		},
 	}, {
 		name:    "user_per_day",
-		limits:  map[string]limitSpec{"user_per_day": {3, "day"}},
+		limits:  map[string]limitSpec{"user_per_day": {RPU: 3, Unit: "day"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.33", Header: user("u-day")}},
 		sends:   4,
 		allowed: 3,
@@ -111,7 +111,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 	}, {
 		// A tier with no rule of its own: user_per_second applies.
 		name:    "user_per_second for another tier",
-		limits:  map[string]limitSpec{"user_per_second": {3, "hour"}},
+		limits:  map[string]limitSpec{"user_per_second": {RPU: 3, Unit: "hour"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.34", Header: tier("free", "u-free")}},
 		sends:   4,
 		allowed: 3,
@@ -125,7 +125,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		// makes smaller than the partner's: it must not be what limits);
 		// user_per_day still counts.
 		name:    "partner tier",
-		limits:  map[string]limitSpec{"partner_per_second": {4, "hour"}, "user_per_second": {2, "hour"}},
+		limits:  map[string]limitSpec{"partner_per_second": {RPU: 4, Unit: "hour"}, "user_per_second": {RPU: 2, Unit: "hour"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.35", Header: tier("partner", "u-partner")}},
 		sends:   5,
 		allowed: 4,
@@ -140,7 +140,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		// request only up to max_delay (200ms); this copy's next slot is
 		// 15 minutes away, so the fifth is denied at once.
 		name:    "vip tier",
-		limits:  map[string]limitSpec{"vip_per_second": {4, "hour"}, "user_per_second": {2, "hour"}},
+		limits:  map[string]limitSpec{"vip_per_second": {RPU: 4, Unit: "hour"}, "user_per_second": {RPU: 2, Unit: "hour"}},
 		reqs:    []request{{Path: "/hello", From: "127.0.0.36", Header: tier("vip", "u-vip")}},
 		sends:   5,
 		allowed: 4,
@@ -154,7 +154,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		// login_path counts every client together; it comes from the
 		// virtual host's path action, which the login route INCLUDEs.
 		name:   "login_path",
-		limits: map[string]limitSpec{"login_path": {3, "hour"}},
+		limits: map[string]limitSpec{"login_path": {RPU: 3, Unit: "hour"}},
 		reqs: []request{
 			{Method: http.MethodPost, Path: "/api/login", From: "127.0.0.37"},
 			{Method: http.MethodPost, Path: "/api/login", From: "127.0.0.38"},
@@ -169,7 +169,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 	}, {
 		// Any other /api/ path, and every query, share one counter.
 		name:   "api_paths",
-		limits: map[string]limitSpec{"api_paths": {3, "month"}},
+		limits: map[string]limitSpec{"api_paths": {RPU: 3, Unit: "month"}},
 		reqs: []request{
 			{Path: "/api/orders", From: "127.0.0.39"},
 			{Path: "/api/orders?page=2", From: "127.0.0.39"},
@@ -201,7 +201,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		},
 	}, {
 		name:    "login_per_hour",
-		limits:  map[string]limitSpec{"login_per_hour": {3, "hour"}},
+		limits:  map[string]limitSpec{"login_per_hour": {RPU: 3, Unit: "hour"}},
 		reqs:    []request{{Method: http.MethodPost, Path: "/api/login", From: "127.0.0.43"}},
 		sends:   4,
 		allowed: 3,
@@ -213,7 +213,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		// Shadow mode: over the limit is counted, never denied. Reads
 		// (GET) are no writes and never reach it.
 		name:   "user_writes in shadow mode",
-		limits: map[string]limitSpec{"user_writes": {2, "hour"}},
+		limits: map[string]limitSpec{"user_writes": {RPU: 2, Unit: "hour"}},
 		reqs: []request{
 			{Method: http.MethodPost, Path: "/api/items", From: "127.0.0.44", Header: user("u-writer")},
 			{Method: http.MethodGet, Path: "/api/items", From: "127.0.0.44", Header: user("u-writer")},
