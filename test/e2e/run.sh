@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end check through a real Envoy. Builds envoy-rls from the
 # repository's Dockerfile, starts test/e2e/docker-compose.yaml (Envoy, Redis,
-# envoy-rls, an echo upstream), sends requests through Envoy and checks the
-# 429s and the rate-limit headers, then tears the stack down.
+# envoy-rls, an echo upstream), checks the image, runs the shared checks of
+# test/envoy/checks through Envoy (the list the native Envoy tests run too:
+# 429s, rate-limit headers, stats, failing open), then tears the stack down.
 #
-# Needs Docker with the compose plugin (or docker-compose) and curl:
+# Needs Docker with the compose plugin (or docker-compose), curl and Go:
 #
 #   test/e2e/run.sh           run the checks
 #   KEEP=1 test/e2e/run.sh    leave the stack running afterwards
@@ -13,12 +14,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
 compose_file="$here/docker-compose.yaml"
 project=envoy-rls-e2e
 envoy_url=http://127.0.0.1:10000
 admin_url=http://127.0.0.1:9901
 rls_url=http://127.0.0.1:8080
-headers_file=$(mktemp)
 
 passed=0
 failed=0
@@ -47,7 +48,6 @@ compose() {
 
 cleanup() {
   local status=$?
-  rm -f "$headers_file"
   if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ]; then
     compose logs --no-color --tail=100 >&2 || true
   fi
@@ -56,37 +56,16 @@ cleanup() {
   fi
 }
 
-# request METHOD PATH [CURL_ARGS...] prints the status code of a request
-# through Envoy (000 when it got no answer) and keeps the response headers
-# for header().
-request() {
-  local method=$1 path=$2
-  shift 2
-  : >"$headers_file"
-  curl -sS -o /dev/null -D "$headers_file" -w '%{http_code}' -X "$method" "$@" "$envoy_url$path" || true
-}
-
-# header NAME prints the value of header NAME (any case) of the last request.
-header() {
-  awk -v name="$1" '
-    BEGIN { name = tolower(name) }
-    {
-      line = $0
-      sub(/\r$/, "", line)
-      i = index(line, ":")
-      if (i > 0 && tolower(substr(line, 1, i - 1)) == name) {
-        v = substr(line, i + 1)
-        sub(/^[ \t]+/, "", v)
-        print v
-        exit
-      }
-    }' "$headers_file"
+# envoy_checks PHASE runs one phase of the shared checks against the
+# published ports; it prints a line per check.
+envoy_checks() {
+  (cd "$repo" && go run ./test/envoy/checks/cmd/envoy-checks --phase "$1" \
+    --envoy "$envoy_url" --admin "$admin_url" --rls "$rls_url")
 }
 
 # wait_for URL WHAT polls URL until it answers 2xx, for at most 90 seconds.
 wait_for() {
-  local i
-  for i in $(seq 1 90); do
+  for _ in $(seq 1 90); do
     if curl -fsS -o /dev/null "$1" 2>/dev/null; then
       return 0
     fi
@@ -96,28 +75,9 @@ wait_for() {
   return 1
 }
 
-# expect_status WHAT WANT GOT
-expect_status() {
-  if [ "$3" = "$2" ]; then
-    pass "$1: status $3"
-  else
-    fail "$1: status $3, want $2"
-  fi
-}
-
-# expect_header WHAT NAME checks that the last response has header NAME.
-expect_header() {
-  local value
-  value=$(header "$2")
-  if [ -n "$value" ]; then
-    pass "$1: $2: $value"
-  else
-    fail "$1: no $2 header"
-  fi
-}
-
 need docker
 need curl
+need go
 trap cleanup EXIT
 
 log "e2e: building and starting the stack"
@@ -138,54 +98,23 @@ case $version in
   *) fail "version is not stamped: $version" ;;
 esac
 
-# An ordinary request passes and carries the rate-limit headers: Envoy's
-# X-RateLimit-* (enable_x_ratelimit_headers) and envoy-rls's draft fields.
-status=$(request GET /)
-expect_status "GET /" 200 "$status"
-expect_header "GET /" x-ratelimit-limit
-expect_header "GET /" x-ratelimit-remaining
-expect_header "GET /" ratelimit-policy
-
-# Login attempts: 5 per minute per client IP (login_per_minute). The five
-# pass, the sixth is refused with 429 and says when to retry.
-for i in 1 2 3 4 5; do
-  status=$(request POST /api/login)
-  expect_status "login $i of 5" 200 "$status"
-done
-status=$(request POST /api/login)
-expect_status "login 6 (over login_per_minute)" 429 "$status"
-expect_header "login 6" x-envoy-ratelimited
-expect_header "login 6" retry-after
-remaining=$(header x-ratelimit-remaining)
-if [ "$remaining" = "0" ]; then
-  pass "login 6: x-ratelimit-remaining: 0"
+# The shared checks (test/envoy/checks; the native Envoy tests of
+# test/envoy/e2e run the same list): requests through Envoy, its stats and
+# envoy-rls's metrics with the whole stack up ...
+if envoy_checks up; then
+  pass "shared checks, phase up"
 else
-  fail "login 6: x-ratelimit-remaining: '$remaining', want 0"
+  fail "shared checks, phase up"
 fi
 
-# The login limit is the login route's alone: other paths still pass.
-status=$(request GET /api/orders -H 'x-user-id: e2e-user')
-expect_status "GET /api/orders after the login limit" 200 "$status"
-
-# Envoy counted the refusal as an over-limit answer from envoy-rls.
-over=$(curl -fsS "$admin_url/stats?filter=ratelimit.over_limit" | awk -F': ' '/^cluster\.echo\.ratelimit\.over_limit:/ { print $2 }')
-if [ "${over:-0}" -ge 1 ]; then
-  pass "Envoy stat cluster.echo.ratelimit.over_limit = $over"
-else
-  fail "Envoy stat cluster.echo.ratelimit.over_limit = '${over:-}', want >= 1"
-fi
-
-# envoy-rls exports Prometheus metrics.
-if curl -fsS "$rls_url/metrics" | grep -q '^# HELP '; then
-  pass "envoy-rls /metrics"
-else
-  fail "envoy-rls /metrics has no metrics"
-fi
-
-# failure_mode_deny is false: with envoy-rls down, Envoy lets requests through.
+# ... and, with envoy-rls stopped, Envoy failing open (failure_mode_deny:
+# false).
 compose stop envoy-rls >/dev/null
-status=$(request GET /)
-expect_status "GET / with envoy-rls stopped (fail open)" 200 "$status"
+if envoy_checks rls-stopped; then
+  pass "shared checks, phase rls-stopped"
+else
+  fail "shared checks, phase rls-stopped"
+fi
 compose start envoy-rls >/dev/null
 wait_for "$rls_url/readyz" "envoy-rls (restarted)"
 

@@ -16,6 +16,9 @@ import (
 
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/test/envoy/checks"
 )
 
 const (
@@ -198,6 +201,10 @@ func checkComposeEnvoy(c *composeFile, envoyYAML []byte) []error {
 	if !mounted {
 		errs = append(errs, fmt.Errorf("%s: service envoy must mount envoy-config/envoy.yaml at the path of its -c flag (%q)", composeRel, cfgPath))
 	}
+	// The compose stack runs the Envoy the native tests run.
+	if want := "envoyproxy/envoy:v" + envoytest.Version; env.Image != want {
+		errs = append(errs, fmt.Errorf("%s: service envoy runs %q, want %q (the Envoy of internal/envoytest and the Makefile's ENVOY_VERSION)", composeRel, env.Image, want))
+	}
 	b, _, err := loadBootstrap("envoy-config/envoy.yaml", envoyYAML)
 	if err != nil {
 		return append(errs, err)
@@ -263,5 +270,23 @@ func TestComposeFileParses(t *testing.T) {
 		if !published[m[1]] {
 			t.Errorf("%s uses port %s, which %s does not publish", e2eScriptRel, m[1], composeRel)
 		}
+	}
+}
+
+// TestE2EScriptRunsTheSharedChecks: run.sh checks the compose stack with
+// the list the native Envoy tests run (test/envoy/checks, through
+// envoy-checks), every phase of it, and keeps no request checks of its own.
+func TestE2EScriptRunsTheSharedChecks(t *testing.T) {
+	script := string(readRepoFile(t, e2eScriptRel))
+	if !strings.Contains(script, "go run ./test/envoy/checks/cmd/envoy-checks") {
+		t.Errorf("%s does not run test/envoy/checks/cmd/envoy-checks", e2eScriptRel)
+	}
+	for name := range checks.Phases {
+		if !regexp.MustCompile(`(?m)^if envoy_checks ` + regexp.QuoteMeta(name) + `; then$`).MatchString(script) {
+			t.Errorf("%s does not run the shared checks' phase %s (if envoy_checks %s; then)", e2eScriptRel, name, name)
+		}
+	}
+	if strings.Contains(script, "-X POST") || strings.Contains(script, "/api/login") {
+		t.Errorf("%s sends requests of its own; add them to test/envoy/checks, so the native run checks them too", e2eScriptRel)
 	}
 }
