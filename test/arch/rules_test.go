@@ -129,6 +129,11 @@ var moduleRules = map[string]rule{
 	// "it must not import the backends or the service": only the key
 	// encoding and hash slot.
 	"test/scaling": {allow: []string{"pkg/algo", "pkg/redisalgo"}, sealed: true},
+	// "It only sends HTTP requests to the URLs it is given": the shared
+	// end-to-end checks, which its command and test/meshconfig import.
+	"test/envoy/checks": {stdlibOnly: true},
+	// The command test/e2e/run.sh runs the checks with.
+	"test/envoy/checks/cmd/envoy-checks": {allow: []string{"test/envoy/checks"}, sealed: true},
 }
 
 func testSupportAnd(more ...string) []string {
