@@ -167,6 +167,13 @@ func runCompare(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 // startCompare starts two redis-servers, the reference, envoy-rls and the
 // floor.
 func (b *bench) startCompare(ctx context.Context) ([numSystems]cmpTarget, error) {
+	return b.startSystems(ctx, true)
+}
+
+// startSystems starts the reference and envoy-rls, each on a redis-server
+// of its own and with the comparison's rule, and the no-work gRPC floor
+// when withFloor is set (the phase through Envoy has a floor of its own).
+func (b *bench) startSystems(ctx context.Context, withFloor bool) ([numSystems]cmpTarget, error) {
 	var t [numSystems]cmpTarget
 	bin, err := findRedisServer(b.opts.redisServer)
 	if err != nil {
@@ -180,8 +187,10 @@ func (b *bench) startCompare(ctx context.Context) ([numSystems]cmpTarget, error)
 		b.trackRedis(rd)
 		t[sys].rd = rd
 	}
-	if t[sysFloor].srv, err = b.startServerOn(ctx, "cmp-floor", true, nil, ""); err != nil {
-		return t, err
+	if withFloor {
+		if t[sysFloor].srv, err = b.startServerOn(ctx, "cmp-floor", true, nil, ""); err != nil {
+			return t, err
+		}
 	}
 	if t[sysRef].srv, err = b.startReference(ctx, t[sysRef].rd); err != nil {
 		return t, err
@@ -353,7 +362,7 @@ func compareMachineLine(o options) string {
 
 // median returns the median of the figure get over the samples (the mean
 // of the middle two for an even count).
-func median(samples []cmpSample, get func(cmpSample) float64) float64 {
+func median[S any](samples []S, get func(S) float64) float64 {
 	if len(samples) == 0 {
 		return 0
 	}
