@@ -679,7 +679,7 @@ func writeEnvoy(w io.Writer, o options, cells map[envoyCellKey]*envoyCell) {
 		fmt.Fprintf(w, "† under 95%% of the open loop's rate: every one of the %d callers was waiting for an answer, so the rate fell to what the configuration could answer (a closed loop in effect).\n\n", o.concurrency)
 	}
 	writeEnvoyTargets(w, o, cells)
-	tableHead(w, "Through Envoy, details (medians)", "load", "configuration", "requests measured", "filter calls/request (Envoy's count)", "denied", "upstream CPU µs/request", "driver CPU µs/request (generator)")
+	tableHead(w, "Through Envoy, details (medians; counts summed over the rounds)", "load", "configuration", "requests measured", "filter calls/request (Envoy's count)", "denied", "upstream CPU µs/request", "driver CPU µs/request (generator)")
 	for _, load := range cmpLoads(o) {
 		for _, c := range []envoyConfig{cfgFloor, cfgRef, cfgRLS} {
 			f := envoyFiguresOf(cells[envoyCellKey{load.name, c}])

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
 	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -428,5 +432,42 @@ func TestBenchBootstrapRejects(t *testing.T) {
 				t.Fatalf("benchBootstrap = %v, want an error with %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRunHTTP drives a local HTTP server that answers by the user header:
+// 200 is admitted, 429 denied, anything else an error; the header reaches
+// the server on every request.
+func TestRunHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get(userHeader) {
+		case "ok":
+			_, _ = io.WriteString(w, "ok")
+		case "deny":
+			w.WriteHeader(http.StatusTooManyRequests)
+		default:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	values := []string{"ok", "deny", "fail"}
+	keys := cmpKeys{name: "cycle", newValue: func() func(*rand.Rand, int64) string {
+		return func(_ *rand.Rand, seq int64) string { return values[seq%3] }
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := loadConfig{concurrency: 3, duration: 30 * time.Second, maxRequests: 300}
+	res, err := runHTTP(ctx, cfg, srv.URL+"/", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ok == 0 || res.over == 0 || res.errors == 0 || res.ok+res.over+res.errors > 300 {
+		t.Fatalf("ok %d, denied %d, errors %d; want each class seen, 300 at most", res.ok, res.over, res.errors)
+	}
+	if res.firstErr == nil || !strings.Contains(res.firstErr.Error(), "500") {
+		t.Fatalf("first error %v, want the 500 status named", res.firstErr)
+	}
+	if !res.capped {
+		t.Error("the run did not end on the request cap")
 	}
 }
