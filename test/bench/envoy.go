@@ -68,10 +68,7 @@ type envoyCellKey struct {
 }
 
 // envoyCell collects one configuration's samples on one load.
-type envoyCell struct {
-	samples []envoySample
-	errs    []error
-}
+type envoyCell = cell[envoySample]
 
 // envoySample is one measured interval. CPU figures are µs per request
 // (an HTTP request answered 200 or 429).
@@ -141,11 +138,7 @@ func runEnvoy(ctx context.Context, opts options, stdout, stderr io.Writer) (*env
 		}
 	}
 	writeEnvoy(stdout, opts, res.cells)
-	var errs []error
-	for _, c := range res.cells {
-		errs = append(errs, c.errs...)
-	}
-	if len(errs) > 0 {
+	if errs := cellErrors(res.cells); len(errs) > 0 {
 		return res, fmt.Errorf("bench: envoy: %d interval(s) failed: %w", len(errs), errors.Join(errs...))
 	}
 	return res, nil
@@ -246,25 +239,12 @@ func (b *bench) startEnvoy(name string, bootstrap []byte) (e *envoytest.Envoy, e
 // envoyOne measures one interval into its cell. A failed interval is
 // recorded in the cell; only an ended ctx is returned.
 func (b *bench) envoyOne(ctx context.Context, round int, st *envoyStack, load cmpLoad, key envoyCellKey, cells map[envoyCellKey]*envoyCell) error {
-	c := cells[key]
-	if c == nil {
-		c = &envoyCell{}
-		cells[key] = c
-	}
-	name := fmt.Sprintf("%s/%s", load.name, envoyConfigTitles[key.cfg])
-	s, err := b.measureEnvoy(ctx, st, load, round)
-	if ctx.Err() != nil {
-		return fmt.Errorf("bench: interrupted during %s: %w", name, ctx.Err())
-	}
-	if err != nil {
-		b.logf("%s failed: %v", name, err)
-		c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
-		return nil
-	}
-	c.samples = append(c.samples, s)
-	b.logf("  %s: %.0f/s, p50 %.0f µs, p99 %.0f µs, Envoy %.1f + service %.1f + Redis %.1f µs/request",
-		name, s.rps, s.p50, s.p99, s.envoyCPU, s.svcCPU, s.redisCPU)
-	return nil
+	return measureInto(ctx, b, cells, key, fmt.Sprintf("%s/%s", load.name, envoyConfigTitles[key.cfg]),
+		func() (envoySample, error) { return b.measureEnvoy(ctx, st, load, round) },
+		func(s envoySample) string {
+			return fmt.Sprintf("%.0f/s, p50 %.0f µs, p99 %.0f µs, Envoy %.1f + service %.1f + Redis %.1f µs/request",
+				s.rps, s.p50, s.p99, s.envoyCPU, s.svcCPU, s.redisCPU)
+		})
 }
 
 func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, round int) (envoySample, error) {
@@ -273,24 +253,17 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 			return envoySample{}, err
 		}
 	}
-	var before, after envoySnap
-	var snapErr error
 	cfg := loadConfig{
 		concurrency: b.opts.concurrency, warmup: b.opts.warmup, duration: b.opts.duration,
 		maxRequests: b.opts.maxRequests, rate: load.rate,
 	}
-	cfg.onStart = func() { before, snapErr = snapEnvoy(ctx, st, true) }
-	cfg.onEnd = func() {
-		var err error
-		after, err = snapEnvoy(ctx, st, false)
-		snapErr = errors.Join(snapErr, err)
-	}
+	before, after, snapErr := snapEdges(&cfg, func(start bool) (envoySnap, error) { return snapEnvoy(ctx, st, start) })
 	res, err := runHTTP(ctx, cfg, "http://"+st.addr+"/", uniformKeySet())
 	if err != nil {
 		return envoySample{}, err
 	}
-	if snapErr != nil {
-		return envoySample{}, snapErr
+	if err := snapErr(); err != nil {
+		return envoySample{}, err
 	}
 	for _, p := range []*child{procOf(st.svc), st.upstream.proc} {
 		if p != nil && p.exited() {
@@ -300,7 +273,7 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 	if st.envoy.Exited() {
 		return envoySample{}, fmt.Errorf("bench: envoy exited during the run:\n%s", st.envoy.Logs.String())
 	}
-	s := envoySampleOf(round, res, before, after, st.statPrefix, numCPU())
+	s := envoySampleOf(round, res, *before, *after, st.statPrefix, numCPU())
 	return s, s.problem(st.svc != nil)
 }
 

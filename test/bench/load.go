@@ -232,6 +232,17 @@ func (l *loop) measure(ctx context.Context, allDone <-chan struct{}, stop func()
 	return res, nil
 }
 
+// snapEdges makes cfg take a snapshot with snap right before the measured
+// interval (start true) and right after it, into before and after; err
+// returns what the snapshots failed with, once the run is over.
+func snapEdges[T any](cfg *loadConfig, snap func(start bool) (T, error)) (before, after *T, err func() error) {
+	before, after = new(T), new(T)
+	var errs [2]error
+	cfg.onStart = func() { *before, errs[0] = snap(true) }
+	cfg.onEnd = func() { *after, errs[1] = snap(false) }
+	return before, after, func() error { return errors.Join(errs[:]...) }
+}
+
 // dialConns opens n client connections to target, or none.
 func dialConns(target string, n int) ([]*grpc.ClientConn, error) {
 	conns := make([]*grpc.ClientConn, n)
