@@ -39,6 +39,8 @@ ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
 # under test/bench/.bin.
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
+# Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
+BENCH_ENVOY_ARGS ?=
 
 .PHONY: run build test test-deps test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean
 
@@ -111,7 +113,7 @@ bench: test-deps build $(REF_BIN)
 	$(GO) test -run '^$$' -bench KeyMemory -benchtime 1x ./pkg/redisalgo/
 	$(GO) run ./test/bench --bin $(BIN)
 	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
-	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 
 ## bench-compare: only the comparison with envoyproxy/ratelimit (~8 minutes)
 bench-compare: test-deps build $(REF_BIN)
@@ -119,7 +121,7 @@ bench-compare: test-deps build $(REF_BIN)
 
 ## bench-envoy: only the latency a user sees through Envoy: no filter, envoy-rls, envoyproxy/ratelimit (~5 minutes)
 bench-envoy: test-deps build $(REF_BIN)
-	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 
 $(REF_BIN):
 	GOBIN=$(CURDIR)/$(dir $(REF_BIN)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(REF_VERSION)
