@@ -103,7 +103,7 @@ type envoySnap struct {
 	rl                              map[string]int64
 }
 
-// envoyResults are the phase's samples, for the caller and tests.
+// envoyResults are the phase's samples, for the caller.
 type envoyResults struct {
 	cells map[envoyCellKey]*envoyCell
 }
@@ -529,12 +529,12 @@ func (t envoyTarget) bound() string {
 
 // envoyFigures are a cell's medians.
 type envoyFigures struct {
-	ok                                    bool
-	n, failures                           int
-	rps, p50, p99                         float64
-	envoyCPU, svcCPU, redisCPU, total     float64
-	upCPU, genCPU, other, rlCallsPerReq   float64
-	httpErrors, rlErrors, denied, measure int64
+	ok                                     bool
+	n, failures                            int
+	rps, p50, p99                          float64
+	envoyCPU, svcCPU, redisCPU, total      float64
+	upCPU, genCPU, other, rlCallsPerReq    float64
+	httpErrors, rlErrors, denied, requests int64
 }
 
 func envoyFiguresOf(c *envoyCell) envoyFigures {
@@ -567,7 +567,7 @@ func envoyFiguresOf(c *envoyCell) envoyFigures {
 		f.httpErrors += x.httpErrors
 		f.rlErrors += x.rlErrors
 		f.denied += x.denied
-		f.measure += x.requests
+		f.requests += x.requests
 	}
 	return f
 }
@@ -663,7 +663,7 @@ func writeEnvoy(w io.Writer, o options, cells map[envoyCellKey]*envoyCell) {
 			if c != cfgFloor {
 				calls = fmt.Sprintf("%.3f", f.rlCallsPerReq)
 			}
-			fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %.1f | %.1f |\n", load.title, envoyConfigTitles[c], f.measure, calls, f.denied, f.upCPU, f.genCPU)
+			fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %.1f | %.1f |\n", load.title, envoyConfigTitles[c], f.requests, calls, f.denied, f.upCPU, f.genCPU)
 		}
 	}
 	fmt.Fprintln(w)
