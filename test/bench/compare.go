@@ -113,10 +113,46 @@ type cmpSample struct {
 	usec  map[string]float64 // and execution µs per decision
 }
 
-// cmpCell collects the samples of one system on one load and key set.
-type cmpCell struct {
-	samples []cmpSample
+// cell collects the samples of one system (or configuration) on one load
+// and the failures of the intervals that gave none.
+type cell[S any] struct {
+	samples []S
 	errs    []error
+}
+
+// cmpCell collects the samples of one system on one load and key set.
+type cmpCell = cell[cmpSample]
+
+// measureInto measures one interval with measure into cells[key]: a
+// failed interval is recorded there and logged; only an ended ctx is
+// returned. describe formats a sample for the log.
+func measureInto[K comparable, S any](ctx context.Context, b *bench, cells map[K]*cell[S], key K, name string, measure func() (S, error), describe func(S) string) error {
+	c := cells[key]
+	if c == nil {
+		c = &cell[S]{}
+		cells[key] = c
+	}
+	s, err := measure()
+	if ctx.Err() != nil {
+		return fmt.Errorf("bench: interrupted during %s: %w", name, ctx.Err())
+	}
+	if err != nil {
+		b.logf("%s failed: %v", name, err)
+		c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
+		return nil
+	}
+	c.samples = append(c.samples, s)
+	b.logf("  %s: %s", name, describe(s))
+	return nil
+}
+
+// cellErrors returns the failures of every cell.
+func cellErrors[K comparable, S any](cells map[K]*cell[S]) []error {
+	var errs []error
+	for _, c := range cells {
+		errs = append(errs, c.errs...)
+	}
+	return errs
 }
 
 // cmpTarget is one running system: its server and its own Redis (nil for
@@ -154,11 +190,7 @@ func runCompare(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 		}
 	}
 	writeCompare(stdout, opts, cells)
-	var errs []error
-	for _, c := range cells {
-		errs = append(errs, c.errs...)
-	}
-	if len(errs) > 0 {
+	if errs := cellErrors(cells); len(errs) > 0 {
 		return cells, fmt.Errorf("bench: compare: %d interval(s) failed: %w", len(errs), errors.Join(errs...))
 	}
 	return cells, nil
@@ -167,6 +199,13 @@ func runCompare(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 // startCompare starts two redis-servers, the reference, envoy-rls and the
 // floor.
 func (b *bench) startCompare(ctx context.Context) ([numSystems]cmpTarget, error) {
+	return b.startSystems(ctx, true)
+}
+
+// startSystems starts the reference and envoy-rls, each on a redis-server
+// of its own and with the comparison's rule, and the no-work gRPC floor
+// when withFloor is set (the phase through Envoy has a floor of its own).
+func (b *bench) startSystems(ctx context.Context, withFloor bool) ([numSystems]cmpTarget, error) {
 	var t [numSystems]cmpTarget
 	bin, err := findRedisServer(b.opts.redisServer)
 	if err != nil {
@@ -180,8 +219,10 @@ func (b *bench) startCompare(ctx context.Context) ([numSystems]cmpTarget, error)
 		b.trackRedis(rd)
 		t[sys].rd = rd
 	}
-	if t[sysFloor].srv, err = b.startServerOn(ctx, "cmp-floor", true, nil, ""); err != nil {
-		return t, err
+	if withFloor {
+		if t[sysFloor].srv, err = b.startServerOn(ctx, "cmp-floor", true, nil, ""); err != nil {
+			return t, err
+		}
 	}
 	if t[sysRef].srv, err = b.startReference(ctx, t[sysRef].rd); err != nil {
 		return t, err
@@ -273,24 +314,11 @@ func (b *bench) compareRound(ctx context.Context, round int, t [numSystems]cmpTa
 // compareOne measures one interval into its cell. A failed interval is
 // recorded in the cell; only an ended ctx is returned.
 func (b *bench) compareOne(ctx context.Context, t cmpTarget, load cmpLoad, keys cmpKeys, key cmpCellKey, cells map[cmpCellKey]*cmpCell) error {
-	c := cells[key]
-	if c == nil {
-		c = &cmpCell{}
-		cells[key] = c
-	}
-	name := fmt.Sprintf("%s/%s/%s", load.name, keys.name, systemTitles[key.sys])
-	s, err := b.measureTarget(ctx, t, load, keys)
-	if ctx.Err() != nil {
-		return fmt.Errorf("bench: interrupted during %s: %w", name, ctx.Err())
-	}
-	if err != nil {
-		b.logf("%s failed: %v", name, err)
-		c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
-		return nil
-	}
-	c.samples = append(c.samples, s)
-	b.logf("  %s: %.0f/s, p50 %v, p99 %v, service %.1f µs, Redis %.1f µs", name, s.row.rps, s.row.p50, s.row.p99, s.row.srvCPU, s.row.redisCPU)
-	return nil
+	return measureInto(ctx, b, cells, key, fmt.Sprintf("%s/%s/%s", load.name, keys.name, systemTitles[key.sys]),
+		func() (cmpSample, error) { return b.measureTarget(ctx, t, load, keys) },
+		func(s cmpSample) string {
+			return fmt.Sprintf("%.0f/s, p50 %v, p99 %v, service %.1f µs, Redis %.1f µs", s.row.rps, s.row.p50, s.row.p99, s.row.srvCPU, s.row.redisCPU)
+		})
 }
 
 func (b *bench) measureTarget(ctx context.Context, t cmpTarget, load cmpLoad, keys cmpKeys) (cmpSample, error) {
@@ -299,24 +327,17 @@ func (b *bench) measureTarget(ctx context.Context, t cmpTarget, load cmpLoad, ke
 			return cmpSample{}, err
 		}
 	}
-	var before, after snapshot
-	var snapErr error
 	cfg := loadConfig{
 		target: t.srv.grpcAddr, concurrency: b.opts.concurrency, perConn: b.opts.perConn,
 		warmup: b.opts.warmup, duration: b.opts.duration, maxRequests: b.opts.maxRequests, rate: load.rate,
 	}
-	cfg.onStart = func() { before, snapErr = snapOn(ctx, t.srv, t.rd, true) }
-	cfg.onEnd = func() {
-		var err error
-		after, err = snapOn(ctx, t.srv, t.rd, false)
-		snapErr = errors.Join(snapErr, err)
-	}
+	before, after, snapErr := snapEdges(&cfg, func(start bool) (snapshot, error) { return snapOn(ctx, t.srv, t.rd, start) })
 	res, err := runLoad(ctx, cfg, oneEntry(cmpDomain, "user", keys.newValue))
 	if err != nil {
 		return cmpSample{}, err
 	}
-	if snapErr != nil {
-		return cmpSample{}, snapErr
+	if err := snapErr(); err != nil {
+		return cmpSample{}, err
 	}
 	if t.srv.proc.exited() {
 		return cmpSample{}, fmt.Errorf("bench: server exited during the run:\n%s", t.srv.proc.logTail())
@@ -326,7 +347,7 @@ func (b *bench) measureTarget(ctx context.Context, t cmpTarget, load cmpLoad, ke
 	if res.answered() == 0 || res.errors*100 > res.answered() {
 		return cmpSample{}, fmt.Errorf("bench: %d answered, %d errors (first: %v)", res.answered(), res.errors, res.firstErr)
 	}
-	r := newRow(scenario{name: load.name + "/" + keys.name, redis: t.rd != nil}, res, before, after)
+	r := newRow(scenario{name: load.name + "/" + keys.name, redis: t.rd != nil}, res, *before, *after)
 	s := cmpSample{row: r, calls: map[string]float64{}, usec: map[string]float64{}}
 	if t.rd != nil {
 		d := after.redis.sub(before.redis)
@@ -353,7 +374,7 @@ func compareMachineLine(o options) string {
 
 // median returns the median of the figure get over the samples (the mean
 // of the middle two for an even count).
-func median(samples []cmpSample, get func(cmpSample) float64) float64 {
+func median[S any](samples []S, get func(S) float64) float64 {
 	if len(samples) == 0 {
 		return 0
 	}

@@ -28,7 +28,8 @@ func (floorServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*r
 }
 
 // floorMain runs the floor: the same default grpc.Server as envoy-rls (with
-// reflection), and /readyz on HTTP so the driver waits for it the same way.
+// reflection), and /readyz on HTTP so the driver waits for it the same way
+// (any path answers, so that the HTTP listener is also an upstream).
 // It stops on SIGTERM or SIGINT.
 func floorMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench --floor", flag.ContinueOnError)
@@ -61,7 +62,10 @@ func serveFloor(ctx context.Context, grpcAddr, httpAddr string) error {
 	rlsv3.RegisterRateLimitServiceServer(gsrv, floorServer{})
 	reflection.Register(gsrv)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	// Every path answers 200 "ok": /readyz for the driver, and the rest
+	// because the phase through Envoy uses this listener as its upstream, a
+	// Go server whose work per request is the same in every configuration.
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- gsrv.Serve(gl) }()

@@ -69,10 +69,10 @@ type worker struct {
 	firstErr error
 }
 
-// runLoad drives a closed loop: every worker sends one request, waits for
-// the answer, and sends the next (no sooner than cfg.rate allows). It
-// returns when duration has passed after warmup, when maxRequests calls
-// were sent, or when ctx ends.
+// runLoad drives a closed loop of ShouldRateLimit calls: every worker
+// sends one request, waits for the answer, and sends the next (no sooner
+// than cfg.rate allows). It returns when duration has passed after
+// warmup, when maxRequests calls were sent, or when ctx ends.
 func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, error) {
 	if cfg.concurrency < 1 || cfg.maxRequests < 1 {
 		return nil, errors.New("bench: load: concurrency and max requests must be positive")
@@ -83,7 +83,28 @@ func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, err
 		return nil, err
 	}
 	defer closeConns(conns)
+	return runCalls(ctx, cfg, func(i int) callFunc {
+		next, conn := wl.newWorker(), conns[i/perConn]
+		resp := new(rlsv3.RateLimitResponse)
+		return func(ctx context.Context, rnd *rand.Rand, seq int64) (bool, error) {
+			err := conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, next(rnd, seq), resp)
+			return err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err
+		}
+	})
+}
 
+// callFunc makes call number seq (0-based, shared by all workers) and
+// reports whether it was denied; a worker owns its callFunc, so it may
+// keep buffers between calls.
+type callFunc func(ctx context.Context, rnd *rand.Rand, seq int64) (denied bool, err error)
+
+// runCalls runs cfg.concurrency workers, worker i making its calls with
+// newCall(i), paced, bounded and measured as runLoad describes: the loop
+// that both the gRPC load and the HTTP load through Envoy use.
+func runCalls(ctx context.Context, cfg loadConfig, newCall func(i int) callFunc) (*loadResult, error) {
+	if cfg.concurrency < 1 || cfg.maxRequests < 1 {
+		return nil, errors.New("bench: load: concurrency and max requests must be positive")
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l := &loop{cfg: cfg, ctx: wctx, paceStart: time.Now()}
@@ -92,9 +113,9 @@ func runLoad(ctx context.Context, cfg loadConfig, wl workload) (*loadResult, err
 	for i := range workers {
 		w := new(worker)
 		workers[i] = w
-		next, conn := wl.newWorker(), conns[i/perConn]
+		call := newCall(i)
 		rnd := rand.New(rand.NewPCG(uint64(i)+1, 0x9e3779b97f4a7c15))
-		wg.Go(func() { l.work(w, conn, next, rnd) })
+		wg.Go(func() { l.work(w, call, rnd) })
 	}
 	allDone := make(chan struct{})
 	go func() { wg.Wait(); close(allDone) }()
@@ -128,10 +149,9 @@ type loop struct {
 	issued    atomic.Int64
 }
 
-// work sends requests made by next on conn until the loop stops or the
-// request cap is reached, counting into w what the measure phase sees.
-func (l *loop) work(w *worker, conn *grpc.ClientConn, next func(*rand.Rand, int64) *rlsv3.RateLimitRequest, rnd *rand.Rand) {
-	resp := new(rlsv3.RateLimitResponse)
+// work makes calls with call until the loop stops or the request cap is
+// reached, counting into w what the measure phase sees.
+func (l *loop) work(w *worker, call callFunc, rnd *rand.Rand) {
 	for l.phase.Load() != phaseStop {
 		seq := l.issued.Add(1)
 		if seq > l.cfg.maxRequests {
@@ -143,9 +163,8 @@ func (l *loop) work(w *worker, conn *grpc.ClientConn, next func(*rand.Rand, int6
 				time.Sleep(wait)
 			}
 		}
-		req := next(rnd, seq-1)
 		t0 := time.Now()
-		err := conn.Invoke(l.ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, resp)
+		denied, err := call(l.ctx, rnd, seq-1)
 		lat := time.Since(t0)
 		if l.cfg.progress != nil && err == nil {
 			l.cfg.progress.Add(1)
@@ -159,7 +178,7 @@ func (l *loop) work(w *worker, conn *grpc.ClientConn, next func(*rand.Rand, int6
 			if w.firstErr == nil {
 				w.firstErr = err
 			}
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		case denied:
 			w.over++
 			w.hist.record(lat)
 		default:
@@ -211,6 +230,17 @@ func (l *loop) measure(ctx context.Context, allDone <-chan struct{}, stop func()
 		return nil, ctxErr
 	}
 	return res, nil
+}
+
+// snapEdges makes cfg take a snapshot with snap right before the measured
+// interval (start true) and right after it, into before and after; err
+// returns what the snapshots failed with, once the run is over.
+func snapEdges[T any](cfg *loadConfig, snap func(start bool) (T, error)) (before, after *T, err func() error) {
+	before, after = new(T), new(T)
+	var errs [2]error
+	cfg.onStart = func() { *before, errs[0] = snap(true) }
+	cfg.onEnd = func() { *after, errs[1] = snap(false) }
+	return before, after, func() error { return errors.Join(errs[:]...) }
 }
 
 // dialConns opens n client connections to target, or none.

@@ -57,6 +57,10 @@ type options struct {
 	scriptCost bool
 	scriptsDir string
 	cmpOnly    []string // loads and key sets to run; empty: all
+	// envoy runs only the phase through Envoy (envoy.go), on the
+	// bootstrap envoyConfig.
+	envoy       bool
+	envoyConfig string
 }
 
 func main() {
@@ -83,6 +87,8 @@ func main() {
 		err = runScriptCost(ctx, opts, os.Stdout, os.Stderr)
 	case opts.compare:
 		_, err = runCompare(ctx, opts, os.Stdout, os.Stderr)
+	case opts.envoy:
+		_, err = runEnvoy(ctx, opts, os.Stdout, os.Stderr)
 	default:
 		_, err = run(ctx, opts, os.Stdout, os.Stderr)
 	}
@@ -120,6 +126,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
 	fs.StringVar(&o.scriptsDir, "scripts-dir", "pkg/redisalgo/lua", "envoy-rls's Lua scripts, for --script-cost")
 	fs.BoolVar(&o.scriptCost, "script-cost", false, "run only the script-cost measurement: Redis CPU per call of plain commands and of scripts, at 1000/s and in a closed loop, on a redis-server of its own")
+	fs.BoolVar(&o.envoy, "envoy", false, "run only the phase through Envoy: HTTP through a real Envoy (--concurrency 1) with no rate-limit filter, "+
+		"with the filter on envoy-rls, and with it on the reference (--ref-bin), each service on its own Redis; --rounds interleaved rounds, medians; "+
+		"--duration and --warmup default to 6s and 1s there; --compare-only picks its loads")
+	fs.StringVar(&o.envoyConfig, "envoy-config", "envoy-config/envoy.yaml", "the shipped Envoy bootstrap the phase through Envoy derives its own from")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -133,7 +143,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.cmpOnly = append(o.cmpOnly, v)
 	}
-	if o.compare {
+	if o.compare && o.envoy || o.scriptCost && (o.compare || o.envoy) {
+		return o, errors.New("bench: --compare, --envoy and --script-cost each run alone: pass one")
+	}
+	if o.compare || o.envoy {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if !set["duration"] {
@@ -183,6 +196,14 @@ type bench struct {
 	mu         sync.Mutex
 	children   []*child
 	extraRedis []*redisServer // the comparison's, one per system
+	cleanups   []func()       // stop the Envoys (envoytest's cleanups)
+}
+
+// addCleanup makes close run f, before it stops the children.
+func (b *bench) addCleanup(f func()) {
+	b.mu.Lock()
+	b.cleanups = append(b.cleanups, f)
+	b.mu.Unlock()
 }
 
 func (b *bench) track(c *child) {
@@ -193,9 +214,12 @@ func (b *bench) track(c *child) {
 
 func (b *bench) close() {
 	b.mu.Lock()
-	cs, rs := b.children, b.extraRedis
-	b.children, b.extraRedis = nil, nil
+	cs, rs, fs := b.children, b.extraRedis, b.cleanups
+	b.children, b.extraRedis, b.cleanups = nil, nil, nil
 	b.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
 	for _, c := range cs {
 		c.stop()
 	}
@@ -224,15 +248,15 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: find own executable: %w", err)
 	}
 	b.self = self
-	if opts.compare {
+	if opts.compare || opts.envoy {
 		if b.opts.refBin, err = filepath.Abs(opts.refBin); err != nil {
 			return nil, fmt.Errorf("bench: --ref-bin: %w", err)
 		}
 		if st, err := os.Stat(b.opts.refBin); err != nil || st.IsDir() {
-			return nil, fmt.Errorf("bench: --ref-bin %s: not a file (make bench-compare installs it)", b.opts.refBin)
+			return nil, fmt.Errorf("bench: --ref-bin %s: not a file (make bench-compare or make bench-envoy installs it)", b.opts.refBin)
 		}
 	}
-	if b.needsRLS() || opts.compare {
+	if b.needsRLS() || opts.compare || opts.envoy {
 		if b.opts.bin, err = filepath.Abs(opts.bin); err != nil {
 			return nil, fmt.Errorf("bench: --bin: %w", err)
 		}
@@ -410,13 +434,17 @@ func machineLine(o options) string {
 			}
 		}
 	}
-	load := "?"
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) >= 3 {
-			load = strings.Join(f[:3], " ")
-		}
-	}
 	return fmt.Sprintf("Machine: %d CPUs (%s), shared by the load generator, envoy-rls and Redis; load average at start %s. "+
 		"Load: closed loop, %d workers, %d per gRPC connection, %v warmup + %v measured (at most %s calls), %d distinct users.",
-		numCPU(), cpu, load, o.concurrency, o.perConn, o.warmup, o.duration, strconv.FormatInt(o.maxRequests, 10), o.users)
+		numCPU(), cpu, loadAverage(), o.concurrency, o.perConn, o.warmup, o.duration, strconv.FormatInt(o.maxRequests, 10), o.users)
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages, or "?".
+func loadAverage() string {
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			return strings.Join(f[:3], " ")
+		}
+	}
+	return "?"
 }

@@ -180,8 +180,6 @@ func (b *bench) runScenario(ctx context.Context, sc scenario, rate float64) (*ro
 			return nil, fmt.Errorf("prime: %d errors, first: %w", res.errors, res.firstErr)
 		}
 	}
-	var before, after snapshot
-	var snapErr error
 	cfg := base
 	cfg.warmup = b.opts.warmup
 	cfg.duration = b.opts.duration
@@ -190,23 +188,18 @@ func (b *bench) runScenario(ctx context.Context, sc scenario, rate float64) (*ro
 	if sc.rate > 0 {
 		cfg.rate = sc.rate
 	}
-	cfg.onStart = func() { before, snapErr = b.snap(ctx, s, sc.redis, true) }
-	cfg.onEnd = func() {
-		var err error
-		after, err = b.snap(ctx, s, sc.redis, false)
-		snapErr = errors.Join(snapErr, err)
-	}
+	before, after, snapErr := snapEdges(&cfg, func(start bool) (snapshot, error) { return b.snap(ctx, s, sc.redis, start) })
 	res, err := runLoad(ctx, cfg, sc.workload(b.users))
 	if err != nil {
 		return nil, err
 	}
-	if snapErr != nil {
-		return nil, snapErr
+	if err := snapErr(); err != nil {
+		return nil, err
 	}
 	if s.proc.exited() {
 		return nil, fmt.Errorf("bench: %s exited during the run:\n%s", sc.name, s.proc.logTail())
 	}
-	r := newRow(sc, res, before, after)
+	r := newRow(sc, res, *before, *after)
 	if res.answered() == 0 {
 		return r, fmt.Errorf("bench: no call answered (%d errors, first: %v)", res.errors, res.firstErr)
 	}
