@@ -131,3 +131,83 @@ func TestEnvoyRLSKilledUnderTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisHungWithinFilterTimeout: Redis hangs (SIGSTOP: connections stay
+// open, nothing answers). With --redis-timeout (100ms) below the filter's
+// timeout (0.25s in envoy.yaml), envoy-rls answers every call itself, by
+// its --redis-failure-mode, before Envoy gives up on it: Envoy's calls to
+// envoy-rls all complete and none is cut by its timeout, and what the
+// client sees is the mode's answer. No latency is measured: a call Envoy
+// had to cut would show as upstream_rq_timeout and as ratelimit.error.
+func TestRedisHungWithinFilterTimeout(t *testing.T) {
+	const n = 10
+	for _, tc := range []struct {
+		mode   string
+		status int
+		// counter is the Envoy outcome each request must add to.
+		counter string
+	}{
+		// UNAVAILABLE: Envoy's failure_mode_deny: false lets it through.
+		{"error", http.StatusOK, rlFailAllowed},
+		{"allow", http.StatusOK, rlOK},
+		{"deny", http.StatusTooManyRequests, rlOverLimit},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			s := startStack(t, stackOpts{Store: onRedis,
+				ServeArgs: []string{"--redis-timeout=100ms", "--redis-failure-mode=" + tc.mode}})
+			const client = "127.0.0.41" // per_ip: 50 a second, bursts of 100
+			if a := s.mustDo(t, request{Path: "/hello", From: client}); a.Status != http.StatusOK {
+				t.Fatalf("before the hang: %v, want 200", a)
+			}
+			if d := s.rlsCounter(t, "envoy_rls_limit_decisions_total", map[string]string{"limit": "per_ip", "code": "ok"}); d != 1 {
+				t.Fatalf("per_ip decided %v requests with Redis up, want 1", d)
+			}
+
+			names := []string{rlOK, rlOverLimit, rlError, rlFailAllowed, rlsTimeouts, rlsAnswered}
+			before := s.envoyCounters(t, names...)
+			answeredBefore := s.rlsCounter(t, "envoy_rls_backend_failure_mode_total", map[string]string{"mode": tc.mode})
+			s.Redis.Pause(t)
+			resumed := false
+			t.Cleanup(func() {
+				if !resumed {
+					s.Redis.Resume(t)
+				}
+			})
+			var got []int
+			for range n {
+				got = append(got, s.mustDo(t, request{Path: "/hello", From: client}).Status)
+			}
+			d := since(before, s.envoyCounters(t, names...))
+			byMode := s.rlsCounter(t, "envoy_rls_backend_failure_mode_total", map[string]string{"mode": tc.mode}) - answeredBefore
+			s.Redis.Resume(t)
+			resumed = true
+			t.Logf("statuses %v; Envoy %v; envoy-rls answered %v by mode %s", got, d, byMode, tc.mode)
+
+			for i, st := range got {
+				if st != tc.status {
+					t.Errorf("request %d with Redis hung: %d, want %d", i, st, tc.status)
+				}
+			}
+			if d[rlsTimeouts] != 0 || d[rlsAnswered] != n {
+				t.Errorf("Envoy's calls to envoy-rls: %d answered, %d cut by the filter timeout; want all %d answered", d[rlsAnswered], d[rlsTimeouts], n)
+			}
+			if d[tc.counter] != n {
+				t.Errorf("%s rose by %d, want %d", tc.counter, d[tc.counter], n)
+			}
+			if tc.mode != "error" && d[rlError] != 0 {
+				t.Errorf("ratelimit.error rose by %d, want 0: envoy-rls answered every call", d[rlError])
+			}
+			if byMode != n {
+				t.Errorf("envoy_rls_backend_failure_mode_total{mode=%q} rose by %v, want %d", tc.mode, byMode, n)
+			}
+
+			// Redis back: the limits are enforced again once the breaker
+			// closes; each try is a fresh client address.
+			try := 0
+			waitFor(t, "limits enforced after Redis resumed", func() bool {
+				try++
+				return s.loginSequence(t, fmt.Sprintf("127.0.1.%d", try)) == loginsLimited
+			})
+		})
+	}
+}
