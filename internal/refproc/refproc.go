@@ -72,7 +72,8 @@ func RulesDir(root string) string { return filepath.Join(root, Subdirectory, "co
 
 // Env is the reference's environment: rules under RulesDir(root), read
 // once (RUNTIME_WATCH_ROOT=false; dotfiles ignored), Redis at redisAddr
-// (host:port), statsd off, JSON logs, and the HTTP (/healthcheck), gRPC
+// (host:port), statsd off, JSON logs at the binary's default level (envoy-rls
+// logs the addresses it got at info), and the HTTP (/healthcheck), gRPC
 // and debug listeners on loopback at the given ports (0 lets envoy-rls in
 // drop-in mode choose; the reference needs real ones).
 func Env(root, redisAddr string, httpPort, grpcPort, debugPort int) []string {
@@ -82,7 +83,7 @@ func Env(root, redisAddr string, httpPort, grpcPort, debugPort int) []string {
 		"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		"PORT=" + strconv.Itoa(httpPort), "GRPC_PORT=" + strconv.Itoa(grpcPort), "DEBUG_PORT=" + strconv.Itoa(debugPort),
-		"LOG_LEVEL=warn", "LOG_FORMAT=json",
+		"LOG_FORMAT=json",
 	}
 }
 
@@ -112,7 +113,8 @@ func Start(t TB, bin, root, redisAddr string, extra ...string) *Proc {
 			Logs:     &childproc.Buffer{}, done: make(chan struct{}),
 		}
 		p.cmd = exec.Command(bin)
-		p.cmd.Env = append(append(os.Environ(), Env(root, redisAddr, ports[0], ports[1], ports[2])...), extra...)
+		p.cmd.Env = append(append(os.Environ(), Env(root, redisAddr, ports[0], ports[1], ports[2])...), "LOG_LEVEL=warn")
+		p.cmd.Env = append(p.cmd.Env, extra...)
 		p.cmd.Stdout, p.cmd.Stderr = p.Logs, p.Logs
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := p.cmd.Start(); err != nil {
@@ -122,7 +124,7 @@ func Start(t TB, bin, root, redisAddr string, extra ...string) *Proc {
 		t.Cleanup(func() {
 			p.Kill()
 			if t.Failed() {
-				t.Logf("envoyproxy/ratelimit logs:\n%s", p.Logs)
+				t.Logf("envoyproxy/ratelimit logs (the last lines):\n%s", lastLines(p.Logs.String(), 40))
 			}
 		})
 		err = p.waitHealthy()
@@ -131,7 +133,7 @@ func Start(t TB, bin, root, redisAddr string, extra ...string) *Proc {
 		}
 		p.Kill()
 		if attempt == 3 || !strings.Contains(p.Logs.String(), "address already in use") {
-			t.Fatalf("refproc: %v; logs:\n%s", err, p.Logs)
+			t.Fatalf("refproc: %v; logs:\n%s", err, lastLines(p.Logs.String(), 40))
 		}
 	}
 }
@@ -155,6 +157,11 @@ func (p *Proc) waitHealthy() error {
 			return fmt.Errorf("envoyproxy/ratelimit not healthy within %v", startTimeout)
 		}
 	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Kill ends the process (SIGKILL to its group) and waits for it.

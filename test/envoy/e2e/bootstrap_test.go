@@ -98,3 +98,12 @@ func withFilter(t testing.TB, edit func(filter map[string]any)) []byte {
 	edit(rateLimitFilter(t, doc))
 	return encodeBootstrap(t, doc)
 }
+
+// patientTimeout replaces the filter's 0.25s in tests that are not about
+// it: on a loaded test machine a call can take longer, and the shipped
+// fail-open would turn that into an admitted request without rate-limit
+// headers, which such a test would misread as a wrong decision.
+const patientTimeout = "5s"
+
+// patient sets the filter's timeout to patientTimeout.
+func patient(filter map[string]any) { filter["timeout"] = patientTimeout }

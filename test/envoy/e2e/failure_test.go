@@ -72,6 +72,7 @@ func TestEnvoyRLSKilledUnderTraffic(t *testing.T) {
 							t.Fatalf("envoy.yaml's failure_mode_deny is %v, want false as documented", f["failure_mode_deny"])
 						}
 						f["failure_mode_deny"] = deny
+						patient(f)
 					})})
 				envoyPid, err := s.Envoy.Pid()
 				if err != nil {

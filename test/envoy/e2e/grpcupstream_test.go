@@ -49,6 +49,7 @@ func grpcBootstrap(t testing.TB, edit func(filter map[string]any)) []byte {
 	t.Helper()
 	doc := shippedBootstrap(t)
 	edit(rateLimitFilter(t, doc))
+	patient(rateLimitFilter(t, doc))
 	ingressHCM(t, doc)["route_config"] = map[string]any{
 		"name": "grpc",
 		"virtual_hosts": []any{map[string]any{

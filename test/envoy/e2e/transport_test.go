@@ -98,6 +98,7 @@ func TestEnvoyToRLSOverMTLS(t *testing.T) {
 			t.Run(string(st)+"/"+tc.name, func(t *testing.T) {
 				f := writeTLSFiles(t)
 				doc := shippedBootstrap(t)
+				patient(rateLimitFilter(t, doc))
 				if tc.transport != nil {
 					cluster(t, doc, "envoy_rls")["transport_socket"] = tc.transport(f)
 				}
@@ -159,6 +160,7 @@ func TestEnvoyToRLSOverUnixSocket(t *testing.T) {
 				t.Cleanup(func() { os.RemoveAll(dir) })
 				sock := "unix://" + filepath.Join(dir, "rls.sock")
 				doc := shippedBootstrap(t)
+				patient(rateLimitFilter(t, doc))
 				tc.edit(t, doc)
 				s := startStack(t, stackOpts{Store: st, Bootstrap: encodeBootstrap(t, doc),
 					ServeArgs: []string{"--grpc-addr", sock},
