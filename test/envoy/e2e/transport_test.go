@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -50,32 +51,48 @@ func writeTLSFiles(t testing.TB) tlsFiles {
 }
 
 // upstreamTLS is the transport socket of Envoy's envoy_rls cluster for TLS
-// to envoy-rls: it verifies envoy-rls's certificate against the CA and the
-// name localhost, and presents the client certificate when withCert. It
-// names no alpn_protocols: gRPC servers refuse a TLS client that offers no
-// ALPN, and Envoy offers h2 by itself on a cluster configured for HTTP/2.
-func upstreamTLS(f tlsFiles, withCert bool) map[string]any {
-	common := map[string]any{
-		"validation_context": map[string]any{
-			"trusted_ca": map[string]any{"filename": f.CA},
-			"match_typed_subject_alt_names": []any{map[string]any{
-				"san_type": "DNS", "matcher": map[string]any{"exact": "localhost"}}},
-		},
+// to envoy-rls, as docs/deploying.md shows it ("TLS to envoy-rls"), with
+// the test's files and name: it verifies envoy-rls's certificate against
+// the CA, and presents the client certificate when withCert. The snippet
+// names no alpn_protocols: gRPC servers refuse a TLS client that offers
+// no ALPN, and Envoy offers h2 by itself on a cluster set up for HTTP/2.
+func upstreamTLS(t testing.TB, f tlsFiles, withCert bool) map[string]any {
+	t.Helper()
+	doc := string(readRepoFile(t, "docs/deploying.md"))
+	_, after, ok := strings.Cut(doc, "**TLS to envoy-rls.**")
+	if !ok {
+		t.Fatal(`docs/deploying.md has no "TLS to envoy-rls" bullet`)
 	}
-	if withCert {
-		common["tls_certificates"] = []any{map[string]any{
-			"certificate_chain": map[string]any{"filename": f.ClientCert},
-			"private_key":       map[string]any{"filename": f.ClientKey},
-		}}
+	_, after, ok = strings.Cut(after, "```yaml\n")
+	block, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal(`docs/deploying.md's "TLS to envoy-rls" has no yaml block`)
 	}
-	return map[string]any{
-		"name": "envoy.transport_sockets.tls",
-		"typed_config": map[string]any{
-			"@type":              "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-			"sni":                "localhost",
-			"common_tls_context": common,
-		},
+	block = strings.NewReplacer(
+		"/etc/envoy/tls/client.pem", f.ClientCert, "/etc/envoy/tls/client-key.pem", f.ClientKey,
+		"/etc/envoy/tls/ca.pem", f.CA, "envoy-rls", "localhost").Replace(block)
+	var snippet struct {
+		TransportSocket map[string]any `json:"transport_socket"`
 	}
+	if err := yaml.Unmarshal([]byte(dedent(block)), &snippet); err != nil || snippet.TransportSocket == nil {
+		t.Fatalf("docs/deploying.md's TLS snippet: %v; want a transport_socket in\n%s", err, block)
+	}
+	if !withCert {
+		delete(bootstrapPath(t, snippet.TransportSocket, "typed_config", "common_tls_context"), "tls_certificates")
+	}
+	return snippet.TransportSocket
+}
+
+// dedent removes the indentation of a block's first line from every line.
+func dedent(block string) string {
+	indent := len(block) - len(strings.TrimLeft(block, " "))
+	lines := strings.Split(block, "\n")
+	for i, l := range lines {
+		if len(l) >= indent && strings.TrimSpace(l[:indent]) == "" {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // TestEnvoyToRLSOverMTLS: envoy-rls serves gRPC with --grpc-tls-cert/-key
@@ -88,11 +105,11 @@ func TestEnvoyToRLSOverMTLS(t *testing.T) {
 	for _, st := range stores {
 		for _, tc := range []struct {
 			name      string
-			transport func(tlsFiles) map[string]any // nil: plaintext
+			transport func(*testing.T, tlsFiles) map[string]any // nil: plaintext
 			decides   bool
 		}{
-			{"mTLS", func(f tlsFiles) map[string]any { return upstreamTLS(f, true) }, true},
-			{"TLS without a client certificate", func(f tlsFiles) map[string]any { return upstreamTLS(f, false) }, false},
+			{"mTLS", func(t *testing.T, f tlsFiles) map[string]any { return upstreamTLS(t, f, true) }, true},
+			{"TLS without a client certificate", func(t *testing.T, f tlsFiles) map[string]any { return upstreamTLS(t, f, false) }, false},
 			{"plaintext", nil, false},
 		} {
 			t.Run(string(st)+"/"+tc.name, func(t *testing.T) {
@@ -100,7 +117,7 @@ func TestEnvoyToRLSOverMTLS(t *testing.T) {
 				doc := shippedBootstrap(t)
 				patient(rateLimitFilter(t, doc))
 				if tc.transport != nil {
-					cluster(t, doc, "envoy_rls")["transport_socket"] = tc.transport(f)
+					cluster(t, doc, "envoy_rls")["transport_socket"] = tc.transport(t, f)
 				}
 				s := startStack(t, stackOpts{Store: st, Bootstrap: encodeBootstrap(t, doc),
 					ServeArgs: []string{"--grpc-tls-cert", f.ServerCert, "--grpc-tls-key", f.ServerKey, "--grpc-tls-client-ca", f.CA}})
