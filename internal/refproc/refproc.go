@@ -36,16 +36,6 @@ const Subdirectory = "ratelimit"
 // startTimeout only keeps a broken setup from hanging a test.
 const startTimeout = 30 * time.Second
 
-// TB is the part of testing.TB Start uses, so a driver without a
-// *testing.T can start the reference too.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-	Logf(format string, args ...any)
-	Cleanup(func())
-	Failed() bool
-}
-
 // Binary returns the reference binary: $REF_BIN, else the one `make
 // test-deps` installs under test/bench/.bin/<Version>/service_cmd.
 func Binary() (string, error) {
@@ -96,11 +86,12 @@ type Proc struct {
 	done chan struct{}
 }
 
-// Start runs bin on Env(root, redisAddr, free ports) plus extra, waits
+// Start runs bin on Env(root, redisAddr, free ports) plus extra (t may be
+// a driver's own childproc.TB, not only a test's), waits
 // for its /healthcheck, and kills it at cleanup (printing its logs when t
 // failed). A port lost to another process before the reference bound it
 // is retried on fresh ports.
-func Start(t TB, bin, root, redisAddr string, extra ...string) *Proc {
+func Start(t childproc.TB, bin, root, redisAddr string, extra ...string) *Proc {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		ports, err := childproc.FreePorts(3)
