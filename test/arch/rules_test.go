@@ -17,7 +17,7 @@ const redis = "github.com/redis/go-redis"
 var testSupport = []string{
 	"internal/backendtest", "internal/eventually", "internal/otlptest",
 	"internal/promtest", "internal/randsteps", "internal/redistest",
-	"internal/rulestest", "internal/statsdtest", "internal/testcert",
+	"internal/refproc", "internal/rulestest", "internal/statsdtest", "internal/testcert",
 	"internal/upstream", "internal/xdstest",
 }
 
@@ -104,8 +104,10 @@ var moduleRules = map[string]rule{
 	"internal/otlptest":    {testSupport: true},
 	"internal/promtest":    {allow: []string{"internal/childproc"}, testSupport: true},
 	// "It knows nothing of pkg/algo, whose own tests import it."
-	"internal/randsteps":  {testSupport: true},
-	"internal/redistest":  {allow: []string{"internal/childproc", "internal/testcert"}, testSupport: true},
+	"internal/randsteps": {testSupport: true},
+	"internal/redistest": {allow: []string{"internal/childproc", "internal/testcert"}, testSupport: true},
+	// "It imports none of the service's packages."
+	"internal/refproc":    {allow: []string{"internal/childproc"}, testSupport: true},
 	"internal/rulestest":  {allow: []string{"pkg/rules"}, testSupport: true},
 	"internal/statsdtest": {allow: []string{"internal/childproc"}, testSupport: true},
 	"internal/testcert":   {testSupport: true},
