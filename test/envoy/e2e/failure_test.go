@@ -207,7 +207,7 @@ func TestRedisHungWithinFilterTimeout(t *testing.T) {
 			try := 0
 			waitFor(t, "limits enforced after Redis resumed", func() bool {
 				try++
-				return s.loginSequence(t, fmt.Sprintf("127.0.1.%d", try)) == loginsLimited
+				return s.loginSequence(t, fmt.Sprintf("127.0.%d.%d", 1+try/250, 1+try%250)) == loginsLimited
 			})
 		})
 	}
