@@ -60,18 +60,34 @@ const loginsLimited = "[200 200 200 200 200 429]"
 // through Envoy, then restarted on the same port. With failure_mode_deny
 // false (as shipped) every request passes while it is down, and Envoy
 // counts each as ratelimit.error and ratelimit.failure_mode_allowed; with
-// true each of those requests gets Envoy's error status, 500. Afterwards
-// the same Envoy, never restarted, enforces the limits again.
+// true each of those requests gets Envoy's error status, 500, or the
+// filter's status_on_error. Afterwards the same Envoy, never restarted,
+// enforces the limits again.
 func TestEnvoyRLSKilledUnderTraffic(t *testing.T) {
-	for _, deny := range []bool{false, true} {
+	for _, tc := range []struct {
+		deny          bool
+		statusOnError int // 0: unset
+		errStatus     int // what a request envoy-rls could not decide gets
+	}{
+		{false, 0, http.StatusOK},
+		{true, 0, http.StatusInternalServerError},
+		{true, http.StatusServiceUnavailable, http.StatusServiceUnavailable},
+	} {
 		for _, st := range stores {
-			t.Run(fmt.Sprintf("failure_mode_deny=%v/%s", deny, st), func(t *testing.T) {
+			name := fmt.Sprintf("failure_mode_deny=%v/%s", tc.deny, st)
+			if tc.statusOnError != 0 {
+				name = fmt.Sprintf("failure_mode_deny=%v,status_on_error=%d/%s", tc.deny, tc.statusOnError, st)
+			}
+			t.Run(name, func(t *testing.T) {
 				s := startStack(t, stackOpts{Store: st, FixedGRPCPort: true,
 					Bootstrap: withFilter(t, func(f map[string]any) {
 						if f["failure_mode_deny"] != false {
 							t.Fatalf("envoy.yaml's failure_mode_deny is %v, want false as documented", f["failure_mode_deny"])
 						}
-						f["failure_mode_deny"] = deny
+						f["failure_mode_deny"] = tc.deny
+						if tc.statusOnError != 0 {
+							f["status_on_error"] = map[string]any{"code": tc.statusOnError}
+						}
 						patient(f)
 					})})
 				envoyPid, err := s.Envoy.Pid()
@@ -106,9 +122,9 @@ func TestEnvoyRLSKilledUnderTraffic(t *testing.T) {
 				if d[rlError] < 10 {
 					t.Errorf("ratelimit.error rose by %d, want at least 10", d[rlError])
 				}
-				if deny {
-					if counts[http.StatusInternalServerError] != int(d[rlError]) || counts[http.StatusOK] != len(answers)-int(d[rlError]) {
-						t.Errorf("statuses %v with %d errors, want a 500 for each error and 200 for the rest", counts, d[rlError])
+				if tc.deny {
+					if counts[tc.errStatus] != int(d[rlError]) || counts[http.StatusOK] != len(answers)-int(d[rlError]) {
+						t.Errorf("statuses %v with %d errors, want a %d for each error and 200 for the rest", counts, d[rlError], tc.errStatus)
 					}
 					if d[rlFailAllowed] != 0 {
 						t.Errorf("ratelimit.failure_mode_allowed rose by %d with failure_mode_deny, want 0", d[rlFailAllowed])
