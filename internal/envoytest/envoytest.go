@@ -41,14 +41,7 @@ const (
 
 // TB is the part of testing.TB the helpers use, so the bench driver (no
 // *testing.T) can start Envoys too.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-	Logf(format string, args ...any)
-	Cleanup(func())
-	TempDir() string
-	Failed() bool
-}
+type TB = childproc.TB
 
 // Binary returns the Envoy binary: $ENVOY_BIN, else the one the pinned
 // venv under bin/tools holds (make test-deps), else envoy on PATH.

@@ -16,8 +16,8 @@ const redis = "github.com/redis/go-redis"
 // docs say non-test code must not import them.
 var testSupport = []string{
 	"internal/backendtest", "internal/eventually", "internal/otlptest",
-	"internal/promtest", "internal/randsteps", "internal/redistest",
-	"internal/rulestest", "internal/statsdtest", "internal/testcert",
+	"internal/envoytest", "internal/promtest", "internal/randsteps", "internal/redistest",
+	"internal/refproc", "internal/rlsproc", "internal/rulestest", "internal/statsdtest", "internal/testcert",
 	"internal/upstream", "internal/xdstest",
 }
 
@@ -101,11 +101,17 @@ var moduleRules = map[string]rule{
 	// Test support: "must not be imported by non-test code".
 	"internal/backendtest": {allow: []string{"pkg/algo"}, testSupport: true},
 	"internal/eventually":  {testSupport: true},
-	"internal/otlptest":    {testSupport: true},
-	"internal/promtest":    {allow: []string{"internal/childproc"}, testSupport: true},
+	// "It knows nothing of envoy-rls's configs; callers hand it YAML."
+	"internal/envoytest": {allow: []string{"internal/childproc"}, testSupport: true},
+	"internal/otlptest":  {testSupport: true},
+	"internal/promtest":  {allow: []string{"internal/childproc"}, testSupport: true},
 	// "It knows nothing of pkg/algo, whose own tests import it."
-	"internal/randsteps":  {testSupport: true},
-	"internal/redistest":  {allow: []string{"internal/childproc", "internal/testcert"}, testSupport: true},
+	"internal/randsteps": {testSupport: true},
+	"internal/redistest": {allow: []string{"internal/childproc", "internal/testcert"}, testSupport: true},
+	// "It imports none of the service's packages."
+	"internal/refproc": {allow: []string{"internal/childproc"}, testSupport: true},
+	// "It imports none of the service's packages."
+	"internal/rlsproc":    {allow: []string{"internal/childproc"}, testSupport: true},
 	"internal/rulestest":  {allow: []string{"pkg/rules"}, testSupport: true},
 	"internal/statsdtest": {allow: []string{"internal/childproc"}, testSupport: true},
 	"internal/testcert":   {testSupport: true},
@@ -123,6 +129,8 @@ var moduleRules = map[string]rule{
 	// "Nothing here imports the service's packages: the binary is a black
 	// box."
 	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
+	// envoy-rls behind a real Envoy: the binary is a black box here too.
+	"test/envoy/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc", "test/envoy/checks")},
 	// Commands that drive the binary as a process (the bench also starts
 	// Envoys, through internal/envoytest).
 	"test/bench":            {allow: []string{"internal/childproc", "internal/envoytest"}, sealed: true},

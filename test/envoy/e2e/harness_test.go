@@ -242,9 +242,17 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	args = append(args, o.ServeArgs...)
 	s.RLS = rlsproc.Start(t, binPath, args, o.Env)
+	s.Envoy, s.URL = startEnvoy(t, o, s.RLS.GRPCAddr, s.Upstream.Addr)
+	return s
+}
 
+// startEnvoy runs Envoy on o.Bootstrap (envoy.yaml when nil) with its
+// envoy_rls cluster at rlsAddr, echo at upstreamAddr and o.Addresses, and
+// returns it and its listener's URL.
+func startEnvoy(t *testing.T, o stackOpts, rlsAddr, upstreamAddr string) (*envoytest.Envoy, string) {
+	t.Helper()
 	addrs := envoytest.Addresses{
-		Clusters:  map[string]string{"envoy_rls": s.RLS.GRPCAddr, "echo": s.Upstream.Addr},
+		Clusters:  map[string]string{"envoy_rls": rlsAddr, "echo": upstreamAddr},
 		Listeners: map[string]string{"ingress": "127.0.0.1:0"},
 		Admin:     "127.0.0.1:0",
 	}
@@ -262,13 +270,12 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Envoy = envoytest.Start(t, local, envoytest.Options{Name: t.Name()})
-	la, err := s.Envoy.ListenerAddr("ingress")
+	e := envoytest.Start(t, local, envoytest.Options{Name: t.Name()})
+	la, err := e.ListenerAddr("ingress")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.URL = "http://" + la
-	return s
+	return e, "http://" + la
 }
 
 // answer is what a client behind Envoy saw.

@@ -61,3 +61,24 @@ func (a answer) String() string {
 	}
 	return fmt.Sprintf("%d %v", a.Status, a.Header)
 }
+
+// rlsCounter sums envoy-rls's counter family over the series whose labels
+// include every pair of match.
+func (s *stack) rlsCounter(t testing.TB, family string, match map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	for _, m := range s.scrape(t)[family].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && labels[k] == v
+		}
+		if ok {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}

@@ -1,0 +1,24 @@
+package refproc
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+// TestVersionMatchesMakefile: the version the tests look for is the one
+// `make test-deps` installs.
+func TestVersionMatchesMakefile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^REF_VERSION := (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Makefile sets no REF_VERSION")
+	}
+	if string(m[1]) != Version {
+		t.Errorf("Makefile REF_VERSION %s, refproc.Version %s: keep them the same", m[1], Version)
+	}
+}
