@@ -1,11 +1,9 @@
 package meshconfig
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -17,12 +15,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
 // The Helm chart and the values files its tests render: the chart's
 // defaults, then every file of chartDir/ci.
 const (
-	chartDir = "charts/envoy-rls"
+	chartDir = shipped.ChartDir
 	// chartKubeVersion is the Kubernetes version templates are rendered
 	// for: the chart's kubeVersion floor (unhealthyPodEvictionPolicy).
 	chartKubeVersion = "1.31.0"
@@ -31,48 +30,20 @@ const (
 	chartNamespace = "envoy-rls"
 )
 
-// helmBin returns helm: $HELM_BIN, else bin/tools/helm (make test-deps
-// builds it there), else helm on PATH. A missing helm fails the test.
-func helmBin(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("HELM_BIN"); p != "" {
-		return p
-	}
-	if p := filepath.Join(repoRoot(t), "bin", "tools", "helm"); fileExists(p) {
-		return p
-	}
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	t.Fatal("helm not found: run make test-deps (go install helm.sh/helm/v3/cmd/helm into bin/tools) or set HELM_BIN")
-	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // chartValues lists the values files of the matrix ("" for the defaults).
 func chartValues(t testing.TB) []string {
 	t.Helper()
-	return append([]string{""}, repoGlob(t, chartDir+"/ci/*.yaml")...)
+	v, err := shipped.ChartValues(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // helm runs helm in the repository root and returns its standard output.
 func helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
-	cmd := exec.Command(helmBin(t), args...)
-	cmd.Dir = repoRoot(t)
-	// No user's helm config or cache: the chart has no dependencies.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes(), nil
+	return shipped.Helm(repoRoot(t), t.TempDir(), args...)
 }
 
 // valuesArgs are the -f flag for a values file, and the example rules as
@@ -101,12 +72,7 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
-func cmpName(values string) string {
-	if values == "" {
-		return "defaults"
-	}
-	return strings.TrimSuffix(path.Base(values), ".yaml")
-}
+func cmpName(values string) string { return shipped.ValuesName(values) }
 
 // chartValuesFile is the part of a values file the checks need.
 type chartValuesFile struct {
