@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -22,8 +23,10 @@ import (
 // defaults, then every file of chartDir/ci.
 const (
 	chartDir = shipped.ChartDir
-	// chartKubeVersion is the Kubernetes version templates are rendered
-	// for: the chart's kubeVersion floor (unhealthyPodEvictionPolicy).
+	// chartKubeVersion is the Kubernetes version templates are linted and
+	// rendered for: one where every field the chart writes is GA (the
+	// PDB's unhealthyPodEvictionPolicy since 1.31). TestHelmTemplateOffline
+	// renders without one.
 	chartKubeVersion = "1.31.0"
 	// chartRelease names the objects envoy-rls, as the kustomize base does.
 	chartRelease   = "envoy-rls"
@@ -69,6 +72,60 @@ func TestHelmLint(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestHelmTemplateOffline: the chart renders with a plain `helm template`,
+// no --kube-version and no values, as CI pipelines and GitOps tools run it
+// offline (helm's own default version, v1.20.0 for a go-installed helm,
+// once failed the chart's kubeVersion), and it still renders the PDB's
+// unhealthyPodEvictionPolicy.
+func TestHelmTemplateOffline(t *testing.T) {
+	out, err := helm(t, "template", chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte("unhealthyPodEvictionPolicy: AlwaysAllow")) {
+		t.Fatalf("the offline render has no PDB unhealthyPodEvictionPolicy:\n%s", out)
+	}
+}
+
+// TestHelmNotesWarnOldKubernetes: where the chart's kubeVersion used to
+// refuse a cluster older than 1.27, the install notes warn that its API
+// server drops the PDB's unhealthyPodEvictionPolicy. helm template does
+// not print NOTES.txt, so a copy of the chart renders it into a probe
+// ConfigMap.
+func TestHelmNotesWarnOldKubernetes(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(chart, os.DirFS(filepath.Join(repoRoot(t), chartDir))); err != nil {
+		t.Fatal(err)
+	}
+	probe := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-probe}\ndata:\n  notes: |\n{{ include \"envoy-rls/templates/NOTES.txt\" . | indent 4 }}\n"
+	if err := os.WriteFile(filepath.Join(chart, "templates", "notes-probe.yaml"), []byte(probe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "WARNING: Kubernetes v1.26.0 is older than 1.27"
+	for _, tc := range []struct {
+		version string
+		args    []string
+		warn    bool
+	}{
+		{"1.26.0", nil, true},
+		{"1.26.0", []string{"--set", "podDisruptionBudget.enabled=false"}, false},
+		{"1.27.0", nil, false},
+		{"1.31.0", nil, false},
+	} {
+		args := append([]string{"template", chart, "--kube-version", tc.version, "--show-only", "templates/notes-probe.yaml"}, tc.args...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(out, []byte("WARNING: Kubernetes")); got != tc.warn {
+			t.Errorf("Kubernetes %s %v: notes warn = %v, want %v:\n%s", tc.version, tc.args, got, tc.warn, out)
+		}
+		if tc.warn && !bytes.Contains(out, []byte(warning)) {
+			t.Errorf("Kubernetes %s: the warning does not read %q:\n%s", tc.version, warning, out)
+		}
 	}
 }
 
