@@ -253,11 +253,26 @@ func TestShippedBootstraps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := envoytest.Validate(t, rel, data); err != nil {
+			if err := checkBootstrap(t, rel, data); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
+}
+
+// checkBootstrap has Envoy validate a complete bootstrap and checks its
+// rate-limit filters as checkRateLimitFilters does.
+func checkBootstrap(t *testing.T, where string, data []byte) error {
+	t.Helper()
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	var b map[string]any
+	if err := json.Unmarshal(js, &b); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return errors.Join(envoytest.Validate(t, where, data), checkRateLimitFilters(where, b))
 }
 
 // guideBlocks returns the YAML blocks of the guides (README.md and
@@ -299,7 +314,7 @@ func TestGuideConfigs(t *testing.T) {
 	for rel, blocks := range bootstraps {
 		for i, b := range blocks {
 			n++
-			if err := envoytest.Validate(t, fmt.Sprintf("%s-%d", rel, i), []byte(b)); err != nil {
+			if err := checkBootstrap(t, fmt.Sprintf("%s-%d", rel, i), []byte(b)); err != nil {
 				t.Errorf("%s: bootstrap block %d: %v", rel, i, err)
 			}
 		}
