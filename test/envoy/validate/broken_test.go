@@ -63,6 +63,13 @@ func TestBrokenCopiesFail(t *testing.T) {
 			want: []string{"configPatches[2] (HTTP_ROUTE MERGE) changed nothing"},
 		},
 		{
+			name:    "a Gateway API gateway keeps the route patch by name, which no HTTPRoute route carries",
+			variant: manifestVariant{name: "gateway-api", components: []string{"components/gateway-api"}},
+			file:    "manifests/istio/components/gateway-api/envoyfilter-targetref.yaml",
+			old:     "- op: remove\n  path: /spec/configPatches/2\n", new: "",
+			want:    []string{"configPatches[2] (HTTP_ROUTE MERGE) changed nothing"},
+		},
+		{
 			name:    "added cluster of an unknown discovery type",
 			variant: manifestVariant{name: "sidecar-uds", components: []string{"components/sidecar", "components/sidecar-uds"}},
 			file:    uds, old: "type: STATIC", new: "type: STATICAL",

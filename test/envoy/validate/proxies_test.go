@@ -152,23 +152,35 @@ func sidecarBootstrap(services []*corev1.Service) map[string]any {
 }
 
 // gatewayBootstrap models an ingress gateway: the listener of its HTTP
-// port, whose route configuration http.8080 holds the virtual host of
-// docs/deploying.md's VirtualService (a route named login for /api/login,
-// then a catch-all), plus the outbound clusters of the Services.
-func gatewayBootstrap(services []*corev1.Service) map[string]any {
+// port, whose route configuration holds the virtual host edge.example.com,
+// plus the outbound clusters of the Services. An istioctl or Helm gateway
+// (pods selected by label) listens on 8080 (route configuration http.8080)
+// and routes as docs/deploying.md's VirtualService says: a route named
+// login for /api/login, then a catch-all. A Gateway API gateway (an
+// EnvoyFilter's targetRefs) listens on the Gateway's port 80 (http.80), and
+// istiod names each route after its HTTPRoute rule (namespace.name.index:
+// components/gateway-api's HTTPRoute default/edge has one rule), so no
+// route is named login there.
+func gatewayBootstrap(services []*corev1.Service, gatewayAPI bool) map[string]any {
+	port := 8080
+	routes := []any{
+		route("login", map[string]any{"path": "/api/login"}, httpbinCluster),
+		route("default", map[string]any{"prefix": "/"}, httpbinCluster),
+	}
+	if gatewayAPI {
+		port = 80
+		routes = []any{route("default.edge.0", map[string]any{"prefix": "/"}, httpbinCluster)}
+	}
 	l := map[string]any{
-		"name":    "0.0.0.0_8080",
-		"address": socketAddress(8080),
+		"name":    fmt.Sprintf("0.0.0.0_%d", port),
+		"address": socketAddress(port),
 		"filter_chains": []any{map[string]any{
-			"filters": []any{connectionManager("outbound_0.0.0.0_8080", map[string]any{
-				"name": "http.8080",
+			"filters": []any{connectionManager(fmt.Sprintf("outbound_0.0.0.0_%d", port), map[string]any{
+				"name": fmt.Sprintf("http.%d", port),
 				"virtual_hosts": []any{map[string]any{
 					"name":    "edge.example.com:80",
 					"domains": []any{"edge.example.com", "edge.example.com:*"},
-					"routes": []any{
-						route("login", map[string]any{"path": "/api/login"}, httpbinCluster),
-						route("default", map[string]any{"prefix": "/"}, httpbinCluster),
-					},
+					"routes":  routes,
 				}},
 			})},
 		}},
@@ -177,10 +189,11 @@ func gatewayBootstrap(services []*corev1.Service) map[string]any {
 	return bootstrap([]any{l}, clusters)
 }
 
-// proxyBootstrap returns the minimal bootstrap of a proxy kind.
-func proxyBootstrap(p istiopatch.Proxy, services []*corev1.Service) map[string]any {
+// proxyBootstrap returns the minimal bootstrap of the proxy kind p that
+// the EnvoyFilter f patches.
+func proxyBootstrap(p istiopatch.Proxy, f istiopatch.Filter, services []*corev1.Service) map[string]any {
 	if p == istiopatch.Gateway {
-		return gatewayBootstrap(services)
+		return gatewayBootstrap(services, len(f.Spec.GetTargetRefs()) > 0)
 	}
 	return sidecarBootstrap(services)
 }

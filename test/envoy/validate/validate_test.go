@@ -96,7 +96,7 @@ func checkFilters(t *testing.T, where string, r rendered) error {
 	for _, f := range r.filters {
 		landed := 0
 		for _, p := range proxies {
-			b := proxyBootstrap(p, r.services)
+			b := proxyBootstrap(p, f, r.services)
 			applied, err := istiopatch.Apply(b, p, f)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", where, err))
