@@ -67,7 +67,7 @@ func TestBrokenCopiesFail(t *testing.T) {
 			variant: manifestVariant{name: "gateway-api", components: []string{"components/gateway-api"}},
 			file:    "manifests/istio/components/gateway-api/envoyfilter-targetref.yaml",
 			old:     "- op: remove\n  path: /spec/configPatches/2\n", new: "",
-			want:    []string{"configPatches[2] (HTTP_ROUTE MERGE) changed nothing"},
+			want: []string{"configPatches[2] (HTTP_ROUTE MERGE) changed nothing"},
 		},
 		{
 			name:    "added cluster of an unknown discovery type",

@@ -1,6 +1,7 @@
 // Package validate has a real Envoy (internal/envoytest, `envoy --mode
-// validate`) judge everything the repository ships for Envoy: the
-// bootstrap envoy-config/envoy.yaml, every Istio EnvoyFilter of the
+// validate`) judge everything the repository ships for Envoy: every
+// bootstrap YAML file (envoy-config/envoy.yaml, and any other found
+// outside bin/ and testdata/), every Istio EnvoyFilter of the
 // kustomize base manifests/istio and of each of its components, the
 // EnvoyFilters the Helm chart charts/envoy-rls renders over its values
 // sets, and the complete bootstraps and EnvoyFilters the guides show.

@@ -1,9 +1,11 @@
 package validate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -241,13 +243,45 @@ func renderChart(t *testing.T, values string) (rendered, error) {
 	return parseRendered("helm template "+shipped.ValuesName(values), out)
 }
 
-func TestShippedBootstraps(t *testing.T) {
+// shippedBootstraps lists the repository's YAML files that hold an Envoy
+// bootstrap (a top-level static_resources), outside bin/ and testdata/.
+func shippedBootstraps(t *testing.T) []string {
+	t.Helper()
 	root := repoRoot(t)
-	files, err := shipped.Glob(root, "envoy-config/*.yaml")
+	var out []string
+	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case de.IsDir() && (rel == "bin" || rel == ".git" || de.Name() == "testdata" || de.Name() == "node_modules"):
+			return filepath.SkipDir
+		case de.IsDir(), !strings.HasSuffix(rel, ".yaml") && !strings.HasSuffix(rel, ".yml"):
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.HasPrefix(data, []byte("static_resources:")) || bytes.Contains(data, []byte("\nstatic_resources:")) {
+			out = append(out, rel)
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rel := range files {
+	if !slices.Contains(out, "envoy-config/envoy.yaml") {
+		t.Fatalf("the bootstrap scan found %v, not envoy-config/envoy.yaml", out)
+	}
+	return out
+}
+
+func TestShippedBootstraps(t *testing.T) {
+	root := repoRoot(t)
+	for _, rel := range shippedBootstraps(t) {
 		t.Run(rel, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(root, rel))
 			if err != nil {
