@@ -2,6 +2,7 @@ package istiopatch
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -106,39 +107,31 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-// proxy has an inbound and an outbound listener, each with a connection
-// manager of [cors, router] and one route.
-const proxy = `
-static_resources:
-  listeners:
-  - name: in
-    traffic_direction: INBOUND
-    address: {socket_address: {address: 127.0.0.1, port_value: 15006}}
+// listenerYAML is a listener whose connection manager has the HTTP
+// filters [cors, router] and one virtual host with one route.
+func listenerYAML(name, direction string, port int, routeConfig, vhost, action string) string {
+	return fmt.Sprintf(`
+  - name: %s
+    traffic_direction: %s
+    address: {socket_address: {address: 127.0.0.1, port_value: %d}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           route_config:
-            name: inbound|8080||
+            name: %q
             virtual_hosts:
-            - name: inbound|http|8080
-              routes: [{name: default, match: {prefix: /}, route: {cluster: x}}]
-          http_filters: [{name: cors}, {name: envoy.filters.http.router}]
-  - name: out
-    traffic_direction: OUTBOUND
-    address: {socket_address: {address: 127.0.0.1, port_value: 8000}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          route_config:
-            name: "8000"
-            virtual_hosts:
-            - name: svc:8000
-              routes: [{name: default, match: {prefix: /}, direct_response: {status: 200}}]
-          http_filters: [{name: cors}, {name: envoy.filters.http.router}]
+            - name: %s
+              routes: [{name: default, match: {prefix: /}, %s}]
+          http_filters: [{name: cors}, {name: envoy.filters.http.router}]`, name, direction, port, routeConfig, vhost, action)
+}
+
+// proxy has an inbound listener routing to a cluster and an outbound one
+// answering directly.
+var proxy = "static_resources:\n  listeners:" +
+	listenerYAML("in", "INBOUND", 15006, "inbound|8080||", "inbound|http|8080", "route: {cluster: x}") +
+	listenerYAML("out", "OUTBOUND", 8000, "8000", "svc:8000", "direct_response: {status: 200}") + `
   clusters: [{name: "inbound|8080||"}, {name: "outbound|8081||rls.ns.svc.cluster.local"}]
 `
 
