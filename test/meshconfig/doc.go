@@ -3,8 +3,9 @@
 // envoy-config/, the Kubernetes and Istio manifests in manifests/istio/ and
 // the docker-compose end-to-end setup in test/e2e/.
 //
-// There is no Docker engine, Envoy or cluster where the tests run, so every
-// file is parsed into the real types that would consume it: Envoy's
+// There is no Docker engine or cluster where the tests run, so every file
+// is parsed into the real types that would consume it (test/envoy/validate
+// then has a real Envoy load the Envoy configs and EnvoyFilters): Envoy's
 // bootstrap/v3 protos (every Any unpacked, every message validated with its
 // protoc-gen-validate rules), Istio's EnvoyFilter, the typed Kubernetes API
 // objects after an in-process kustomize build, checked by internal/kubelint.

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
 // udsDocRel is the guide whose Unix-socket sidecar example is checked here,
@@ -37,22 +38,7 @@ func yamlBlocks(md, heading string) ([]string, error) {
 	if end := strings.Index(section, "\n"+level); end >= 0 {
 		section = section[:end]
 	}
-	var blocks []string
-	lines := strings.Split(section, "\n")
-	for i := 0; i < len(lines); i++ {
-		fence := strings.TrimSpace(lines[i])
-		if fence != "```yaml" {
-			continue
-		}
-		indent := lines[i][:strings.Index(lines[i], "```")]
-		var b strings.Builder
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
-			b.WriteString(strings.TrimPrefix(lines[i], indent))
-			b.WriteByte('\n')
-		}
-		blocks = append(blocks, b.String())
-	}
-	return blocks, nil
+	return shipped.YAMLBlocks(section), nil
 }
 
 // checkUDSExample decodes the guide's Deployment and EnvoyFilter and checks

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -17,62 +16,37 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
 // The Helm chart and the values files its tests render: the chart's
 // defaults, then every file of chartDir/ci.
 const (
-	chartDir = "charts/envoy-rls"
-	// chartKubeVersion is the Kubernetes version templates are rendered
-	// for: the chart's kubeVersion floor (unhealthyPodEvictionPolicy).
+	chartDir = shipped.ChartDir
+	// chartKubeVersion is the Kubernetes version templates are linted and
+	// rendered for: one where every field the chart writes is GA (the
+	// PDB's unhealthyPodEvictionPolicy since 1.31). TestHelmTemplateOffline
+	// renders without one.
 	chartKubeVersion = "1.31.0"
 	// chartRelease names the objects envoy-rls, as the kustomize base does.
 	chartRelease   = "envoy-rls"
 	chartNamespace = "envoy-rls"
 )
 
-// helmBin returns helm: $HELM_BIN, else bin/tools/helm (make test-deps
-// builds it there), else helm on PATH. A missing helm fails the test.
-func helmBin(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("HELM_BIN"); p != "" {
-		return p
-	}
-	if p := filepath.Join(repoRoot(t), "bin", "tools", "helm"); fileExists(p) {
-		return p
-	}
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	t.Fatal("helm not found: run make test-deps (go install helm.sh/helm/v3/cmd/helm into bin/tools) or set HELM_BIN")
-	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // chartValues lists the values files of the matrix ("" for the defaults).
 func chartValues(t testing.TB) []string {
 	t.Helper()
-	return append([]string{""}, repoGlob(t, chartDir+"/ci/*.yaml")...)
+	v, err := shipped.ChartValues(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // helm runs helm in the repository root and returns its standard output.
 func helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
-	cmd := exec.Command(helmBin(t), args...)
-	cmd.Dir = repoRoot(t)
-	// No user's helm config or cache: the chart has no dependencies.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes(), nil
+	return shipped.Helm(repoRoot(t), t.TempDir(), args...)
 }
 
 // valuesArgs are the -f flag for a values file, and the example rules as
@@ -101,12 +75,61 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
-func cmpName(values string) string {
-	if values == "" {
-		return "defaults"
+// TestHelmTemplateOffline: the chart renders with a plain `helm template`,
+// no --kube-version and no values, as CI pipelines and GitOps tools run it
+// offline (helm's own default version, v1.20.0 for a go-installed helm,
+// once failed the chart's kubeVersion), and it still renders the PDB's
+// unhealthyPodEvictionPolicy.
+func TestHelmTemplateOffline(t *testing.T) {
+	out, err := helm(t, "template", chartDir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.TrimSuffix(path.Base(values), ".yaml")
+	if !bytes.Contains(out, []byte("unhealthyPodEvictionPolicy: AlwaysAllow")) {
+		t.Fatalf("the offline render has no PDB unhealthyPodEvictionPolicy:\n%s", out)
+	}
 }
+
+// TestHelmNotesWarnOldKubernetes: where the chart's kubeVersion used to
+// refuse a cluster older than 1.27, the install notes warn that its API
+// server drops the PDB's unhealthyPodEvictionPolicy. helm template does
+// not print NOTES.txt, so a copy of the chart renders it into a probe
+// ConfigMap.
+func TestHelmNotesWarnOldKubernetes(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(chart, os.DirFS(filepath.Join(repoRoot(t), chartDir))); err != nil {
+		t.Fatal(err)
+	}
+	probe := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-probe}\ndata:\n  notes: |\n{{ include \"envoy-rls/templates/NOTES.txt\" . | indent 4 }}\n"
+	if err := os.WriteFile(filepath.Join(chart, "templates", "notes-probe.yaml"), []byte(probe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "WARNING: Kubernetes v1.26.0 is older than 1.27"
+	for _, tc := range []struct {
+		version string
+		args    []string
+		warn    bool
+	}{
+		{"1.26.0", nil, true},
+		{"1.26.0", []string{"--set", "podDisruptionBudget.enabled=false"}, false},
+		{"1.27.0", nil, false},
+		{"1.31.0", nil, false},
+	} {
+		args := append([]string{"template", chart, "--kube-version", tc.version, "--show-only", "templates/notes-probe.yaml"}, tc.args...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(out, []byte("WARNING: Kubernetes")); got != tc.warn {
+			t.Errorf("Kubernetes %s %v: notes warn = %v, want %v:\n%s", tc.version, tc.args, got, tc.warn, out)
+		}
+		if tc.warn && !bytes.Contains(out, []byte(warning)) {
+			t.Errorf("Kubernetes %s: the warning does not read %q:\n%s", tc.version, warning, out)
+		}
+	}
+}
+
+func cmpName(values string) string { return shipped.ValuesName(values) }
 
 // chartValuesFile is the part of a values file the checks need.
 type chartValuesFile struct {

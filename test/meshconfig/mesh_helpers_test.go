@@ -4,22 +4,18 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
-// repoRoot returns the repository root: this package lives in test/meshconfig.
+// repoRoot returns the repository root.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("meshconfig: cannot locate the test source")
-	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("meshconfig: repository root %s has no go.mod: %v", root, err)
+	root, err := shipped.Root()
+	if err != nil {
+		t.Fatalf("meshconfig: %v", err)
 	}
 	return root
 }
@@ -39,23 +35,10 @@ func readRepoFile(t testing.TB, rel string) []byte {
 // that a moved directory cannot silently leave a test with nothing to check.
 func repoGlob(t testing.TB, pattern string) []string {
 	t.Helper()
-	root := repoRoot(t)
-	matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+	out, err := shipped.Glob(repoRoot(t), pattern)
 	if err != nil {
-		t.Fatalf("meshconfig: glob %s: %v", pattern, err)
+		t.Fatalf("meshconfig: %v", err)
 	}
-	if len(matches) == 0 {
-		t.Fatalf("meshconfig: no file matches %s", pattern)
-	}
-	out := make([]string, len(matches))
-	for i, m := range matches {
-		rel, err := filepath.Rel(root, m)
-		if err != nil {
-			t.Fatalf("meshconfig: %v", err)
-		}
-		out[i] = filepath.ToSlash(rel)
-	}
-	sort.Strings(out)
 	return out
 }
 

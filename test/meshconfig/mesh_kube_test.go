@@ -1,11 +1,8 @@
 package meshconfig
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -13,15 +10,15 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
 // manifestsDir is the kustomization root, relative to the repository.
-const manifestsDir = "manifests/istio"
+const manifestsDir = shipped.ManifestsDir
 
 // newKubeDecoder returns kubelint's strict decoder, taught Istio's
 // EnvoyFilter (decoded here, with the Envoy types of its patches).
@@ -53,69 +50,18 @@ func envoyFilters(objs *kubelint.Objects) []*envoyFilterDoc {
 // tests and variant builds use it so the real tree is never written.
 func manifestFS(t testing.TB, overrides map[string][]byte) filesys.FileSystem {
 	t.Helper()
-	root := repoRoot(t)
-	mem := filesys.MakeFsInMemory()
-	err := filepath.WalkDir(filepath.Join(root, manifestsDir), func(p string, de fs.DirEntry, err error) error {
-		if err != nil || de.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return mem.WriteFile("/"+filepath.ToSlash(rel), data)
-	})
+	fsys, err := shipped.ManifestFS(repoRoot(t), overrides)
 	if err != nil {
-		t.Fatalf("meshconfig: copy manifests: %v", err)
+		t.Fatalf("meshconfig: %v", err)
 	}
-	for rel, data := range overrides {
-		if err := mem.WriteFile("/"+rel, data); err != nil {
-			t.Fatalf("meshconfig: %v", err)
-		}
-	}
-	return mem
-}
-
-// kustomizeBuild runs kustomize (the library kubectl embeds) on dir.
-func kustomizeBuild(fsys filesys.FileSystem, dir string) ([]byte, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(fsys, dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	out, err := m.AsYaml()
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	return out, nil
-}
-
-// withComponents returns the root kustomization with its commented-out
-// components list replaced by the given components.
-func withComponents(t testing.TB, kustomization []byte, components ...string) []byte {
-	t.Helper()
-	const commented = "# components:\n"
-	i := bytes.Index(kustomization, []byte(commented))
-	if i < 0 {
-		t.Fatalf("meshconfig: %s/kustomization.yaml has no %q block; update withComponents", manifestsDir, strings.TrimSpace(commented))
-	}
-	out := append([]byte{}, kustomization[:i]...)
-	out = append(out, "components:\n"...)
-	for _, c := range components {
-		out = append(out, "- "+c+"\n"...)
-	}
-	return out
+	return fsys
 }
 
 // renderManifests builds the kustomization in fsys, decodes every object
 // strictly and runs kubelint's checks. ruleFiles are the rules the
 // ConfigMap must hold (examples/config).
 func renderManifests(fsys filesys.FileSystem, ruleFiles map[string][]byte) (*kubelint.Objects, error) {
-	out, err := kustomizeBuild(fsys, "/"+manifestsDir)
+	out, err := shipped.KustomizeBuild(fsys, "/"+manifestsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -178,19 +124,11 @@ var manifestVariants = []struct {
 // variantFS returns the manifests with the variant's components enabled.
 func variantFS(t testing.TB, components []string, overrides map[string][]byte) filesys.FileSystem {
 	t.Helper()
-	all := map[string][]byte{}
-	for k, v := range overrides {
-		all[k] = v
+	fsys, err := shipped.VariantFS(repoRoot(t), components, overrides)
+	if err != nil {
+		t.Fatalf("meshconfig: %v", err)
 	}
-	if components != nil {
-		root := manifestsDir + "/kustomization.yaml"
-		base, ok := all[root]
-		if !ok {
-			base = readRepoFile(t, root)
-		}
-		all[root] = withComponents(t, base, components...)
-	}
-	return manifestFS(t, all)
+	return fsys
 }
 
 func TestManifestsBuildAndDecodeStrictly(t *testing.T) {
