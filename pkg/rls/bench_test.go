@@ -4,11 +4,13 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // benchRules has a nested two-entry rule (user → path), a per-tenant rule
@@ -118,4 +120,52 @@ func BenchmarkObserveChecks(b *testing.B) {
 	for b.Loop() {
 		m.observeChecks("bench", p, false)
 	}
+}
+
+// BenchmarkTopCost measures what the console's top-clients sketch
+// (Config.Top, pkg/topk) adds to an in-process decision: the same
+// requests (three descriptors, four limits, 1000 distinct users, so the
+// sketch keeps replacing values) go to a service without it and one with
+// it, in alternating blocks so that both see the same machine load. It
+// reports the decision's ns/op without the sketch (plain-ns), with it
+// (top-ns), and the difference as a percentage of the decision (top-%);
+// docs/console.md states the budget.
+func BenchmarkTopCost(b *testing.B) {
+	reqs := make([]*pb.RateLimitRequest, 1000)
+	for i := range reqs {
+		u := "user=u" + strconv.Itoa(i)
+		reqs[i] = request("bench", desc(u), desc("tenant=acme"), desc(u, "path=/v1/orders"))
+	}
+	sketch, err := topk.New(topk.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := mustSnapshot(b, benchRules)
+	plain := newService(b, snap, Config{Backend: newStore(b), Metrics: NewMetrics(prometheus.NewRegistry())})
+	withTop := newService(b, snap, Config{Backend: newStore(b), Metrics: NewMetrics(prometheus.NewRegistry()), Top: sketch})
+	ctx := context.Background()
+	const block = 64
+	run := func(s *Service, from int) time.Duration {
+		start := time.Now()
+		for i := range block {
+			if _, err := s.ShouldRateLimit(ctx, reqs[(from+i)%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	run(plain, 0)
+	run(withTop, 0)
+	var tPlain, tTop time.Duration
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		tPlain += run(plain, n)
+		tTop += run(withTop, n)
+		n += block
+	}
+	calls := float64(n)
+	b.ReportMetric(float64(tPlain.Nanoseconds())/calls, "plain-ns")
+	b.ReportMetric(float64(tTop.Nanoseconds())/calls, "top-ns")
+	b.ReportMetric(100*float64(tTop-tPlain)/float64(tPlain), "top-%")
 }

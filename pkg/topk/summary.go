@@ -11,10 +11,10 @@ const LabelBytes = 96
 // slot is one monitored value of a summary.
 type slot struct {
 	fp uint64
-	// count overestimates the value's occurrences since it entered the
-	// summary; err is what it inherited from the value it replaced, so
-	// count-err is a lower bound.
-	count, err uint64
+	// err is what the value inherited from the value it replaced: its
+	// count (in its heap entry) overestimates the value's occurrences
+	// since it entered the summary, and count-err is a lower bound.
+	err uint64
 	// heap is the slot's place in summary.heap.
 	heap  int32
 	n     uint8
@@ -32,8 +32,9 @@ type slot struct {
 // fixed arrays.
 type summary struct {
 	slots []slot
-	// heap holds slot indexes, smallest count first.
-	heap []int32
+	// heap holds the counts and their slots, smallest count first; the
+	// counts live here, not in the slots, so that sifting reads one array.
+	heap []hent
 	// table maps a fingerprint to slot index+1 (0: empty), linear
 	// probing; its size is a power of two at least twice k.
 	table []int32
@@ -42,6 +43,15 @@ type summary struct {
 	total uint64
 }
 
+// hent is a heap entry: a slot's count.
+type hent struct {
+	count uint64
+	slot  int32
+}
+
+// count is slot i's count.
+func (s *summary) count(i int) uint64 { return s.heap[s.slots[i].heap].count }
+
 func newSummary(k int) *summary {
 	size := 1
 	for size < 2*k {
@@ -49,7 +59,7 @@ func newSummary(k int) *summary {
 	}
 	return &summary{
 		slots: make([]slot, 0, k),
-		heap:  make([]int32, 0, k),
+		heap:  make([]hent, 0, k),
 		table: make([]int32, size),
 		mask:  uint64(size - 1),
 	}
@@ -73,7 +83,7 @@ func (s *summary) min() uint64 {
 	if !s.full() || len(s.heap) == 0 {
 		return 0
 	}
-	return s.slots[s.heap[0]].count
+	return s.heap[0].count
 }
 
 // find returns the table position holding fp's slot, or the empty position
@@ -112,41 +122,40 @@ func (s *summary) add(fp uint64, label func(dst *[LabelBytes]byte) int) {
 	s.total++
 	pos, found := s.find(fp)
 	if found {
-		i := s.table[pos] - 1
-		s.slots[i].count++
-		s.down(int(s.slots[i].heap))
+		h := int(s.slots[s.table[pos]-1].heap)
+		s.heap[h].count++
+		s.down(h)
 		return
 	}
 	if !s.full() {
 		i := int32(len(s.slots))
-		s.slots = append(s.slots, slot{fp: fp, count: 1, heap: int32(len(s.heap))})
+		s.slots = append(s.slots, slot{fp: fp, heap: int32(len(s.heap))})
 		s.slots[i].n = uint8(label(&s.slots[i].label))
-		s.heap = append(s.heap, i)
+		s.heap = append(s.heap, hent{count: 1, slot: i})
 		s.table[pos] = i + 1
 		s.up(len(s.heap) - 1)
 		return
 	}
 	// Replace the smallest: its count becomes the newcomer's error.
-	i := s.heap[0]
+	i := s.heap[0].slot
 	old, _ := s.find(s.slots[i].fp)
 	s.remove(old)
-	m := s.slots[i].count
+	m := s.heap[0].count
+	s.heap[0].count = m + 1
 	sl := &s.slots[i]
-	sl.fp, sl.count, sl.err = fp, m+1, m
+	sl.fp, sl.err = fp, m
 	sl.n = uint8(label(&sl.label))
 	pos, _ = s.find(fp)
 	s.table[pos] = i + 1
 	s.down(0)
 }
 
-func (s *summary) less(a, b int) bool {
-	return s.slots[s.heap[a]].count < s.slots[s.heap[b]].count
-}
+func (s *summary) less(a, b int) bool { return s.heap[a].count < s.heap[b].count }
 
 func (s *summary) swap(a, b int) {
 	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.slots[s.heap[a]].heap = int32(a)
-	s.slots[s.heap[b]].heap = int32(b)
+	s.slots[s.heap[a].slot].heap = int32(a)
+	s.slots[s.heap[b].slot].heap = int32(b)
 }
 
 func (s *summary) up(j int) {

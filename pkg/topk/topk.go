@@ -112,8 +112,8 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// SlotBytes is one summary slot's size.
-const SlotBytes = int(unsafe.Sizeof(slot{}))
+// SlotBytes is one summary slot's size, with its heap entry.
+const SlotBytes = int(unsafe.Sizeof(slot{}) + unsafe.Sizeof(hent{}))
 
 // MemoryBound is the most memory the summaries of a Set with opts can
 // hold, in bytes (the bookkeeping of each limit besides: its key strings
@@ -124,7 +124,7 @@ func MemoryBound(opts Options) int {
 	for table < 2*o.K {
 		table *= 2
 	}
-	perSummary := o.K*(SlotBytes+4) + table*4
+	perSummary := o.K*SlotBytes + table*4
 	return o.MaxLimits * (o.Buckets + 1) * 2 * perSummary
 }
 
@@ -146,7 +146,15 @@ type Set struct {
 	limits  atomic.Pointer[map[Key]*limit]
 	mu      sync.Mutex
 	dropped atomic.Uint64
+	// cache finds a limit without hashing its key: the rules give every
+	// request the same rule ID and limit label strings, so the address of
+	// their bytes picks an entry, and comparing a string with itself is
+	// one pointer comparison. A miss (another limit there, or a reload's
+	// new strings) falls back to limits.
+	cache [cacheSize]atomic.Pointer[limit]
 }
+
+const cacheSize = 256
 
 // New returns an empty Set.
 func New(opts Options) (*Set, error) {
@@ -167,6 +175,7 @@ func (s *Set) Options() Options { return s.opts }
 
 // limit is one limit's ring of buckets.
 type limit struct {
+	key  Key
 	mu   sync.Mutex
 	ring []bucket
 }
@@ -177,12 +186,17 @@ type bucket struct {
 	seen, denied *summary
 }
 
-// Record counts one decision of the limit key at now on the descriptor
-// entries (the counter's key entries), denied or not.
-func (s *Set) Record(now time.Time, key Key, entries []algo.Entry, denied bool) {
-	l := s.limit(key)
-	if l == nil {
-		return
+// Record counts one decision at now of the limit (domain, rule, limit) on
+// the descriptor entries (the counter's key entries), denied or not. It
+// keeps no reference to entries.
+func (s *Set) Record(now time.Time, domain, rule, limit string, entries []algo.Entry, denied bool) {
+	c := &s.cache[cacheIndex(rule, limit)]
+	l := c.Load()
+	if l == nil || l.key.Rule != rule || l.key.Limit != limit || l.key.Domain != domain {
+		if l = s.limit(Key{Domain: domain, Rule: rule, Limit: limit}); l == nil {
+			return
+		}
+		c.Store(l)
 	}
 	fp := s.fingerprint(entries)
 	label := func(dst *[LabelBytes]byte) int { return s.label(dst, entries) }
@@ -201,6 +215,14 @@ func (s *Set) Record(now time.Time, key Key, entries []algo.Entry, denied bool) 
 	l.mu.Unlock()
 }
 
+// cacheIndex picks a cache entry from the addresses of rule's and
+// limit's bytes.
+func cacheIndex(rule, limit string) int {
+	r := uintptr(unsafe.Pointer(unsafe.StringData(rule)))
+	l := uintptr(unsafe.Pointer(unsafe.StringData(limit)))
+	return int((r>>4 ^ r>>12 ^ l>>3 ^ uintptr(len(rule))) % cacheSize)
+}
+
 // limit returns key's ring, made the first time, or nil when MaxLimits
 // are tracked already.
 func (s *Set) limit(key Key) *limit {
@@ -217,7 +239,7 @@ func (s *Set) limit(key Key) *limit {
 		s.dropped.Add(1)
 		return nil
 	}
-	l := &limit{ring: make([]bucket, s.opts.Buckets+1)}
+	l := &limit{key: key, ring: make([]bucket, s.opts.Buckets+1)}
 	for i := range l.ring {
 		l.ring[i] = bucket{epoch: -1, seen: newSummary(s.opts.K), denied: newSummary(s.opts.K)}
 	}
@@ -231,7 +253,24 @@ func (s *Set) limit(key Key) *limit {
 }
 
 // fingerprint identifies a value: its entries under the Set's random seed.
+// Entries that fit a stack buffer (the usual case) take one hash call.
 func (s *Set) fingerprint(entries []algo.Entry) uint64 {
+	var buf [256]byte
+	b := buf[:0]
+	for _, e := range entries {
+		if len(b)+len(e.Key)+len(e.Value)+2 > len(buf) {
+			return s.longFingerprint(entries)
+		}
+		b = append(b, e.Key...)
+		b = append(b, 0)
+		b = append(b, e.Value...)
+		b = append(b, 0)
+	}
+	return maphash.Bytes(s.seed, b)
+}
+
+// longFingerprint is fingerprint for entries longer than its buffer.
+func (s *Set) longFingerprint(entries []algo.Entry) uint64 {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	for _, e := range entries {
@@ -399,8 +438,9 @@ func (m *merged) add(s *summary) {
 			it.in = append(it.in, false)
 		}
 		it.in = append(it.in, true)
-		it.count += sl.count
-		it.lower += sl.count - sl.err
+		c := s.count(i)
+		it.count += c
+		it.lower += c - sl.err
 	}
 }
 

@@ -121,7 +121,7 @@ func TestAdversarialStreams(t *testing.T) {
 			seen, denied := map[string]uint64{}, map[string]uint64{}
 			var nSeen, nDenied uint64
 			tc.stream(func(v string, d bool) {
-				s.Record(t0, lim, user(v), d)
+				s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user(v), d)
 				seen["user="+v]++
 				nSeen++
 				if d {
@@ -159,8 +159,8 @@ func TestMergeAndDecay(t *testing.T) {
 	feed := func(min int, v string, n int) {
 		at := t0.Add(time.Duration(min)*time.Minute + time.Second)
 		for range n {
-			s.Record(at, lim, user(v), true)
-			s.Record(at, lim, user("n"+strconv.Itoa(noise)), false)
+			s.Record(at, lim.Domain, lim.Rule, lim.Limit, user(v), true)
+			s.Record(at, lim.Domain, lim.Rule, lim.Limit, user("n"+strconv.Itoa(noise)), false)
 			noise++
 		}
 	}
@@ -207,7 +207,7 @@ func TestMergeAndDecay(t *testing.T) {
 	}
 	// A bucket the ring comes back to starts empty: minute 11 reuses
 	// minute 0's slot.
-	s.Record(t0.Add(11*time.Minute), lim, user("d"), true)
+	s.Record(t0.Add(11*time.Minute), lim.Domain, lim.Rule, lim.Limit, user("d"), true)
 	lt := top(t, s, t0.Add(11*time.Minute), time.Minute, 100)
 	if lt.Denied != 1 || len(lt.TopDenied) != 1 || lt.TopDenied[0].Value != "user=d" {
 		t.Errorf("reused bucket: %+v", lt)
@@ -232,7 +232,7 @@ func TestMergeBounds(t *testing.T) {
 			if m == 3 && i%2 == 0 {
 				v = "burst"
 			}
-			s.Record(at, lim, user(v), false)
+			s.Record(at, lim.Domain, lim.Rule, lim.Limit, user(v), false)
 			truth["user="+v]++
 			total++
 		}
@@ -249,9 +249,9 @@ func TestMergeBounds(t *testing.T) {
 
 func TestHashedLabels(t *testing.T) {
 	s := newSet(t, Options{Hash: true})
-	s.Record(t0, lim, user("10.1.2.3"), true)
-	s.Record(t0, lim, user("10.1.2.3"), true)
-	s.Record(t0, lim, user("10.1.2.4"), false)
+	s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user("10.1.2.3"), true)
+	s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user("10.1.2.3"), true)
+	s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user("10.1.2.4"), false)
 	lt := top(t, s, t0, time.Minute, 10)
 	if len(lt.TopSeen) != 2 {
 		t.Fatalf("%d values, want 2", len(lt.TopSeen))
@@ -269,7 +269,7 @@ func TestHashedLabels(t *testing.T) {
 	}
 	// Another process (another key) labels the same value differently.
 	other := newSet(t, Options{Hash: true})
-	other.Record(t0, lim, user("10.1.2.3"), true)
+	other.Record(t0, lim.Domain, lim.Rule, lim.Limit, user("10.1.2.3"), true)
 	if top(t, other, t0, time.Minute, 1).TopSeen[0].Value == lt.TopSeen[0].Value {
 		t.Error("hashed labels do not depend on the process's key")
 	}
@@ -289,7 +289,7 @@ func TestLabels(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSet(t, Options{})
-			s.Record(t0, lim, tc.entries, false)
+			s.Record(t0, lim.Domain, lim.Rule, lim.Limit, tc.entries, false)
 			got := top(t, s, t0, time.Minute, 1).TopSeen[0].Value
 			if !utf8.ValidString(got) || len(got) > LabelBytes {
 				t.Fatalf("label %q: %d bytes, valid UTF-8 %v", got, len(got), utf8.ValidString(got))
@@ -304,7 +304,7 @@ func TestLabels(t *testing.T) {
 func TestMaxLimits(t *testing.T) {
 	s := newSet(t, Options{MaxLimits: 2})
 	for i := range 5 {
-		s.Record(t0, Key{Domain: "d", Rule: strconv.Itoa(i)}, user("a"), false)
+		s.Record(t0, "d", strconv.Itoa(i), "", user("a"), false)
 	}
 	rep, err := s.Top(t0, time.Minute, 5)
 	if err != nil {
@@ -353,7 +353,7 @@ func TestTableConsistency(t *testing.T) {
 			if _, ok := s.find(s.slots[j].fp); !ok {
 				t.Fatalf("add %d: slot %d not found", i, j)
 			}
-			if int(s.heap[s.slots[j].heap]) != j {
+			if int(s.heap[s.slots[j].heap].slot) != j {
 				t.Fatalf("add %d: heap index of slot %d broken", i, j)
 			}
 		}
@@ -368,7 +368,7 @@ func TestTableConsistency(t *testing.T) {
 func TestMemoryBound(t *testing.T) {
 	// 256 limits × 11 buckets × 2 summaries × 32 slots.
 	got := MemoryBound(Options{})
-	if want := 256 * 11 * 2 * (32*(SlotBytes+4) + 64*4); got != want {
+	if want := 256 * 11 * 2 * (32*SlotBytes + 64*4); got != want {
 		t.Errorf("MemoryBound = %d, want %d", got, want)
 	}
 	t.Logf("default memory bound: %.1f MiB (slot %d bytes)", float64(got)/(1<<20), SlotBytes)
@@ -385,12 +385,12 @@ func TestRecordAlloc(t *testing.T) {
 			for i := range distinct {
 				distinct[i] = user("u" + strconv.Itoa(i))
 			}
-			s.Record(t0, lim, hot, false)
-			if n := testing.AllocsPerRun(1000, func() { s.Record(t0, lim, hot, true) }); n != 0 {
+			s.Record(t0, lim.Domain, lim.Rule, lim.Limit, hot, false)
+			if n := testing.AllocsPerRun(1000, func() { s.Record(t0, lim.Domain, lim.Rule, lim.Limit, hot, true) }); n != 0 {
 				t.Errorf("held value: %v allocs per Record", n)
 			}
 			i := 0
-			if n := testing.AllocsPerRun(1000, func() { s.Record(t0, lim, distinct[i%64], false); i++ }); n != 0 {
+			if n := testing.AllocsPerRun(1000, func() { s.Record(t0, lim.Domain, lim.Rule, lim.Limit, distinct[i%64], false); i++ }); n != 0 {
 				t.Errorf("replacing values: %v allocs per Record", n)
 			}
 		})
@@ -418,9 +418,24 @@ func BenchmarkRecord(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				s.Record(now, lim, vals[i%bc.n], i%4 == 0)
+				s.Record(now, lim.Domain, lim.Rule, lim.Limit, vals[i%bc.n], i%4 == 0)
 				i++
 			}
 		})
+	}
+}
+
+// TestLongEntries: entries past the fingerprint's stack buffer are told
+// apart and counted like short ones.
+func TestLongEntries(t *testing.T) {
+	s := newSet(t, Options{})
+	a, b := strings.Repeat("a", 300)+"1", strings.Repeat("a", 300)+"2"
+	for range 3 {
+		s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user(a), false)
+	}
+	s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user(b), false)
+	lt := top(t, s, t0, time.Minute, 10)
+	if len(lt.TopSeen) != 2 || lt.TopSeen[0].Count != 3 || lt.TopSeen[1].Count != 1 {
+		t.Errorf("long values: %+v, want counts 3 and 1", lt.TopSeen)
 	}
 }
