@@ -525,11 +525,11 @@ func TestConsole(t *testing.T) {
 			t.Errorf("%d inline scripts", n)
 		}
 	})
-	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(80))
+	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(shots, "console.jpg"), full, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(shots, "console.png"), full, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshots in %s", shots)
