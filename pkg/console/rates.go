@@ -73,8 +73,8 @@ func (r *Rates) Run(ctx context.Context) error {
 }
 
 // Sample takes one sample: each limit's counts since the last sample
-// become its newest second. The first sample of a series only sets its
-// starting point.
+// become its newest second. The counters start with the process, as the
+// sampler does, so a series not seen before counts from 0.
 func (r *Rates) Sample() {
 	counts := r.read()
 	r.mu.Lock()
@@ -87,14 +87,16 @@ func (r *Rates) Sample() {
 	}
 	for _, c := range counts {
 		rk := rateKey{c.Key, c.Code}
-		prev, seen := r.last[rk]
+		// A series the last sample did not have was made by its first
+		// decision since then: it counted up from 0.
+		prev := r.last[rk]
 		r.last[rk] = c.Total
 		x := d[c.Key]
 		if x == nil {
 			x = &delta{}
 			d[c.Key] = x
 		}
-		if !seen || c.Total < prev {
+		if c.Total < prev {
 			continue
 		}
 		switch c.Code {

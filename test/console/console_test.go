@@ -379,6 +379,8 @@ func TestConsole(t *testing.T) {
 		if count != 4 {
 			t.Errorf("top-denied count %v, want 4", count)
 		}
+		// The rules panel counts the same denials, per second.
+		waitJS(t, ctx, "per_client's over-limit count shows", numberJS(`tr.limit-row[data-limit="per_client"] .over-total`)+` >= 4`)
 		screenshot(t, ctx, shots, "2-top", "#panel-top")
 	})
 
