@@ -28,10 +28,10 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -271,7 +271,7 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 // do runs the JavaScript statement js in the page.
 func do(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := chromedp.Evaluate[bool]("void (" + js + "), true")(ctx, tg)
+		_, err := chromedp.Evaluate[bool]("void ("+js+"), true")(ctx, tg)
 		return err
 	})
 }
