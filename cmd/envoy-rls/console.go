@@ -15,11 +15,13 @@ import (
 
 // consoleFlags configure the console on the debug listener (serve).
 type consoleFlags struct {
+	enabled    bool
 	replica    string
 	hashValues bool
 }
 
 func (c *consoleFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.enabled, "console", true, "serve the live console (/console/ and /debug/top on --debug-addr) and feed its top-clients sketch on the request path; false turns both off")
 	fs.StringVar(&c.replica, "console-replica", "", "name of this replica on the console (/console on --debug-addr); empty: $POD_NAME, else the host name (a pod's name in Kubernetes)")
 	fs.BoolVar(&c.hashValues, "console-hash-values", false, "show descriptor values on the console's top clients (and /debug/top) as keyed SHA-256 hashes, never raw: for values that are personal data (IP addresses, user ids)")
 }
@@ -32,7 +34,7 @@ func (c *consoleFlags) config() app.ConsoleConfig {
 	if replica == "" {
 		replica, _ = os.Hostname()
 	}
-	return app.ConsoleConfig{Replica: replica, HashValues: c.hashValues}
+	return app.ConsoleConfig{Off: !c.enabled, Replica: replica, HashValues: c.hashValues}
 }
 
 // topCmd prints a running server's top limited clients (/debug/top).

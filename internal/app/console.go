@@ -21,6 +21,8 @@ import (
 // ConsoleConfig configures the console on the debug listener; it and its
 // top-clients sketch exist only when the debug listener does.
 type ConsoleConfig struct {
+	// Off leaves the console and its sketch out.
+	Off bool
 	// Replica names this replica on the page (its pod name); empty shows
 	// the debug listener's address.
 	Replica string
@@ -36,10 +38,11 @@ type consoleParts struct {
 	source *sourceState
 }
 
-// newConsole builds the console's state when the debug listener is on;
-// nil otherwise (the service then feeds no sketch).
+// newConsole builds the console's state when the debug listener is on and
+// the console not turned off; nil otherwise (the service then feeds no
+// sketch).
 func newConsole(cfg Config) (*consoleParts, error) {
-	if cfg.Servers.DebugAddr == "" {
+	if cfg.Servers.DebugAddr == "" || cfg.Console.Off {
 		return nil, nil
 	}
 	top, err := topk.New(topk.Options{Hash: cfg.Console.HashValues})
