@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -243,10 +244,7 @@ func (s *Set) limit(key Key) *limit {
 	for i := range l.ring {
 		l.ring[i] = bucket{epoch: -1, seen: newSummary(s.opts.K), denied: newSummary(s.opts.K)}
 	}
-	m := make(map[Key]*limit, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	m := maps.Clone(old)
 	m[key] = l
 	s.limits.Store(&m)
 	return l
