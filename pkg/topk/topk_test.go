@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -437,5 +438,51 @@ func TestLongEntries(t *testing.T) {
 	lt := top(t, s, t0, time.Minute, 10)
 	if len(lt.TopSeen) != 2 || lt.TopSeen[0].Count != 3 || lt.TopSeen[1].Count != 1 {
 		t.Errorf("long values: %+v, want counts 3 and 1", lt.TopSeen)
+	}
+}
+
+// TestConcurrent records from several goroutines while reading, on many
+// limits (the copy-on-write map and the cache) and one value per
+// goroutine; run with -race. The totals are exact.
+func TestConcurrent(t *testing.T) {
+	s := newSet(t, Options{K: 4})
+	const workers, each = 4, 2000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			if _, err := s.Top(t0, time.Minute, 3); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := user("w" + strconv.Itoa(w))
+			for i := range each {
+				s.Record(t0, "d", "r"+strconv.Itoa(i%8), "", v, i%2 == 0)
+			}
+		}()
+	}
+	wg.Wait()
+	<-done
+	rep, err := s.Top(t0, time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen, denied uint64
+	for _, l := range rep.Limits {
+		seen += l.Seen
+		denied += l.Denied
+		if len(l.TopSeen) != workers {
+			t.Errorf("%s: %d values, want %d", l.Rule, len(l.TopSeen), workers)
+		}
+	}
+	if len(rep.Limits) != 8 || seen != workers*each || denied != workers*each/2 {
+		t.Errorf("%d limits, %d seen, %d denied; want 8, %d, %d", len(rep.Limits), seen, denied, workers*each, workers*each/2)
 	}
 }
