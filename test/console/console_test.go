@@ -111,6 +111,8 @@ const (
 type server struct {
 	debug string
 	rls   pb.RateLimitServiceClient
+	// rules is the watched rule directory.
+	rules string
 }
 
 // startServer runs `envoy-rls serve` on redis with the debug listener and
@@ -171,7 +173,7 @@ func startServer(t *testing.T, redisAddr string) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &server{debug: debugAddr, rls: pb.NewRateLimitServiceClient(conn)}
+	return &server{debug: debugAddr, rls: pb.NewRateLimitServiceClient(conn), rules: dir}
 }
 
 // ask sends one request with one descriptor of key=value.
@@ -526,6 +528,24 @@ func TestConsole(t *testing.T) {
 		if n := eval[int](t, ctx, `[...document.scripts].filter(s => !s.src).length`); n != 0 {
 			t.Errorf("%d inline scripts", n)
 		}
+	})
+	t.Run("a failed reload shows with its place", func(t *testing.T) {
+		bad := "domain: shop2\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+		if err := os.WriteFile(filepath.Join(s.rules, "bad.yaml"), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitJS(t, ctx, "the source shows the error", `document.getElementById('source').textContent.includes('Last error')`)
+		src := eval[string](t, ctx, `document.getElementById('source').textContent`)
+		for _, want := range []string{"bad.yaml:4", "unit", "fortnight", "1 failed"} {
+			if !strings.Contains(src, want) {
+				t.Errorf("the rule source panel does not show %q: %s", want, src)
+			}
+		}
+		// The last good rules keep serving.
+		if got := s.ask(t, "client", "ivan"); got != pb.RateLimitResponse_OK {
+			t.Errorf("client=ivan after a failed reload: %v, want OK", got)
+		}
+		screenshot(t, ctx, shots, "1-rules-reload-error", "#panel-rules")
 	})
 	full, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
