@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -145,6 +146,7 @@ func pingShards(c *redisclient.Client) func(context.Context) []console.Shard {
 			mu.Unlock()
 			return nil
 		})
+		slices.SortFunc(out, func(a, b console.Shard) int { return strings.Compare(a.Addr, b.Addr) })
 		if err != nil && !errors.Is(err, context.Canceled) {
 			out = append(out, console.Shard{Addr: strings.Join(c.Cluster.Options().Addrs, ","), Error: err.Error()})
 		}

@@ -112,6 +112,7 @@ func Handler(o Options) http.Handler {
 		o.Now = time.Now
 	}
 	page := template.Must(template.ParseFS(static, "static/index.html"))
+	// The embedded tree has the directory: Sub cannot fail.
 	assets, _ := fs.Sub(static, "static")
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Path, func(w http.ResponseWriter, r *http.Request) {
