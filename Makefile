@@ -9,8 +9,9 @@ LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/envoy-rls
 # Packages apt-get installs for the tests: real Redis (server, cli,
 # sentinel via redis-server --sentinel), shellcheck for test/e2e, and a
-# real Prometheus for the adaptive controller's tests (internal/promtest).
-TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus
+# real Prometheus for the adaptive controller's tests (internal/promtest),
+# and Chromium for the console's browser tests (test/console).
+TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus chromium:chromium
 # Each fuzz target's budget, as a count of inputs rather than a duration:
 # go1.26's fuzz coordinator can report a spurious "context deadline
 # exceeded" failure when a -fuzztime duration ends while a worker on a busy

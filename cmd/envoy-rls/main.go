@@ -28,6 +28,8 @@ commands:
   inspect    what is in Redis: envoy-rls's keys decoded and summarised,
              read-only
   override   set, list or clear runtime limit overrides: envoy-rls override set|list|clear
+  top        the clients each limit denies most, from a running server's
+             debug listener (its console's sketch)
   version    print the version
 
 Run "envoy-rls <command> -h" for a command's flags. Every flag has an
@@ -44,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are the subcommands run dispatches.
-var commands = []string{"serve", "validate", "check", "explain", "inspect", "override", "version"}
+var commands = []string{"serve", "validate", "check", "explain", "inspect", "override", "top", "version"}
 
 // isCommand reports whether arg names a subcommand.
 func isCommand(arg string) bool { return slices.Contains(commands, arg) }
@@ -78,6 +80,8 @@ func runIn(env environment, args []string, stdout, stderr io.Writer) int {
 		return inspectCmd(env, args, stdout, stderr)
 	case "override":
 		return overrideCmd(args, stdout, stderr)
+	case "top":
+		return topCmd(args, stdout, stderr)
 	case "version":
 		if len(args) > 0 {
 			fmt.Fprintf(stderr, "envoy-rls version: unexpected argument %q: version takes none\n", args[0])

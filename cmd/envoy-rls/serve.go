@@ -57,6 +57,7 @@ type serveConfig struct {
 	statsd            statsdFlags
 	tracing           tracingFlags
 	hold              holdFlags
+	console           consoleFlags
 
 	// dropInFlag is --drop-in; dropIn what it resolved to (dropin.go).
 	dropInFlag string
@@ -109,6 +110,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.statsd.register(fs)
 	c.tracing.register(fs)
 	c.hold.register(fs)
+	c.console.register(fs)
 	return c, fs
 }
 
@@ -297,6 +299,7 @@ func (c *serveConfig) appConfig(log *zap.Logger) (app.Config, error) {
 	if ac.Observe, err = c.observeConfig(); err != nil {
 		return ac, err
 	}
+	ac.Console = c.console.config()
 	ac.Servers, err = c.serversConfig()
 	return ac, err
 }

@@ -42,6 +42,7 @@ type Config struct {
 	Overrides OverridesConfig
 	Observe   ObserveConfig
 	Servers   ServersConfig
+	Console   ConsoleConfig
 }
 
 // RulesConfig says where the rules come from.
@@ -109,6 +110,8 @@ type App struct {
 	obs              *observability
 	svc              *rls.Service
 	srv              *servers
+	// console is the console's state; nil without the debug listener.
+	console *consoleParts
 	// runs are the long-lived components besides the servers and the
 	// backend stack: the rule source, statsd, readiness, warm-up,
 	// overrides and adaptive controllers. Each runs until the servers
@@ -133,7 +136,14 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.obs, err = newObservability(ctx, cfg.Observe, cfg.Version, a.log, a.reg); err != nil {
 		return nil, err
 	}
-	if a.rules, err = newRules(cfg.Rules, a.obs.onReload(), a.log, a.reg); err != nil {
+	if a.console, err = newConsole(cfg); err != nil {
+		return nil, err
+	}
+	onReload := a.obs.onReload()
+	if a.console != nil {
+		onReload = chainReload(onReload, a.console.source.observe)
+	}
+	if a.rules, err = newRules(cfg.Rules, onReload, a.log, a.reg); err != nil {
 		return nil, err
 	}
 	if a.backend, err = newBackend(ctx, cfg.Backend, cfg.Overrides, a.log, a.reg); err != nil {
@@ -142,10 +152,13 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.svc, err = a.newService(cfg.Service); err != nil {
 		return nil, err
 	}
-	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg.Backend.Stack.KeyPrefix, cfg.Servers), a.reg, a.log); err != nil {
+	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg), a.reg, a.log); err != nil {
 		return nil, err
 	}
 	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run)
+	if a.console != nil {
+		a.runs = append(a.runs, a.console.rates.Run)
+	}
 	a.runs = append(a.runs, a.backend.runs...)
 	return a, nil
 }
@@ -173,6 +186,12 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	c.Backend = a.obs.wrapBackend(a.backend.stack, a.backend.stack.Name())
 	c.Tracer = a.obs.requestTracer()
 	c.Metrics = rls.NewMetrics(a.reg)
+	if a.console != nil {
+		// The console's sketch and rates: its top clients, and the
+		// decision counters sampled each second.
+		c.Top = a.console.top
+		a.console.sampleRates(c.Metrics)
+	}
 	c.ReferenceMetrics = a.obs.ref
 	c.Logger = a.log
 	c.Hold = rls.HoldConfig{MaxHeld: cfg.MaxHeld, Metrics: rls.NewHoldMetrics(a.reg)}

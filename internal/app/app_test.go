@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -158,6 +159,57 @@ func checkHTTP(t *testing.T, hc *http.Client, addrs Addrs) {
 	}
 	if code, cfg := get(hc, "http://"+addrs.Debug+"/debug/config"); code != http.StatusOK || !strings.Contains(cfg, `"domain": "app"`) || !strings.Contains(cfg, `"limits"`) {
 		t.Errorf("/debug/config: %d %s, want the rules and their limits", code, cfg)
+	}
+	// The console's sketch is fed: alice, denied over gRPC and /json,
+	// heads the denied list.
+	var top struct {
+		Limits []struct {
+			Denied    uint64 `json:"denied"`
+			TopDenied []struct {
+				Value string `json:"value"`
+				Count uint64 `json:"count"`
+			} `json:"top_denied"`
+		} `json:"limits"`
+	}
+	code, page := get(hc, "http://"+addrs.Debug+"/debug/top")
+	if err := json.Unmarshal([]byte(page), &top); code != http.StatusOK || err != nil || len(top.Limits) != 1 ||
+		len(top.Limits[0].TopDenied) == 0 || top.Limits[0].TopDenied[0].Value != "user=alice" || top.Limits[0].TopDenied[0].Count != 2 {
+		t.Errorf("/debug/top: %d %s, want user=alice denied twice", code, page)
+	}
+	if code, _ := get(hc, "http://"+addrs.Debug+"/console/"); code != http.StatusOK {
+		t.Errorf("/console/: HTTP %d", code)
+	}
+}
+
+// TestConsoleOff: with the console off, the debug listener serves neither
+// the page nor the sketch, and the service feeds none.
+func TestConsoleOff(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := testConfig(dir, BackendConfig{Stack: stack.Config{MemstoreMaxKeys: 1000}})
+	cfg.Console.Off = true
+	a, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	if a.console != nil || a.svc == nil {
+		t.Error("the console's state was built while off")
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	for _, path := range []string{"/console/", "/debug/top"} {
+		eventually.True(t, path+" answers 404", func() (bool, string) {
+			code, body := get(hc, "http://"+a.Addrs().Debug+path)
+			return code == http.StatusNotFound, body
+		})
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancel: %v", err)
 	}
 }
 

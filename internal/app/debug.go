@@ -13,11 +13,12 @@ import (
 
 // handlers gathers what the servers serve: the service, the readiness
 // check (the rule source's first config, then the backend's Ready), and
-// the debug listener's pages. keyPrefix is the deployment's Redis key
-// prefix, which /debug/explain shows in key names.
-func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
+// the debug listener's pages and console. The deployment's Redis key
+// prefix is what /debug/explain shows in key names.
+func (a *App) handlers(c Config) handlers {
 	rulesNow := a.rules.current
-	return handlers{
+	keyPrefix, cfg := c.Backend.Stack.KeyPrefix, c.Servers
+	h := handlers{
 		svc: a.svc,
 		ready: func(ctx context.Context) error {
 			if err := a.rules.ready(ctx); err != nil {
@@ -39,6 +40,10 @@ func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
 			AdminTokenFile: cfg.AdminTokenFile,
 		},
 	}
+	if a.console != nil {
+		h.debug.Console = a.consoleHandler(c, h.debug)
+	}
+	return h
 }
 
 // debugPage is /debug/config: the loaded rules, with each limit's

@@ -66,10 +66,14 @@ type DebugOptions struct {
 	// it: the API changes limits, and its list shows operators' reasons.
 	Admin          http.Handler
 	AdminTokenFile string
+	// Console serves the live console (/console/) and its JSON
+	// (/debug/top); pkg/console builds it.
+	Console http.Handler
 }
 
 // NewDebug returns the debug handler for opts: /debug/config, /rlconfig,
-// /debug/explain and, with Pprof, /debug/pprof/. It belongs on a listener apart from the service
+// /debug/explain, the console (/console/, /debug/top) and, with Pprof,
+// /debug/pprof/. It belongs on a listener apart from the service
 // handler's: a profile or the full rule set is not for every client that
 // can reach /metrics.
 func NewDebug(opts DebugOptions) http.Handler {
@@ -85,6 +89,11 @@ func NewDebug(opts DebugOptions) http.Handler {
 	}
 	if opts.Admin != nil {
 		mux.Handle("/admin/", RequireToken(opts.AdminTokenFile, opts.Admin))
+	}
+	if opts.Console != nil {
+		mux.Handle("/console", opts.Console)
+		mux.Handle("/console/", opts.Console)
+		mux.Handle("GET /debug/top", opts.Console)
 	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -2,13 +2,17 @@ package rls
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // benchRules has a nested two-entry rule (user → path), a per-tenant rule
@@ -118,4 +122,65 @@ func BenchmarkObserveChecks(b *testing.B) {
 	for b.Loop() {
 		m.observeChecks("bench", p, false)
 	}
+}
+
+// BenchmarkTopCost measures what the console's top-clients sketch
+// (Config.Top, pkg/topk) adds to an in-process decision: the same
+// requests (three descriptors, four limits) go to a service without it and
+// one with it, in alternating blocks so that both see the same machine
+// load. Users cycle over 16 (every value stays in the sketch: a few hot
+// clients) or 1000 (more than its 32 slots: nearly every update replaces a
+// value, the worst case). It
+// reports the median block's ns per call without the sketch (plain-ns)
+// and with it (top-ns), and their difference as a percentage of the
+// decision (top-%): medians, so that a burst of load from elsewhere on a
+// shared machine moves them little. docs/console.md states the budget.
+func BenchmarkTopCost(b *testing.B) {
+	for _, users := range []int{16, 1000} {
+		b.Run(fmt.Sprintf("users=%d", users), func(b *testing.B) { benchTopCost(b, users) })
+	}
+}
+
+func benchTopCost(b *testing.B, users int) {
+	reqs := make([]*pb.RateLimitRequest, users)
+	for i := range reqs {
+		u := "user=u" + strconv.Itoa(i)
+		reqs[i] = request("bench", desc(u), desc("tenant=acme"), desc(u, "path=/v1/orders"))
+	}
+	sketch, err := topk.New(topk.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := mustSnapshot(b, benchRules)
+	plain := newService(b, snap, Config{Backend: newStore(b), Metrics: NewMetrics(prometheus.NewRegistry())})
+	withTop := newService(b, snap, Config{Backend: newStore(b), Metrics: NewMetrics(prometheus.NewRegistry()), Top: sketch})
+	ctx := context.Background()
+	const block = 64
+	run := func(s *Service, from int) time.Duration {
+		start := time.Now()
+		for i := range block {
+			if _, err := s.ShouldRateLimit(ctx, reqs[(from+i)%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	run(plain, 0)
+	run(withTop, 0)
+	var tPlain, tTop []time.Duration
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		tPlain = append(tPlain, run(plain, n))
+		tTop = append(tTop, run(withTop, n))
+		n += block
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds()) / block
+	}
+	p, t := median(tPlain), median(tTop)
+	b.ReportMetric(p, "plain-ns")
+	b.ReportMetric(t, "top-ns")
+	b.ReportMetric(100*(t-p)/p, "top-%")
 }

@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -187,4 +188,34 @@ func (m *Metrics) decisionCounter(k decisionLabels) prometheus.Counter {
 // rare, so it skips the series cache.
 func (m *Metrics) observeIgnoredOverrides(domain string, n int) {
 	m.ignored.WithLabelValues(domain).Add(float64(n))
+}
+
+// DecisionCount is one series of envoy_rls_limit_decisions_total: a
+// limit's decisions so far with one code.
+type DecisionCount struct {
+	Domain, Rule, Limit string
+	// Code is "ok", "over_limit" or "not_applied".
+	Code   string
+	Shadow bool
+	Total  uint64
+}
+
+// Decisions returns the count of every limit's decisions so far, by code,
+// for a reader that samples them (the console's live rates): the counters
+// the metric already keeps, read off the request path.
+func (m *Metrics) Decisions() []DecisionCount {
+	p := m.decisionSeries.m.Load()
+	if p == nil {
+		return nil
+	}
+	out := make([]DecisionCount, 0, len(*p))
+	var d dto.Metric
+	for k, c := range *p {
+		if err := c.Write(&d); err != nil {
+			continue
+		}
+		out = append(out, DecisionCount{Domain: k.domain, Rule: k.rule, Limit: k.limit, Code: k.code.String(),
+			Shadow: k.shadow, Total: uint64(d.GetCounter().GetValue())})
+	}
+	return out
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// Tracer, when set, traces every ShouldRateLimit call (trace.go);
 	// nil costs nothing.
 	Tracer RequestTracer
+	// Top, when set, is told every limit's decision with its counter's
+	// key entries, for the console's top clients (pkg/topk); nil costs
+	// nothing.
+	Top TopRecorder
 	// Logger is named "rls" by New; nil means no logging.
 	Logger *zap.Logger
 	// Now is the clock read once per request, the request's time for every
@@ -239,6 +243,9 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 	}
 	if s.cfg.ReferenceMetrics != nil {
 		s.cfg.ReferenceMetrics.observe(p)
+	}
+	if s.cfg.Top != nil {
+		s.recordTop(domainLabel, p)
 	}
 	s.logDecision(req, resp, p)
 	return resp, nil

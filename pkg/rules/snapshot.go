@@ -244,7 +244,9 @@ type RuleView struct {
 
 // LimitView is one limit of a RuleView.
 type LimitView struct {
-	Name            string `json:"name,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Label tells the limits of one rule apart in metrics (Limit.Label).
+	Label           string `json:"label"`
 	Unit            string `json:"unit"`
 	UnitMultiplier  uint32 `json:"unit_multiplier"`
 	RequestsPerUnit uint32 `json:"requests_per_unit"`
@@ -277,7 +279,7 @@ func (s *Snapshot) Dump(eff EffectiveLimit) View {
 			for i := range r.Limits {
 				l := &r.Limits[i]
 				lj := LimitView{
-					Name: l.Name, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
+					Name: l.Name, Label: l.Label, Unit: l.Unit.EnvoyName(), UnitMultiplier: l.UnitMultiplier, RequestsPerUnit: l.RequestsPerUnit,
 					Algorithm: l.Policy.Algorithm.String(), PeriodUS: l.Policy.Period, Burst: l.Policy.Burst, SubWindows: l.Policy.SubWindows,
 					Lease: l.Lease, Warmup: newWarmupJSON(l.Warmup),
 				}

@@ -63,6 +63,11 @@ var moduleRules = map[string]rule{
 	// package" (but the client-TLS builder, once 23b's merge lands).
 	"pkg/redisclient": {allow: []string{"pkg/tlsfiles"}, forbid: grpcStack},
 
+	// "topk must not know about gRPC, the rules or the backends."
+	"pkg/topk": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
+	// "console must not decide, count or store anything": no backend, no
+	// service, no Redis; it reads the sketch it is handed.
+	"pkg/console": {allow: []string{"pkg/topk"}, forbid: append([]string{redis}, grpcStack...)},
 	// "It must not know how limits are stored": no backend, no Redis.
 	"pkg/rls": {allow: []string{"pkg/algo", "pkg/rules"}, forbid: []string{redis}},
 	// "It must not talk to Redis, import the backends or gRPC types."
@@ -138,6 +143,8 @@ var moduleRules = map[string]rule{
 	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
 	// envoy-rls behind a real Envoy: the binary is a black box here too.
 	"test/envoy/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc", "test/envoy/checks")},
+	// The console in a browser, the binary a black box as in test/e2e.
+	"test/console": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
 	// Commands that drive the binary as a process (the bench also starts
 	// Envoys, through internal/envoytest).
 	"test/bench":            {allow: []string{"internal/childproc", "internal/envoytest"}, sealed: true},

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestConsoleFlags(t *testing.T) {
+	c := parseServe(t, "--console-replica=pod-7", "--console-hash-values").console.config()
+	if c.Off || c.Replica != "pod-7" || !c.HashValues {
+		t.Errorf("config %+v", c)
+	}
+	if c := parseServe(t, "--console=false").console.config(); !c.Off || c.Replica == "" {
+		t.Errorf("--console=false: %+v, want off and a replica name from the host", c)
+	}
+}
+
+// TestTopCLI: the top command prints the server's lists, and names what
+// went wrong otherwise.
+func TestTopCLI(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/debug/top" || r.URL.Query().Get("window") != "10m" || r.URL.Query().Get("n") != "3" {
+			http.Error(w, `{"error":"unexpected `+r.URL.String()+`"}`, http.StatusBadRequest)
+			return
+		}
+		_, _ = w.Write([]byte(`{"replica":"pod-1","window":"10m0s","covers":"11m0s","k":32,"limits":[{"domain":"d","rule":"r","limit":"l","seen":9,"denied":4,
+			"top_denied":[{"value":"user=bob","count":4,"lower":4}],"top_seen":[{"value":"user=bob","count":9,"lower":9}]}]}`))
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"prints", []string{"--addr", addr, "--window", "10m", "--n", "3"}, 0, `denied  "user=bob"  4`},
+		{"server refuses", []string{"--addr", addr, "--window", "2h"}, 1, "unexpected"},
+		{"unknown flag", []string{"--bogus"}, 2, "bogus"},
+		{"argument", []string{"extra"}, 2, "extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := run(append([]string{"top"}, tt.args...), &out, &errOut); code != tt.code {
+				t.Fatalf("exit %d, want %d; stdout %s stderr %s", code, tt.code, &out, &errOut)
+			}
+			if !strings.Contains(out.String()+errOut.String(), tt.want) {
+				t.Errorf("output does not contain %q:\n%s%s", tt.want, &out, &errOut)
+			}
+		})
+	}
+}
