@@ -185,8 +185,12 @@ type stackOpts struct {
 	ServeArgs []string
 	Env       []string
 	// Bootstrap is the Envoy bootstrap before the address rewrite; nil
-	// means envoy-config/envoy.yaml.
+	// means envoy-config/envoy.yaml with its filter timeout raised to
+	// patientTimeout, or as shipped with ShippedTimeout.
 	Bootstrap []byte
+	// ShippedTimeout keeps envoy.yaml's own filter timeout (0.25s), for
+	// the tests about what that timeout does.
+	ShippedTimeout bool
 	// Addresses adds to (or overrides) the stack's own rewrite, e.g. to
 	// point the filter's cluster at a unix socket.
 	Addresses envoytest.Addresses
@@ -263,8 +267,11 @@ func startEnvoy(t *testing.T, o stackOpts, rlsAddr, upstreamAddr string) (*envoy
 		addrs.Listeners[k] = v
 	}
 	boot := o.Bootstrap
-	if boot == nil {
+	switch {
+	case boot == nil && o.ShippedTimeout:
 		boot = readRepoFile(t, "envoy-config/envoy.yaml")
+	case boot == nil:
+		boot = withFilter(t, patient)
 	}
 	local, err := envoytest.Rewrite(boot, addrs)
 	if err != nil {

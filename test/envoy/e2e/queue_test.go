@@ -117,7 +117,7 @@ func TestQueueModeThroughEnvoy(t *testing.T) {
 	rules := withLimits(t, exampleRules(t), map[string]limitSpec{"vip_per_second": {RPU: 20, Unit: "second", Burst: burst}})
 	for _, st := range stores {
 		t.Run(string(st), func(t *testing.T) {
-			s := startStack(t, stackOpts{Store: st, Rules: rules})
+			s := startStack(t, stackOpts{Store: st, Rules: rules, ShippedTimeout: true})
 			sent, held := 0, 0
 			// How many of a round are held depends on how close together
 			// they arrive; a round on a busy machine may hold none. Each
