@@ -71,8 +71,9 @@ type node struct {
 	id   int
 	addr string
 	// batch shares pipelines between the requests for this node; nil
-	// without batching.
-	batch *batcher
+	// without batching. backs carries give-backs (plain.go): batch, or
+	// without batching a batcher of its own.
+	batch, backs *batcher
 	// failing is set when a call to the node fails and cleared when one
 	// succeeds; while it is set, checks mapped to the node ask for a slot
 	// map reload.
@@ -85,6 +86,8 @@ type node struct {
 type nodes struct {
 	cluster  ClusterClient
 	newBatch func() *batcher // nil without batching
+	// newBacks makes a node's give-back batcher without batching.
+	newBacks func() *batcher
 	unknown  *node
 	// mapped is set once a call succeeded: the client then has a slot map,
 	// and MasterForKey answers from it without I/O.
@@ -97,12 +100,10 @@ type nodes struct {
 	closed bool
 }
 
-func newNodes(cluster ClusterClient, newBatch func() *batcher) *nodes {
-	ns := &nodes{cluster: cluster, newBatch: newBatch}
+func newNodes(cluster ClusterClient, newBatch, newBacks func() *batcher) *nodes {
+	ns := &nodes{cluster: cluster, newBatch: newBatch, newBacks: newBacks}
 	ns.unknown = &node{id: 0, addr: ""}
-	if newBatch != nil {
-		ns.unknown.batch = newBatch()
-	}
+	ns.batchers(ns.unknown)
 	ns.all = []*node{ns.unknown}
 	ns.byAddr.Store(&map[string]*node{})
 	return ns
@@ -136,11 +137,9 @@ func (ns *nodes) add(addr string) *node {
 		return ns.unknown
 	}
 	n := &node{id: len(ns.all), addr: addr}
-	if ns.newBatch != nil {
-		n.batch = ns.newBatch()
-		if ns.closed {
-			n.batch.close()
-		}
+	ns.batchers(n)
+	if ns.closed {
+		n.closeBatchers()
 	}
 	ns.all = append(ns.all, n)
 	m := make(map[string]*node, len(old)+1)
@@ -179,9 +178,26 @@ func (ns *nodes) close() {
 	all := slices.Clone(ns.all)
 	ns.mu.Unlock()
 	for _, n := range all {
-		if n.batch != nil {
-			n.batch.close()
-		}
+		n.closeBatchers()
+	}
+}
+
+// batchers gives n its request and give-back batchers.
+func (ns *nodes) batchers(n *node) {
+	if ns.newBatch != nil {
+		n.batch = ns.newBatch()
+		n.backs = n.batch
+		return
+	}
+	n.backs = ns.newBacks()
+}
+
+func (n *node) closeBatchers() {
+	if n.batch != nil {
+		n.batch.close()
+	}
+	if n.backs != n.batch {
+		n.backs.close()
 	}
 }
 

@@ -39,6 +39,10 @@ type topology interface {
 	shard(prefix string, c algo.Check) int
 	// shardName returns the address shard id names, or "".
 	shardName(id int) string
+	// poster returns the batcher that carries give-backs to the master of
+	// a call routed to n (nil unless cluster): its request batcher, or
+	// one for give-backs alone under Options.NoBatch.
+	poster(n *node) *batcher
 	// close closes the batchers.
 	close()
 	// pending returns the calls queued in the batchers (for tests).
@@ -56,8 +60,9 @@ type oneMaster struct {
 	b      *Backend
 	client Client
 	// batch shares pipelines between concurrent requests; nil sends each
-	// request's calls alone (Options.NoBatch).
-	batch *batcher
+	// request's calls alone (Options.NoBatch). backs carries give-backs:
+	// batch, or under NoBatch a batcher of its own.
+	batch, backs *batcher
 }
 
 func (t *oneMaster) slot([]byte) int       { return 0 }
@@ -77,9 +82,14 @@ func (t *oneMaster) settle(_ []call, failed error) error { return failed }
 func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
 func (t *oneMaster) shardName(int) string                { return "" }
 
+func (t *oneMaster) poster(*node) *batcher { return t.backs }
+
 func (t *oneMaster) close() {
 	if t.batch != nil {
 		t.batch.close()
+	}
+	if t.backs != t.batch {
+		t.backs.close()
 	}
 }
 
@@ -150,4 +160,5 @@ func (t *cluster) shard(prefix string, c algo.Check) int {
 
 func (t *cluster) shardName(id int) string { return t.nodes.name(id) }
 func (t *cluster) close()                  { t.nodes.close() }
+func (t *cluster) poster(n *node) *batcher { return n.backs }
 func (t *cluster) pending() int            { return t.nodes.pending() }
