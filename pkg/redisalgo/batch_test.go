@@ -85,8 +85,8 @@ func newGates(b *Backend) *gates {
 	// A cluster: every master's batcher, including those made later.
 	wrap(cl.nodes.unknown.batch)
 	mk := cl.nodes.newBatch
-	cl.nodes.newBatch = func() *batcher {
-		bt := mk()
+	cl.nodes.newBatch = func(mc *masterClock) *batcher {
+		bt := mk(mc)
 		wrap(bt)
 		return bt
 	}
@@ -424,7 +424,8 @@ func TestNoBatch(t *testing.T) {
 func oneCall(b *Backend, c algo.Check) *call {
 	s := new(scratch)
 	s.reset(1)
-	b.group(s, []algo.Check{c}, 0)
+	s.nows = append(s.nows, 0)
+	b.group(s, []algo.Check{c})
 	return &s.calls[0]
 }
 

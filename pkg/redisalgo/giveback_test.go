@@ -44,8 +44,8 @@ func holdGiveBacks(t *testing.T, b *Backend) (held <-chan struct{}, release func
 	case *cluster:
 		wrap(tp.nodes.unknown.backs)
 		mk := tp.nodes.newBatch
-		tp.nodes.newBatch = func() *batcher {
-			bt := mk()
+		tp.nodes.newBatch = func(mc *masterClock) *batcher {
+			bt := mk(mc)
 			wrap(bt)
 			return bt
 		}
