@@ -37,10 +37,10 @@ import (
 
 // Options configures a Backend. The zero value is what production uses.
 type Options struct {
-	// CallerTime makes every script call evaluate at the now its Apply is
-	// given. False, the default, means each Redis master's own TIME, so
-	// that the clocks of envoy-rls replicas never matter: Redis's clock is
-	// the authority for the state Redis holds. Only tests set it.
+	// CallerTime makes every call evaluate at the now its Apply is given.
+	// False, the default, means the time algo.Applier states for Redis:
+	// the master's TIME as tracked (clock.go) for a request with a fixed
+	// window, the script's TIME for the others. Only tests set it.
 	CallerTime bool
 	// LazyLoad skips loading the script in New and NewCluster, so they do
 	// not contact Redis; the first call then loads it through the

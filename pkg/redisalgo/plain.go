@@ -73,7 +73,11 @@ func windowTTL(period, now int64) int64 {
 // round 676 windows later), so the margin costs only memory: at a period
 // of a second a key lives up to two seconds, as envoyproxy/ratelimit's
 // EXPIRE of a period after the last hit keeps its keys.
-func windowMargin(period int64) int64 { return min(period, 5*algo.Second) }
+func windowMargin(period int64) int64 { return min(period, maxWindowMargin) }
+
+// maxWindowMargin bounds windowMargin; the scripts get it written in
+// (withConstants), so that it is defined here alone.
+const maxWindowMargin = 5 * algo.Second
 
 // windowLeft is the µs from now to the end of its window of period.
 func windowLeft(period, now int64) int64 {
