@@ -406,17 +406,6 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	return out, nil
 }
 
-// keyedWindows reports whether a check's key names its window
-// (algo.Policy.KeyedWindow).
-func keyedWindows(checks []algo.Check) bool {
-	for i := range checks {
-		if checks[i].Policy.KeyedWindow() {
-			return true
-		}
-	}
-	return false
-}
-
 // clockNow is a master clock and the time a request is applied at on it.
 type clockNow struct {
 	clock *masterClock

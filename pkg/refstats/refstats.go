@@ -139,13 +139,8 @@ func (s *Sender) Flush() {
 	s.store.Flush()
 }
 
-// finalFlushWait bounds the last flush at shutdown, whatever the statsd
-// server does: a flush dials and writes for at most this long together
-// (sink.go).
-const finalFlushWait = dialTimeout + writeTimeout
-
 // Run flushes the source every flush interval until ctx ends, then once
-// more, on its own goroutine (within finalFlushWait), and closes the
+// more, on its own goroutine (within flushBudget), and closes the
 // connection. It returns nil: statsd being unreachable costs the stats,
 // not the service.
 func (s *Sender) Run(ctx context.Context) error {

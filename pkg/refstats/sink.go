@@ -14,13 +14,14 @@ import (
 
 // The sink's bounds. A flush (the periodic one and the last, at shutdown)
 // dials for at most dialTimeout and writes for at most writeTimeout, so
-// that it ends within finalFlushWait whatever the statsd server does; what
+// that it ends within flushBudget whatever the statsd server does; what
 // is buffered between flushes is bounded by maxBuffered, beyond which
 // stats are dropped (and counted in the next warning), as gostats's own
 // sink drops them when its queue is full.
 const (
-	dialTimeout  = 400 * time.Millisecond
-	writeTimeout = 400 * time.Millisecond
+	flushBudget  = 800 * time.Millisecond
+	dialTimeout  = flushBudget / 2
+	writeTimeout = flushBudget / 2
 	maxBuffered  = 1 << 20
 	// udpPacket is the largest datagram sent: gostats's, which keeps a
 	// datagram within a 1500-byte MTU.
