@@ -108,16 +108,8 @@ func runApp(t *testing.T, bc BackendConfig) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	addrs := a.Addrs()
-	hc := &http.Client{Transport: &http.Transport{}}
+	hc, conn := whenReady(t, a)
 	defer hc.CloseIdleConnections()
-	eventually.True(t, "ready", func() (bool, string) {
-		code, body := get(hc, "http://"+addrs.HTTP+"/readyz")
-		return code == http.StatusOK, body
-	})
-	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rl := pb.NewRateLimitServiceClient(conn)
 	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
 		if got := ask(t, rl, "alice"); got.GetOverallCode() != want {
@@ -141,6 +133,23 @@ func runApp(t *testing.T, bc BackendConfig) {
 	if err := <-done; err != nil {
 		t.Errorf("Run after cancel: %v", err)
 	}
+}
+
+// whenReady waits until a's readiness passes and returns an HTTP client
+// and a gRPC connection to it; the caller closes both.
+func whenReady(t *testing.T, a *App) (*http.Client, *grpc.ClientConn) {
+	t.Helper()
+	addrs := a.Addrs()
+	hc := &http.Client{Transport: &http.Transport{}}
+	eventually.True(t, "ready", func() (bool, string) {
+		code, body := get(hc, "http://"+addrs.HTTP+"/readyz")
+		return code == http.StatusOK, body
+	})
+	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hc, conn
 }
 
 // checkHTTP asks the HTTP listener's /json for alice, who is over her
@@ -274,16 +283,7 @@ func TestComponentStoppingKeepsServing(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	<-stopped
-	addrs := a.Addrs()
-	hc := &http.Client{Transport: &http.Transport{}}
-	eventually.True(t, "ready", func() (bool, string) {
-		code, body := get(hc, "http://"+addrs.HTTP+"/readyz")
-		return code == http.StatusOK, body
-	})
-	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	hc, conn := whenReady(t, a)
 	if got := ask(t, pb.NewRateLimitServiceClient(conn), "bob"); got.GetOverallCode() != pb.RateLimitResponse_OK {
 		t.Errorf("after a component stopped: %v, want OK", got.GetOverallCode())
 	}

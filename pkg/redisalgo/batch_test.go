@@ -77,12 +77,18 @@ func newGates(b *Backend) *gates {
 			send(ctx, calls)
 		}
 	}
+	wrapBatchers(b, wrap)
+	return g
+}
+
+// wrapBatchers calls wrap on every request batcher of b: the one, or on a
+// cluster every master's, including those made later.
+func wrapBatchers(b *Backend, wrap func(*batcher)) {
 	cl, ok := b.topo.(*cluster)
 	if !ok {
 		wrap(b.topo.(*oneMaster).batch)
-		return g
+		return
 	}
-	// A cluster: every master's batcher, including those made later.
 	wrap(cl.nodes.unknown.batch)
 	mk := cl.nodes.newBatch
 	cl.nodes.newBatch = func(mc *masterClock) *batcher {
@@ -90,7 +96,6 @@ func newGates(b *Backend) *gates {
 		wrap(bt)
 		return bt
 	}
-	return g
 }
 
 // pending returns the calls queued in b's batchers.

@@ -38,18 +38,8 @@ func holdGiveBacks(t *testing.T, b *Backend) (held <-chan struct{}, release func
 			send(ctx, calls)
 		}
 	}
-	switch tp := b.topo.(type) {
-	case *oneMaster:
-		wrap(tp.backs)
-	case *cluster:
-		wrap(tp.nodes.unknown.backs)
-		mk := tp.nodes.newBatch
-		tp.nodes.newBatch = func(mc *masterClock) *batcher {
-			bt := mk(mc)
-			wrap(bt)
-			return bt
-		}
-	}
+	// Batching is on: give-backs go through the request batchers.
+	wrapBatchers(b, wrap)
 	return entered, release
 }
 

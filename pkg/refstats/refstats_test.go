@@ -153,23 +153,8 @@ func TestRunEndsWithStatsdUnreachable(t *testing.T) {
 		protocol string
 		addr     func(t *testing.T) (host string, port int)
 	}{
-		{"tcp refused", "tcp", func(t *testing.T) (string, int) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := l.Addr().(*net.TCPAddr)
-			_ = l.Close()
-			return "127.0.0.1", a.Port
-		}},
-		{"tcp never read", "tcp", func(t *testing.T) (string, int) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			return "127.0.0.1", l.Addr().(*net.TCPAddr).Port
-		}},
+		{"tcp refused", "tcp", func(t *testing.T) (string, int) { return "127.0.0.1", tcpPort(t, false) }},
+		{"tcp never read", "tcp", func(t *testing.T) (string, int) { return "127.0.0.1", tcpPort(t, true) }},
 		{"udp refused", "udp", func(t *testing.T) (string, int) {
 			c, err := net.ListenPacket("udp", "127.0.0.1:0")
 			if err != nil {
@@ -211,4 +196,21 @@ func TestRunEndsWithStatsdUnreachable(t *testing.T) {
 			goleak.VerifyNone(t, ignore)
 		})
 	}
+}
+
+// tcpPort returns a loopback port whose listener, when listen, accepts
+// connections and never reads them (until the test ends), else is closed,
+// so that connections are refused.
+func tcpPort(t *testing.T, listen bool) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listen {
+		t.Cleanup(func() { _ = l.Close() })
+	} else {
+		_ = l.Close()
+	}
+	return l.Addr().(*net.TCPAddr).Port
 }
