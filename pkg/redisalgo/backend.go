@@ -772,7 +772,7 @@ func (b *Backend) send(ctx context.Context, calls []*scriptCall, mc *masterClock
 		}
 	}
 	var reply redis.Error
-	if mc != nil && err != nil && !errors.As(err, &reply) {
+	if mc != nil && err != nil && !errors.As(err, &reply) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		// The connection failed: a failover may put a master with
 		// another clock behind the address.
 		mc.clock.invalidate()

@@ -115,11 +115,14 @@ type redisClock struct {
 // clockReading is what the clock says: anchor is the sample in use (the
 // kept one with the shortest round trip); checked is when the last
 // measurement arrived, kept or not; suspect is set while a refused
-// measurement waits to be confirmed or contradicted.
+// measurement waits to be confirmed or contradicted; due asks the next
+// pipeline to measure (invalidate) without stopping requests using the
+// reading.
 type clockReading struct {
 	anchor  clockSample
 	checked time.Time
 	suspect bool
+	due     bool
 }
 
 // now returns Redis's time (Unix µs) at the local instant at, and whether
@@ -154,14 +157,17 @@ func (c *redisClock) place(at, sent time.Time, period int64) (now int64, ok bool
 // measured, suspect, or last checked over clockMaxAge before.
 func (c *redisClock) stale(local time.Time) bool {
 	r := c.cur.Load()
-	return r == nil || r.suspect || local.Sub(r.checked) > clockMaxAge
+	return r == nil || r.suspect || r.due || local.Sub(r.checked) > clockMaxAge
 }
 
 // invalidate has the next pipeline measure the clock (after a failed one:
-// a failover may have put a master with another clock behind the address).
+// a failover may have put a master with another clock behind the address,
+// whose TIME the jump check then catches).
 func (c *redisClock) invalidate() {
-	if r := c.cur.Load(); r != nil && !r.suspect {
-		c.cur.CompareAndSwap(r, &clockReading{anchor: r.anchor, suspect: true})
+	if r := c.cur.Load(); r != nil && !r.due && !r.suspect {
+		next := *r
+		next.due = true
+		c.cur.CompareAndSwap(r, &next)
 	}
 }
 

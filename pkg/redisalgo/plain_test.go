@@ -412,3 +412,26 @@ func TestWindowOutlivesReplicaClocks(t *testing.T) {
 		t.Fatalf("behind: %+v, %v; want remaining 1 (the window's count), not 2 (a fresh key)", d, err)
 	}
 }
+
+// TestRedisClockInvalidate: after a failed pipeline the clock is due for
+// a measurement, and requests still use its reading meanwhile.
+func TestRedisClockInvalidate(t *testing.T) {
+	var c redisClock
+	local := time.UnixMicro(1_000_000_000_000)
+	c.observe(local, local.Add(400*time.Microsecond), local.Add(time.Second))
+	at := local.Add(time.Millisecond)
+	if c.stale(at) {
+		t.Fatal("a fresh clock is stale")
+	}
+	c.invalidate()
+	if !c.stale(at) {
+		t.Error("an invalidated clock is not due for a measurement")
+	}
+	if now, ok := c.place(at, at, algo.Second); !ok || now != at.UnixMicro()+1_000_000-200 {
+		t.Errorf("an invalidated clock placed at %d, %v; want its reading", now, ok)
+	}
+	c.observe(at, at.Add(400*time.Microsecond), at.Add(200*time.Microsecond+time.Second-200*time.Microsecond))
+	if c.stale(at.Add(time.Millisecond)) {
+		t.Error("the measurement after invalidate left the clock due")
+	}
+}
