@@ -16,8 +16,14 @@ package redisalgo
 //
 //   - The anchor is monotonic: Redis's time at a local instant is the
 //     anchor's Redis time plus the monotonic time elapsed since it, so a
-//     step of the local wall clock (an NTP step, a VM's resume) moves
-//     nothing.
+//     step of the local wall clock (an NTP step) moves nothing. A step is
+//     still noticed, as the wall clock moving apart from the monotonic
+//     one since the anchor by more than stepSlack, and the clock measured
+//     again before a request is placed on it: the monotonic clock stops
+//     while a VM is paused, where Redis's and the wall clock go on, so a
+//     resumed VM's anchor lags. Such a measurement replaces the reading at
+//     once (the local clocks say why it jumps) and drops the samples of
+//     before.
 //   - A request's instant (Apply's at) is used only while it is within
 //     atSkew(period) of the send, on the tracked clock; else the request
 //     is placed at the send. So a caller whose clock stepped, or a request
@@ -69,6 +75,10 @@ const (
 	// jumpFloor is added to jumpSlack, for the clocks' resolution and
 	// scheduling between reading the local clock and the socket.
 	jumpFloor = 2 * time.Millisecond
+	// stepSlack is how far the local wall clock may move apart from the
+	// monotonic one before it counts as a step: far above NTP's slewing
+	// (at most 500 ppm, 5 ms over clockMaxKeep).
+	stepSlack = 100 * time.Millisecond
 )
 
 // atSkew is how far a request's instant may be from its send, on the
@@ -82,11 +92,19 @@ func atSkew(period int64) int64 {
 }
 
 // clockSample is one measurement: Redis's time, µs, at local, the middle
-// of the round trip rtt that read it (local carries the monotonic clock).
+// of the round trip rtt that read it (local carries the monotonic clock;
+// wall is its wall clock reading, µs).
 type clockSample struct {
 	redis int64
 	local time.Time
+	wall  int64
 	rtt   time.Duration
+}
+
+// localStep reports whether the local wall clock, read as wall at t, has
+// moved apart from the monotonic one since s by more than stepSlack.
+func (s clockSample) localStep(t time.Time, wall int64) bool {
+	return absDiff(wall-s.wall, t.Sub(s.local).Microseconds()) > stepSlack.Microseconds()
 }
 
 // offset is the sample's Redis time less its local time, µs, on the
@@ -139,10 +157,16 @@ func (c *redisClock) now(at time.Time) (now int64, ok bool) {
 // decides at on Redis's clock: at's, when it is within atSkew(period) of
 // sent's, else sent's (see the package comment). ok is false when the
 // reading may not be used: never measured, older than clockMaxUse at sent,
-// or suspect.
+// suspect, or the local wall clock stepped since its anchor.
 func (c *redisClock) place(at, sent time.Time, period int64) (now int64, ok bool) {
+	return c.placeWall(at, sent, sent.UnixMicro(), period)
+}
+
+// placeWall is place with sent's wall clock reading given apart (tests
+// step it).
+func (c *redisClock) placeWall(at, sent time.Time, sentWall, period int64) (now int64, ok bool) {
 	r := c.cur.Load()
-	if r == nil || r.suspect || sent.Sub(r.checked) > clockMaxUse {
+	if r == nil || r.suspect || sent.Sub(r.checked) > clockMaxUse || r.anchor.localStep(sent, sentWall) {
 		return 0, false
 	}
 	s := r.anchor.redis + sent.Sub(r.anchor.local).Microseconds()
@@ -180,20 +204,31 @@ func jumpSlack(a, b time.Duration) int64 { return ((a+b)/2 + jumpFloor).Microsec
 // sent and read at recv (both local, monotonic).
 func (c *redisClock) observe(sent, recv time.Time, redis time.Time) {
 	rtt := recv.Sub(sent)
-	s := clockSample{redis: redis.UnixMicro(), local: sent.Add(rtt / 2), rtt: rtt}
+	mid := sent.Add(rtt / 2)
+	c.record(clockSample{redis: redis.UnixMicro(), local: mid, wall: mid.UnixMicro(), rtt: rtt}, recv)
+}
+
+// record records the measurement s, which arrived at recv.
+func (c *redisClock) record(s clockSample, recv time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.base.IsZero() {
 		c.base = s.local
 	}
 	cur := c.cur.Load()
+	if cur != nil && cur.anchor.localStep(s.local, s.wall) {
+		// The local clocks moved apart: the samples of before, and a
+		// refused one, were anchored before the step.
+		c.samples, c.refused = [clockSamples]clockSample{}, nil
+		cur = nil
+	}
 	if cur != nil {
 		d := s.offset(c.base) - cur.anchor.offset(c.base)
 		if d < 0 {
 			d = -d
 		}
-		if d > jumpSlack(rtt, cur.anchor.rtt) {
-			if r := c.refused; r == nil || absDiff(s.offset(c.base), r.offset(c.base)) > jumpSlack(rtt, r.rtt) {
+		if d > jumpSlack(s.rtt, cur.anchor.rtt) {
+			if r := c.refused; r == nil || absDiff(s.offset(c.base), r.offset(c.base)) > jumpSlack(s.rtt, r.rtt) {
 				// A jump: refused until a second measurement agrees.
 				c.refused = &s
 				c.cur.Store(&clockReading{anchor: cur.anchor, checked: recv, suspect: true})

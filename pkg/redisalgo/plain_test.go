@@ -435,3 +435,55 @@ func TestRedisClockInvalidate(t *testing.T) {
 		t.Error("the measurement after invalidate left the clock due")
 	}
 }
+
+// TestRedisClockLocalStep: a step of the local wall clock apart from the
+// monotonic one (an NTP step; a VM's resume, during whose pause the
+// monotonic clock stood still) stops requests from being placed on the
+// anchor of before, and the next measurement replaces the reading at once
+// without waiting for a confirmation, dropping the samples of before.
+// (The test's times carry no monotonic reading, so the wall readings are
+// given apart.)
+func TestRedisClockLocalStep(t *testing.T) {
+	var c redisClock
+	local := time.UnixMicro(1_000_000_000_000)
+	sample := func(sent time.Time, wallStep, redisOff int64) clockSample {
+		mid := sent.Add(200 * time.Microsecond)
+		return clockSample{redis: mid.UnixMicro() + redisOff, local: mid, wall: mid.UnixMicro() + wallStep, rtt: 400 * time.Microsecond}
+	}
+	const off = 3_000_000
+	c.record(sample(local, 0, off), local.Add(400*time.Microsecond))
+	at := local.Add(time.Millisecond)
+	if now, ok := c.placeWall(at, at, at.UnixMicro(), algo.Second); !ok || now != at.UnixMicro()+off {
+		t.Fatalf("before the step: %d, %v", now, ok)
+	}
+	for _, step := range []int64{10_000_000, -10_000_000, 2_000_000, -2_000_000} {
+		if _, ok := c.placeWall(at, at, at.UnixMicro()+step, algo.Second); ok {
+			t.Errorf("a wall clock stepped by %d µs: the request was placed on the anchor of before", step)
+		}
+	}
+	// A wall step alone: Redis's time on the monotonic clock is
+	// unchanged, and after the measurement the step no longer stops
+	// requests.
+	s2 := local.Add(time.Second)
+	c.record(sample(s2, 10_000_000, off), s2.Add(400*time.Microsecond))
+	at2 := s2.Add(time.Millisecond)
+	if now, ok := c.placeWall(at2, at2, at2.UnixMicro()+10_000_000, algo.Second); !ok || now != at2.UnixMicro()+off {
+		t.Errorf("after a wall step and a measurement: %d, %v; want %d, true", now, ok, at2.UnixMicro()+off)
+	}
+	// A VM's pause of 5 s: the monotonic clock stood still, the wall and
+	// Redis's clocks went on. The measurement is taken at once, without
+	// the confirmation a jump of Redis's clock alone needs.
+	s3 := s2.Add(time.Second)
+	c.record(sample(s3, 10_000_000+5_000_000, off+5_000_000), s3.Add(400*time.Microsecond))
+	at3 := s3.Add(time.Millisecond)
+	if now, ok := c.placeWall(at3, at3, at3.UnixMicro()+15_000_000, algo.Second); !ok || now != at3.UnixMicro()+off+5_000_000 {
+		t.Errorf("after a VM's pause and a measurement: %d, %v; want %d, true", now, ok, at3.UnixMicro()+off+5_000_000)
+	}
+	// Real times (with the monotonic clock) never count as a step.
+	var r redisClock
+	sent := time.Now()
+	r.observe(sent, time.Now(), time.Now())
+	if _, ok := r.place(time.Now(), time.Now(), algo.Second); !ok {
+		t.Error("a reading of real times was taken for a step")
+	}
+}
