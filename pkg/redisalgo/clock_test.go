@@ -140,9 +140,10 @@ func TestClockPerMasterStoppedMaster(t *testing.T) {
 // each request is given at) is stepped by ±10 s and ±2 s under load never
 // admit more than a window's limit into any window of Redis's clock, on
 // standalone Redis and on a Cluster. Each admitted hit is put in its
-// window by its reset_after, on the test's own tracking of Redis's clock
-// (error far below half a period), so a hit counted into an expired
-// window's fresh key shows up in the window it was admitted in.
+// window by its reset_after from the instant it was sent, on the test's own
+// tracking of Redis's clock (error far below half a period), so a hit
+// counted into an expired window's fresh key shows up in the window it was
+// admitted in.
 func TestClockStepNoOverAdmission(t *testing.T) {
 	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
@@ -185,6 +186,10 @@ func TestClockStepNoOverAdmission(t *testing.T) {
 						step := steps[(k+r)%len(steps)]
 						at := time.UnixMicro(time.Now().UnixMicro() + step.Microseconds())
 						ci := (i + w) % len(counters)
+						// The backend places the request at about this
+						// instant: as Apply starts, before any I/O
+						// (a measurement of the clock aside).
+						sent := time.Now()
 						d, err := b.Apply(ctx, at, []algo.Check{counters[ci]})
 						requests.Add(1)
 						if err != nil {
@@ -194,7 +199,7 @@ func TestClockStepNoOverAdmission(t *testing.T) {
 						if !d[0].Allowed {
 							continue
 						}
-						end := float64(redisAt(time.Now())+d[0].ResetAfter) / float64(period)
+						end := float64(redisAt(sent)+d[0].ResetAfter) / float64(period)
 						mu.Lock()
 						admitted[hit{int64(ci), int64(math.Round(end))}]++
 						mu.Unlock()
