@@ -1,7 +1,7 @@
 // Package app is envoy-rls's composition root: New builds every component
-// of the serve command from a Config, and Run runs them all under one
-// errgroup until its context ends or one of them fails, then shuts them
-// down in order and joins every goroutine they started.
+// of the serve command from a Config, and Run serves until its context
+// ends (a part that stops early is logged and serving goes on), then shuts
+// everything down in order and joins every goroutine it started.
 //
 // app must not read flags, environment variables or files of its own
 // choosing: cmd/envoy-rls turns those into a Config. Errors name the
@@ -12,12 +12,12 @@ package app
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/refstats"
@@ -198,37 +198,51 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	return rls.New(c)
 }
 
-// Run serves until ctx ends or a component fails, then shuts down in the
-// order that lets in-flight work finish: the servers drain first (see
-// servers.run) while the components they use (rule source, backend
-// stack, overrides, warm-up, readiness, statsd) keep running; then those
-// stop and are joined (the stack's lease layers return the leases held
-// as they stop); only then are the backend stack and the Redis clients
-// closed and the last spans exported. Every goroutine runs in one of two
-// errgroups, and Run returns after both are done.
+// Run serves until ctx ends, then shuts down in the order that lets
+// in-flight work finish: the servers drain first (see servers.run) while
+// the components they use (rule source, backend stack, overrides,
+// warm-up, readiness, statsd) keep running; then those stop and are joined
+// (the stack's lease layers return the leases held as they stop); only
+// then are the backend stack and the Redis clients closed and the last
+// spans exported. Run returns after every goroutine it started has ended,
+// with the servers' error and those of components joined.
+//
+// A component that stops early does not end serving: it is logged, and
+// the others go on with what it left (the last good rules, the last
+// overrides, the last warm-up anchors), because every replica shares the
+// cause (a config source, Redis, statsd) and stopping them all at once
+// would turn a stale part into an outage. So the components run in a
+// plain wait group, not a group that cancels its members on an error.
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()
 	// The components outlive ctx by the drain, so their context ends
 	// only when the servers have returned.
 	drained, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	bg, bgCtx := errgroup.WithContext(drained)
-	for _, run := range a.runs {
-		bg.Go(func() error { return run(bgCtx) })
+	var bg sync.WaitGroup
+	errs := make([]error, len(a.runs)+1)
+	for i, run := range a.runs {
+		bg.Go(func() { errs[i] = a.runPart(drained, run) })
 	}
 	// The stack's lease layers return the leases held as its Run ends, so
 	// no request may take one after: its context ends when the servers
-	// have returned, even if another component failed before.
-	bg.Go(func() error { return a.backend.stack.Run(drained) })
-	// A component that fails ends serving as a signal would.
-	srvCtx, stopSrv := context.WithCancel(ctx)
-	defer stopSrv()
-	stopWatch := context.AfterFunc(bgCtx, stopSrv)
-	err := a.srv.run(srvCtx, a.svc.ReleaseHeld, zap.String("version", a.version),
+	// have returned.
+	bg.Go(func() { errs[len(a.runs)] = a.runPart(drained, a.backend.stack.Run) })
+	err := a.srv.run(ctx, a.svc.ReleaseHeld, zap.String("version", a.version),
 		zap.String("backend", a.backend.stack.Name()), zap.String("default_algorithm", a.defaultAlgorithm))
-	stopWatch()
 	stopBG()
-	return errors.Join(err, bg.Wait())
+	bg.Wait()
+	return errors.Join(err, errors.Join(errs...))
+}
+
+// runPart runs one component until ctx ends, logging an error it stops
+// with before then; serving goes on (see Run).
+func (a *App) runPart(ctx context.Context, run func(context.Context) error) error {
+	err := run(ctx)
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("a component stopped; serving goes on without it", zap.Error(err))
+	}
+	return err
 }
 
 // close releases what New built, in reverse order; parts not built are
@@ -246,9 +260,9 @@ func (a *App) close() {
 }
 
 // logStopped logs a component that stopped with an error other than the
-// end of ctx; it returns nil, so that the others keep serving, as they did
-// before a component's loss became fatal (rules stop reloading; the last
-// ones keep serving).
+// end of ctx, in the component's own words; it returns nil, since that is
+// all Run would do with it (rules stop reloading; the last ones keep
+// serving).
 func logStopped(ctx context.Context, log *zap.Logger, msg string, err error) error {
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 		log.Error(msg, zap.Error(err))

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -108,16 +109,8 @@ func runApp(t *testing.T, bc BackendConfig) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	addrs := a.Addrs()
-	hc := &http.Client{Transport: &http.Transport{}}
+	hc, conn := whenReady(t, a)
 	defer hc.CloseIdleConnections()
-	eventually.True(t, "ready", func() (bool, string) {
-		code, body := get(hc, "http://"+addrs.HTTP+"/readyz")
-		return code == http.StatusOK, body
-	})
-	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rl := pb.NewRateLimitServiceClient(conn)
 	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
 		if got := ask(t, rl, "alice"); got.GetOverallCode() != want {
@@ -141,6 +134,23 @@ func runApp(t *testing.T, bc BackendConfig) {
 	if err := <-done; err != nil {
 		t.Errorf("Run after cancel: %v", err)
 	}
+}
+
+// whenReady waits until a's readiness passes and returns an HTTP client
+// and a gRPC connection to it; the caller closes both.
+func whenReady(t *testing.T, a *App) (*http.Client, *grpc.ClientConn) {
+	t.Helper()
+	addrs := a.Addrs()
+	hc := &http.Client{Transport: &http.Transport{}}
+	eventually.True(t, "ready", func() (bool, string) {
+		code, body := get(hc, "http://"+addrs.HTTP+"/readyz")
+		return code == http.StatusOK, body
+	})
+	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hc, conn
 }
 
 // checkHTTP asks the HTTP listener's /json for alice, who is over her
@@ -303,4 +313,42 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestComponentStoppingKeepsServing: a component whose Run returns early,
+// with an error, does not end serving (Run's comment says why): the app
+// stays ready and answers, and Run returns that error with the rest once
+// its context ends, every goroutine joined.
+func TestComponentStoppingKeepsServing(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	dir := t.TempDir()
+	writeRules(t, dir, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := New(ctx, testConfig(dir, BackendConfig{Stack: stack.Config{MemstoreMaxKeys: 1000}}))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	failed := errors.New("the component failed")
+	stopped := make(chan struct{})
+	a.runs = append(a.runs, func(context.Context) error { close(stopped); return failed })
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-stopped
+	hc, conn := whenReady(t, a)
+	if got := ask(t, pb.NewRateLimitServiceClient(conn), "bob"); got.GetOverallCode() != pb.RateLimitResponse_OK {
+		t.Errorf("after a component stopped: %v, want OK", got.GetOverallCode())
+	}
+	conn.Close()
+	hc.CloseIdleConnections()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned while serving: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, failed) {
+		t.Errorf("Run: %v, want the component's error", err)
+	}
+	goleak.VerifyNone(t, ignore)
 }

@@ -16,10 +16,20 @@ import (
 //     consumes anything (refunds still apply).
 //   - One Decision per Check, in the order of checks; checks on one
 //     counter (SameCounter) are merged and all receive its decision.
-//   - now is the request's time, taken once as it arrives: every layer on
-//     the request's path decides at it, so no two layers disagree about
-//     when the request happened. Redis keeps its own TIME as the authority
-//     for the state it holds unless told to evaluate at now.
+//   - now is the request's time, taken once as it arrives, and every layer
+//     gets it. What time a backend decides at is stated here alone
+//     (docs/architecture.md and the backends' docs follow it):
+//   - The in-process store (pkg/memstore), and every layer in front of a
+//     backend (lease, deny cache, failure policy), decide at now.
+//   - Redis (pkg/redisalgo) decides a request that has a fixed window, all
+//     of its checks on one master (token buckets and GCRA included), at
+//     that master's TIME as the replica tracks it (pkg/redisalgo/clock.go):
+//     now placed on the master's tracked clock when it is near the send,
+//     else the send's instant, so that no count lands in a window Redis's
+//     clock says ended more than the window's margin ago. A request with
+//     no fixed window is decided at the script's TIME, read as it runs.
+//     Refunds across slot groups reuse the time their consumption was
+//     decided at. Options.CallerTime (tests only) decides at now.
 //   - An error means no decision could be made (Redis unreachable, ctx
 //     done); then no state changed that the caller can observe, and pkg/rls
 //     answers UNAVAILABLE so that Envoy's failure_mode_deny decides.

@@ -37,10 +37,10 @@ import (
 
 // Options configures a Backend. The zero value is what production uses.
 type Options struct {
-	// CallerTime makes every script call evaluate at the now its Apply is
-	// given. False, the default, means each Redis master's own TIME, so
-	// that the clocks of envoy-rls replicas never matter: Redis's clock is
-	// the authority for the state Redis holds. Only tests set it.
+	// CallerTime makes every call evaluate at the now its Apply is given.
+	// False, the default, means the time algo.Applier states for Redis:
+	// the master's TIME as tracked (clock.go) for a request with a fixed
+	// window, the script's TIME for the others. Only tests set it.
 	CallerTime bool
 	// LazyLoad skips loading the script in New and NewCluster, so they do
 	// not contact Redis; the first call then loads it through the
@@ -120,11 +120,15 @@ type Backend struct {
 	maxCallCost int64
 	// keyPrefix is Options.KeyPrefix.
 	keyPrefix string
-	// clock tracks Redis's time for the keys of fixed windows (clock.go);
-	// clockUsed is set once a request needed it, from when pipelines keep
-	// it measured.
-	clock     redisClock
+	// clockUsed is set once a request needed a master's clock (clock.go),
+	// from when pipelines keep their master's clock measured.
 	clockUsed atomic.Bool
+	// giveBacks counts the give-backs posted and not yet done (plain.go),
+	// so that tests can wait for them.
+	giveBacks sync.WaitGroup
+	// onRoundTrip, when set (by tests), is called for every round trip a
+	// request waits for.
+	onRoundTrip func()
 }
 
 // New returns a Backend over a client of standalone Redis or of a Sentinel
@@ -146,9 +150,10 @@ func New(client Client, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &oneMaster{b: b, client: client}
+	t := &oneMaster{b: b, client: client, clock: &masterClock{via: client, inline: true}}
+	t.backs = b.newBatcher(opts, t.clock)
 	if !opts.NoBatch {
-		t.batch = b.newBatcher(opts)
+		t.batch = t.backs
 	}
 	b.topo = t
 	return b.start(opts)
@@ -167,11 +172,12 @@ func NewCluster(client ClusterClient, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	var newBatch func() *batcher
+	var newBatch func(*masterClock) *batcher
 	if !opts.NoBatch {
-		newBatch = func() *batcher { return b.newBatcher(opts) }
+		newBatch = func(mc *masterClock) *batcher { return b.newBatcher(opts, mc) }
 	}
-	b.topo = &cluster{b: b, client: client, nodes: newNodes(client, newBatch)}
+	newBacks := func(mc *masterClock) *batcher { return b.newBatcher(opts, mc) }
+	b.topo = &cluster{b: b, client: client, nodes: newNodes(client, newBatch, newBacks)}
 	return b.start(opts)
 }
 
@@ -214,8 +220,10 @@ func newBase(client sender, opts Options) (*Backend, error) {
 	return b, nil
 }
 
-func (b *Backend) newBatcher(opts Options) *batcher {
-	bt := newBatcher(b.send, opts.MaxBatch, b.sizes)
+// newBatcher returns a batcher of pipelines to the master whose clock is
+// mc.
+func (b *Backend) newBatcher(opts Options, mc *masterClock) *batcher {
+	bt := newBatcher(func(ctx context.Context, calls []*scriptCall) { b.send(ctx, calls, mc) }, opts.MaxBatch, b.sizes)
 	bt.linger = opts.BatchLinger
 	return bt
 }
@@ -297,6 +305,11 @@ type scratch struct {
 	order  []int  // check indices grouped by slot
 	slots  []int  // slots[i]: slot of check i
 	sorted []algo.Check
+	// nows[i]: the time check i is applied at (requestNows), 0 for the
+	// script's TIME; clocks pairs each master clock a request used with
+	// its time.
+	nows   []int64
+	clocks []clockNow
 	out    []algo.Decision
 	calls  []call
 	// strs views the keys in keys, in order; ints holds every call's
@@ -320,6 +333,9 @@ func (s *scratch) reset(n int) {
 	s.keys.reset()
 	s.order = s.order[:0]
 	s.slots = s.slots[:0]
+	s.nows = s.nows[:0]
+	clear(s.clocks)
+	s.clocks = s.clocks[:0]
 	clear(s.sorted)
 	s.sorted = s.sorted[:0]
 	s.out = slices.Grow(s.out[:0], n)[:n]
@@ -374,11 +390,10 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	}()
 	s.reset(len(checks))
 
-	now, err := b.requestNow(ctx, at, checks)
-	if err != nil {
+	if err := b.requestNows(ctx, s, at, checks); err != nil {
 		return nil, err
 	}
-	b.group(s, checks, now)
+	b.group(s, checks)
 	b.topo.route(s.calls)
 	b.eval(ctx, s, s.calls)
 	if err := b.outcome(ctx, s); err != nil {
@@ -391,52 +406,78 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	return out, nil
 }
 
-// keyedWindows reports whether a check's key names its window
-// (algo.Policy.KeyedWindow).
-func keyedWindows(checks []algo.Check) bool {
-	for i := range checks {
-		if checks[i].Policy.KeyedWindow() {
-			return true
-		}
-	}
-	return false
+// clockNow is a master clock and the time a request is applied at on it.
+type clockNow struct {
+	clock *masterClock
+	now   int64
 }
 
-// requestNow returns the time checks are applied at: at under
+// requestNows sets s.nows, the time each check is applied at: at under
 // CallerTime; else, when a check's key names its window (the script cannot
 // pick the window, since the key must be known before it runs), Redis's
-// time at the instant at, as tracked here (at is from this process's
-// clock, which the tracked offset corrects); else 0, the script's own
-// TIME. Taking at, not the time of sending, puts a request's consumption
-// and a refund of it that its caller makes at the same at (the per-second
+// time on the clock of each check's master at the instant at, as tracked
+// here (clock.go: at is from the caller's clock, placed on the monotonic
+// one, and used only near the send); else 0, the script's own TIME. Every
+// check on one master gets one time, so that a slot group's call has one.
+// Taking at, not the time of sending, puts a request's consumption and a
+// refund of it that its caller makes at the same at (the per-second
 // split's, say) in one window, even when a window ends in between.
+func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, checks []algo.Check) error {
+	period := int64(0)
+	if !b.callerTime {
+		period = minKeyedPeriod(checks)
+	}
+	if period == 0 {
+		var now int64
+		if b.callerTime {
+			now = at.UnixMicro()
+		}
+		for range checks {
+			s.nows = append(s.nows, now)
+		}
+		return nil
+	}
+	b.useClocks()
+	sent := time.Now()
+	for i := range checks {
+		mc := b.topo.clockOf(b.keyPrefix, &checks[i])
+		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
+		if k < 0 {
+			now, err := mc.at(ctx, at, sent, period)
+			if err != nil {
+				return err
+			}
+			s.clocks = append(s.clocks, clockNow{mc, now})
+			k = len(s.clocks) - 1
+		}
+		s.nows = append(s.nows, s.clocks[k].now)
+	}
+	return nil
+}
+
+// requestNow returns the one time a tool's read of checks (Peek) is at:
+// as requestNows, on the clock of the first keyed check's master.
 func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Check) (int64, error) {
+	period := minKeyedPeriod(checks)
 	switch {
 	case b.callerTime:
 		return at.UnixMicro(), nil
-	case keyedWindows(checks):
-		return b.redisNow(ctx, at)
+	case period == 0:
+		return 0, nil
 	}
-	return 0, nil
+	b.useClocks()
+	k := slices.IndexFunc(checks, func(c algo.Check) bool { return c.Policy.KeyedWindow() })
+	return b.topo.clockOf(b.keyPrefix, &checks[k]).at(ctx, at, time.Now(), period)
 }
 
-// redisNow returns Redis's time at the local instant at as tracked
-// (clock.go), measuring the offset first with a TIME of its own when no
-// pipeline has yet.
-func (b *Backend) redisNow(ctx context.Context, at time.Time) (int64, error) {
+// useClocks records that requests need the masters' clocks, from when
+// pipelines keep them measured.
+func (b *Backend) useClocks() {
 	if !b.clockUsed.Load() {
 		// Stored once: a store on every request would move the flag's
 		// cache line between CPUs.
 		b.clockUsed.Store(true)
 	}
-	if now, ok := b.clock.now(at); ok {
-		return now, nil
-	}
-	if err := b.clock.sync(ctx, b.client); err != nil {
-		return 0, err
-	}
-	now, _ := b.clock.now(at)
-	return now, nil
 }
 
 // outcome returns the error of s's calls, if any, after refunding what a
@@ -479,9 +520,9 @@ func ValidateKeyPrefix(p string) error {
 // merged commands group by it too), orders the checks into slot groups
 // (one group unless the backend is a cluster's) and makes one call per
 // group.
-func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
+func (b *Backend) group(s *scratch, checks []algo.Check) {
 	for i := range checks {
-		key := s.keys.add(b.keyPrefix, checks[i], now)
+		key := s.keys.add(b.keyPrefix, checks[i], s.nows[i])
 		s.slots = append(s.slots, b.topo.slot(key))
 		s.order = append(s.order, i)
 	}
@@ -500,6 +541,7 @@ func (b *Backend) group(s *scratch, checks []algo.Check, now int64) {
 			continue
 		}
 		c := call{checks: s.sorted[lo : j+1], out: s.out[lo : j+1]}
+		now := s.nows[s.order[lo]]
 		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
 		c.script.lean = leanChecks(c.checks)
 		if now != 0 && len(c.checks) == 1 && plainCheck(&c.checks[0]) {
@@ -530,8 +572,14 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 	s.sending = s.sending[:0]
 	for i := range calls {
 		c := &calls[i]
-		if isNoScript(c.script.err) {
+		switch {
+		case isNoScript(c.script.err):
 			c.script.eval = true
+			s.sending = append(s.sending, c)
+		case c.script.plain && errors.Is(c.script.err, errNotCounted):
+			// A count at or below 0: lean.lua reads it as apply.lua
+			// does (plain.go), and EVAL cannot meet NOSCRIPT.
+			c.script.plain, c.script.lean, c.script.eval = false, true, true
 			s.sending = append(s.sending, c)
 		}
 	}
@@ -563,9 +611,8 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		}
 	}
 	if len(s.sending) > 0 {
-		// The request is answered anyway; the give-back must not be
-		// cut short by its deadline (the client's timeouts bound it).
-		b.giveBack(context.WithoutCancel(ctx), s.sending)
+		// Off the request's path: the request is answered now.
+		b.giveBack(s.sending)
 	}
 }
 
@@ -574,18 +621,21 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 // before they arrived (s is then lost when the calls may still be in
 // flight) or the backend is closed.
 func (b *Backend) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
+	if b.onRoundTrip != nil {
+		b.onRoundTrip()
+	}
 	return b.topo.roundTrip(ctx, s, calls)
 }
 
 // roundTripVia sends calls in one round trip through batch, or alone when
 // batch is nil (Options.NoBatch).
-func (b *Backend) roundTripVia(ctx context.Context, s *scratch, calls []*call, batch *batcher) error {
+func (b *Backend) roundTripVia(ctx context.Context, s *scratch, calls []*call, batch *batcher, mc *masterClock) error {
 	s.queued = s.queued[:0]
 	for _, c := range calls {
 		s.queued = append(s.queued, c.script.queue())
 	}
 	if batch == nil {
-		b.send(ctx, s.queued)
+		b.send(ctx, s.queued, mc)
 		return nil
 	}
 	j := s.job
@@ -667,41 +717,74 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 // send runs calls in one round trip, as the fewest script calls: one
 // EVALSHA (or EVAL) per run of calls that share a slot, within the cost
 // cap (merge.go); one command alone, several in one pipeline. Each call
-// gets its share of the reply, or its command's error.
-func (b *Backend) send(ctx context.Context, calls []*scriptCall) {
+// gets its share of the reply, or its command's error. The calls go to
+// one master, whose clock is mc (nil: calls to several masters, under
+// Options.NoBatch on a cluster, and no clock measured here).
+func (b *Backend) send(ctx context.Context, calls []*scriptCall, mc *masterClock) {
 	if b.roundTrips != nil {
 		defer func(start time.Time) { b.roundTrips.Observe(time.Since(start).Seconds()) }(time.Now())
 	}
 	m := mergers.Get().(*merger)
 	defer mergers.Put(m)
 	cmds := m.merge(ctx, calls, b.maxCallCost)
-	// Keep Redis's clock measured while requests need it: one pipeline a
-	// second carries a TIME (clock.go).
-	var clock *redis.TimeCmd
-	var sent time.Time
-	if b.clockUsed.Load() && len(cmds) > 0 {
-		if sent = time.Now(); b.clock.claim(sent) {
-			defer b.clock.release()
-			clock = redis.NewTimeCmd(ctx, "time")
-			cmds = append(cmds, clock)
+	if len(cmds) == 0 {
+		return
+	}
+	// Keep the master's clock measured while requests need it: one
+	// pipeline a second carries a TIME, or sends one beside it on the
+	// master's own connection (clock.go).
+	var tm *timeSample
+	if mc != nil && b.clockUsed.Load() {
+		if sent := time.Now(); mc.clock.claim(sent) {
+			defer mc.clock.release()
+			tm = &timeSample{cmd: redis.NewTimeCmd(ctx, "time"), sent: sent}
+			if mc.inline {
+				cmds = append(cmds, tm.cmd)
+			} else {
+				tm.done = make(chan struct{})
+				go func() {
+					defer close(tm.done)
+					_ = mc.via.Process(ctx, tm.cmd)
+					tm.recv = time.Now()
+				}()
+			}
 		}
 	}
+	var err error
 	switch len(cmds) {
-	case 0:
-		return
 	case 1:
-		_ = b.client.Process(ctx, cmds[0])
+		err = b.client.Process(ctx, cmds[0])
 	default:
 		pipe := b.client.Pipeline()
 		for _, c := range cmds {
 			_ = pipe.Process(ctx, c)
 		}
-		_, _ = pipe.Exec(ctx)
+		_, err = pipe.Exec(ctx)
 	}
-	if clock != nil && clock.Err() == nil {
-		b.clock.observe(sent, time.Now(), clock.Val())
+	if tm != nil {
+		if tm.done != nil {
+			<-tm.done
+		} else {
+			tm.recv = time.Now()
+		}
+		if tm.cmd.Err() == nil {
+			mc.clock.observe(tm.sent, tm.recv, tm.cmd.Val())
+		}
+	}
+	var reply redis.Error
+	if mc != nil && err != nil && !errors.As(err, &reply) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// The connection failed: a failover may put a master with
+		// another clock behind the address.
+		mc.clock.invalidate()
 	}
 	m.split()
+}
+
+// timeSample is a TIME that a pipeline carries or sends beside it.
+type timeSample struct {
+	cmd        *redis.TimeCmd
+	sent, recv time.Time
+	done       chan struct{} // closed when a TIME sent beside is done
 }
 
 func isNoScript(err error) bool {

@@ -198,7 +198,10 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 	}
 	s := new(scratch)
 	s.reset(len(checks))
-	b.group(s, checks, 0)
+	for range checks {
+		s.nows = append(s.nows, 0)
+	}
+	b.group(s, checks)
 	if len(s.calls) != 1 {
 		t.Fatalf("%d slot groups for one user's %d limits, want 1", len(s.calls), len(checks))
 	}

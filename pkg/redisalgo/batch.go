@@ -94,6 +94,9 @@ type job struct {
 	// done receives one value when every call has its result. Buffered,
 	// so that a flusher never blocks on a caller that stopped waiting.
 	done chan struct{}
+	// after, when set, is called instead of signalling done: a posted
+	// job (batcher.post) has no caller waiting for it.
+	after func()
 }
 
 func newJob() *job { return &job{done: make(chan struct{}, 1)} }
@@ -302,9 +305,35 @@ func (b *batcher) run(jobs []*job, calls []*scriptCall) {
 	b.observe(len(calls))
 	b.send(context.Background(), calls)
 	for _, j := range jobs {
+		if j.after != nil {
+			j.after()
+			continue
+		}
 		// The last touch of j: its caller may reuse it as soon as this lands.
 		j.done <- struct{}{}
 	}
+}
+
+// post queues j to leave with the next pipeline, and returns at once: no
+// one waits for j, whose after is called once its calls have their
+// results. When nothing is in flight a flusher starts for it, so j never
+// waits for a request that may not come. It reports false, and drops j,
+// after close.
+func (b *batcher) post(j *job) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	j.state.Store(jobQueued)
+	b.queue = append(b.queue, j)
+	b.queued += len(j.calls)
+	if !b.running {
+		b.running = true
+		b.wg.Add(1)
+		go b.flushFn()
+	}
+	return true
 }
 
 func (b *batcher) observe(calls int) {

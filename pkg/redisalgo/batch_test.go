@@ -77,20 +77,25 @@ func newGates(b *Backend) *gates {
 			send(ctx, calls)
 		}
 	}
+	wrapBatchers(b, wrap)
+	return g
+}
+
+// wrapBatchers calls wrap on every request batcher of b: the one, or on a
+// cluster every master's, including those made later.
+func wrapBatchers(b *Backend, wrap func(*batcher)) {
 	cl, ok := b.topo.(*cluster)
 	if !ok {
 		wrap(b.topo.(*oneMaster).batch)
-		return g
+		return
 	}
-	// A cluster: every master's batcher, including those made later.
 	wrap(cl.nodes.unknown.batch)
 	mk := cl.nodes.newBatch
-	cl.nodes.newBatch = func() *batcher {
-		bt := mk()
+	cl.nodes.newBatch = func(mc *masterClock) *batcher {
+		bt := mk(mc)
 		wrap(bt)
 		return bt
 	}
-	return g
 }
 
 // pending returns the calls queued in b's batchers.
@@ -424,7 +429,8 @@ func TestNoBatch(t *testing.T) {
 func oneCall(b *Backend, c algo.Check) *call {
 	s := new(scratch)
 	s.reset(1)
-	b.group(s, []algo.Check{c}, 0)
+	s.nows = append(s.nows, 0)
+	b.group(s, []algo.Check{c})
 	return &s.calls[0]
 }
 

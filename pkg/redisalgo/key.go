@@ -147,7 +147,8 @@ const windowLetters = 26 * 26
 //	r2{api:user:alice}#:path:/a:f1oBC
 //
 // Redis's INCRBY and PEXPIRE then apply a lone hit exactly (plain calls,
-// plain.go). A window's key expires at the window's end, so by the time
+// plain.go). A window's key expires windowMargin (at most 5 s) after the
+// window's end, so by the time
 // its letters come round again, 676 windows later (11 minutes at a period
 // of a second), the key they named is long gone; only a key whose expiry
 // was never set (an INCRBY whose PEXPIRE, sent in the same write, never
@@ -353,7 +354,8 @@ type Key struct {
 
 // WindowStart is the start (Unix µs) of the latest window at or before now
 // that k, a fixed_window's key, can name: the window it counts when its
-// state is alive at now (a window's key expires at the window's end).
+// state is alive at now (a window's key expires windowMargin after the
+// window's end, long before its letters come round).
 func (k Key) WindowStart(now int64) int64 {
 	if k.Period <= 0 {
 		return 0

@@ -14,15 +14,16 @@ import (
 // takes.
 //
 //go:embed lua/lean.lua
-var leanLua string
+var leanLuaSource string
+
+// leanLua is lean.lua as loaded (withConstants).
+var leanLua = withConstants(leanLuaSource)
 
 // leanScript runs lean.lua by EVALSHA.
 var leanScript = redis.NewScript(leanLua)
 
-// leanChecks reports whether lean.lua can apply checks: every one a
-// fixed window that consumes (no refund, no take) with no burst and a
-// positive limit and period, which appendApplyInts writes as code 1 or
-// 1 + codeHits.
+// leanChecks reports whether lean.lua can apply checks: every one
+// leanCheck's.
 func leanChecks(checks []algo.Check) bool {
 	for i := range checks {
 		if !leanCheck(&checks[i]) {
@@ -32,8 +33,18 @@ func leanChecks(checks []algo.Check) bool {
 	return len(checks) > 0
 }
 
-// leanCheck reports whether lean.lua can apply c (see leanChecks).
+// leanCodes are the codes lean.lua takes (its framing refuses any other):
+// a consuming fixed window with no burst, refund, take or queue mode, of
+// one hit or of hits that follow.
+var leanCodes = [...]int64{int64(algo.FixedWindow), int64(algo.FixedWindow) + codeHits}
+
+// leanCheck reports whether lean.lua can apply c: its code, as
+// appendApplyInts encodes it, is one of leanCodes, and its limit and
+// period are positive (lean.lua refuses others too). Deriving it from the
+// encoding, not from the check's fields, means no rule of lean.lua's is
+// restated here: a check the encoder marks for anything lean.lua lacks
+// (MaxDelay's queue mode, say) goes to apply.lua.
 func leanCheck(c *algo.Check) bool {
-	return c.Policy.Algorithm == algo.FixedWindow && !c.Refund && !c.Take &&
-		c.Policy.Burst == 0 && c.Policy.Limit > 0 && c.Policy.Period > 0
+	code, _, _ := applyCode(c)
+	return (code == leanCodes[0] || code == leanCodes[1]) && c.Policy.Limit > 0 && c.Policy.Period > 0
 }

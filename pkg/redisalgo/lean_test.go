@@ -298,3 +298,56 @@ func TestBackendSendsLean(t *testing.T) {
 		t.Fatalf("after a token_bucket request: cached = %v, want [true true]", got)
 	}
 }
+
+// TestLeanCheckIsLeanFraming: leanCheck accepts exactly the checks whose
+// encoded arguments lean.lua's framing accepts, on real Redis: a check
+// with MaxDelay (queue mode), a burst, a refund, a take or another
+// algorithm is never sent to a script that refuses it.
+func TestLeanCheckIsLeanFraming(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.SharedStandalone(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	fw := algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}
+	base := algo.Check{Domain: prefix, Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1, Policy: fw, Hits: 1}
+	var cases []algo.Check
+	for _, a := range algo.Algorithms {
+		c := base
+		c.Policy.Algorithm = a
+		cases = append(cases, c)
+	}
+	for _, f := range []func(*algo.Check){
+		func(c *algo.Check) { c.Hits = 0 },
+		func(c *algo.Check) { c.Hits = 3 },
+		func(c *algo.Check) { c.MaxDelay = algo.Second },
+		func(c *algo.Check) { c.Policy.Burst = 2 },
+		func(c *algo.Check) { c.Refund = true },
+		func(c *algo.Check) { c.Refund, c.ReservedAt = true, 5 },
+		func(c *algo.Check) { c.Take = true },
+		func(c *algo.Check) { c.Policy.Limit = 0 },
+	} {
+		c := base
+		f(&c)
+		cases = append(cases, c)
+	}
+	for i, c := range cases {
+		key := string(AppendKeyAt([]byte(prefix), c, t0.UnixMicro())) + strconv.Itoa(i)
+		args := appendApplyInts(nil, t0.UnixMicro(), []algo.Check{c})
+		argv := make([]any, len(args))
+		for j, a := range args {
+			argv[j] = a
+		}
+		err := client.Eval(ctx, leanLua, []string{key}, argv...).Err()
+		malformed := err != nil && strings.Contains(err.Error(), "malformed arguments")
+		if err != nil && !malformed {
+			t.Fatalf("case %d %+v: lean.lua: %v", i, c, err)
+		}
+		if leanCheck(&c) == malformed {
+			t.Errorf("case %d %+v: leanCheck %v, but lean.lua's framing refuses it: %v", i, c, leanCheck(&c), malformed)
+		}
+	}
+	c := base
+	c.MaxDelay = algo.Second
+	if leanCheck(&c) || plainCheck(&c) {
+		t.Error("a check with MaxDelay would go to lean.lua or the plain path")
+	}
+}

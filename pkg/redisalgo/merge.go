@@ -52,6 +52,9 @@ type scriptCall struct {
 	// accepts, ttl to the PEXPIRE's ms.
 	plain bool
 	ttl   int64
+	// giveBack sends the call as giveBackLua on its one key, taking back
+	// a denied plain hit (plain.go); no one reads its reply.
+	giveBack bool
 	// plainReply holds a plain call's reply, made as apply.lua would have
 	// made it (plain.go), which reply then views.
 	plainReply [replyPerLimit + 2]int64
@@ -96,12 +99,13 @@ type merger struct {
 	cmds   []redis.Cmder
 	merged []mergedCall
 	plains []plainCmds
+	backs  []backCmd
 }
 
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
-// merge returns the commands for calls: an INCRBY and a PEXPIRE per plain
-// call (plain.go), then one script call per run of calls that share a
+// merge returns the commands for calls: a giveBackLua call per give-back
+// and an INCRBY and a PEXPIRE per plain call (plain.go), then one script call per run of calls that share a
 // slot, the eval flag and the script (lean or apply), each carrying calls
 // whose summed cost stays within maxCost, so that no merged script holds
 // Redis much longer than one request may (a call above maxCost goes
@@ -110,6 +114,14 @@ var mergers = sync.Pool{New: func() any { return new(merger) }}
 func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) []redis.Cmder {
 	m.calls = append(m.calls[:0], calls...)
 	byCommand := func(x, y *scriptCall) int {
+		if x.giveBack != y.giveBack {
+			// Give-backs first: they free what the hits after them
+			// may use.
+			if x.giveBack {
+				return -1
+			}
+			return 1
+		}
 		if x.plain != y.plain {
 			if x.plain {
 				return -1
@@ -136,10 +148,15 @@ func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) 
 		// Stable: requests of one slot keep their order in the command.
 		slices.SortStableFunc(m.calls, byCommand)
 	}
-	m.args, m.cmds, m.merged, m.plains = m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0]
+	m.args, m.cmds, m.merged, m.plains, m.backs = m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0], m.backs[:0]
 	lo := 0
 	var cost int64
 	for i, c := range m.calls {
+		if c.giveBack {
+			m.addGiveBack(ctx, c)
+			lo = i + 1
+			continue
+		}
 		if c.plain {
 			// Plain calls sort first and never merge: each is its own
 			// INCRBY and PEXPIRE.
@@ -219,6 +236,9 @@ func (m *merger) split() {
 	for _, p := range m.plains {
 		p.split()
 	}
+	for _, g := range m.backs {
+		g.call.err = g.cmd.Err()
+	}
 	for _, mc := range m.merged {
 		if err := mc.cmd.Err(); err != nil {
 			for _, c := range mc.calls {
@@ -254,5 +274,6 @@ func (m *merger) split() {
 	clear(m.cmds)
 	clear(m.merged)
 	clear(m.plains)
-	m.calls, m.args, m.cmds, m.merged, m.plains = m.calls[:0], m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0]
+	clear(m.backs)
+	m.calls, m.args, m.cmds, m.merged, m.plains, m.backs = m.calls[:0], m.args[:0], m.cmds[:0], m.merged[:0], m.plains[:0], m.backs[:0]
 }

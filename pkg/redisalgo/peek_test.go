@@ -60,7 +60,7 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A fixed window's key names the window of Redis's time at t0.
-			now, _ := b.clock.now(t0)
+			now, _ := b.requestNow(ctx, t0, []algo.Check{c})
 			key := string(AppendKeyAt(nil, c, now))
 			before, err := client.Dump(ctx, key).Result()
 			if err != nil {

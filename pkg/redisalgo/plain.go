@@ -16,24 +16,35 @@ package redisalgo
 // nothing after the round trip knows the difference). PEXPIRE sets the
 // expiry apply.lua would set.
 //
-// A denied hit has been counted and is given back with DECRBY (giveBack),
-// one more round trip on denials only. Until it is, the count is above
+// A denied hit has been counted and is given back (giveBack): not on the
+// request's path, which is answered at once, but with the next pipeline to
+// the same master (batcher.post), by giveBackLua, a conditional decrement:
+// it takes one from a count above 0 and leaves anything else alone, so a
+// give-back that lands after its key expired, was evicted or was deleted
+// by a script's refund never makes a negative count nor a key without a
+// TTL (DECRBY keeps the key's TTL). Until it lands, the count is above
 // the limit by the hits being given back; that denies nothing that would
 // pass, because with one hit per plain call a hit is denied only when the
 // window's admitted hits already reach the limit, and a window's admitted
 // hits never fall but by a refund (a Redis Cluster request's other slot
 // group or the per-second split denying, or a lease's return, each through
-// the script). So every decision is the
-// one apply.lua makes, exactly, never over-admitting; after a refund of a
-// window that is also over its limit, hits may be denied until the
-// give-backs land, one round trip later. More hits per call, or several
-// limits (all or nothing), could deny what fits while a give-back is in
-// flight: those go to the script.
+// the script). So every decision is the one apply.lua makes, exactly,
+// never over-admitting; after a refund of a window that is also over its
+// limit, hits may be denied until the give-backs land, one round trip
+// later. More hits per call, or several limits (all or nothing), could
+// deny what fits while a give-back is in flight: those go to the script.
+//
+// The scripts read a stored count at or below 0 as 0 (no hits). A plain
+// INCRBY that returns 0 or less found such a count (none of ours writes
+// one; an older release's unconditional give-back could): the hit is then
+// counted nowhere the scripts would see, so the call is made again through
+// lean.lua (Backend.eval), which reads the count as apply.lua does and
+// writes the window's true count over it.
 
 import (
 	"context"
 	"errors"
-	"time"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -62,7 +73,11 @@ func windowTTL(period, now int64) int64 {
 // round 676 windows later), so the margin costs only memory: at a period
 // of a second a key lives up to two seconds, as envoyproxy/ratelimit's
 // EXPIRE of a period after the last hit keeps its keys.
-func windowMargin(period int64) int64 { return min(period, 5*algo.Second) }
+func windowMargin(period int64) int64 { return min(period, maxWindowMargin) }
+
+// maxWindowMargin bounds windowMargin; the scripts get it written in
+// (withConstants), so that it is defined here alone.
+const maxWindowMargin = 5 * algo.Second
 
 // windowLeft is the µs from now to the end of its window of period.
 func windowLeft(period, now int64) int64 {
@@ -91,6 +106,11 @@ func (m *merger) addPlain(ctx context.Context, c *scriptCall) {
 	m.plains = append(m.plains, plainCmds{incr: incr, call: c})
 }
 
+// errNotCounted is a plain call's error when its INCRBY found a count at or
+// below 0 (see the package comment above): Backend.eval sends the call
+// again through lean.lua instead of failing it.
+var errNotCounted = errors.New("redisalgo: plain call found a count at or below 0")
+
 // split gives the call its reply as apply.lua's would be: its ints are
 // appendApplyInts's for one check at a given now (-1, now, code, limit,
 // period). A failed INCRBY is the call's error; a failed PEXPIRE only
@@ -104,9 +124,13 @@ func (p plainCmds) split() {
 	now, limit, period := c.ints[1], c.ints[3], c.ints[4]
 	count, left := p.incr.Val(), windowLeft(period, now)
 	r := &c.plainReply
-	if count <= limit {
+	switch {
+	case count < 1:
+		c.err = errNotCounted
+		return
+	case count <= limit:
 		*r = [...]int64{now, 1, 1, limit - count, left, 0, 0}
-	} else {
+	default:
 		// Denied: the hit is given back (giveBack), and the window,
 		// full already, reads as full.
 		*r = [...]int64{now, 0, 0, 0, left, left, 0}
@@ -114,20 +138,55 @@ func (p plainCmds) split() {
 	c.reply = r[:]
 }
 
-// giveBack takes back the hit of every denied plain call, with DECRBY and
-// the PEXPIRE its INCRBY had (so that a key that expired in between dies at
-// its window's end too), in one pipeline outside any batch: denials are
-// rare where this path matters, and the deny cache in front keeps them so.
-// A failure is logged: the window then under-admits by the hits not given
-// back until it ends.
-func (b *Backend) giveBack(ctx context.Context, calls []*call) {
-	pipe := b.client.Pipeline()
+// giveBackLua takes one hit back from a fixed window's count: from a count
+// above 0 only, so that it never makes a negative count, and never a key
+// (a missing key stays missing, and DECRBY keeps an existing key's TTL).
+// It is sent whole (EVAL), since it is small and sent on denials only: no
+// NOSCRIPT can fail it.
+const giveBackLua = `local v = tonumber(redis.call('GET', KEYS[1]))
+if v and v > 0 then return redis.call('DECRBY', KEYS[1], 1) end
+return 0`
+
+var (
+	argGiveBack any = giveBackLua
+	argOneKey   any = 1
+)
+
+// backCmd is one give-back's command.
+type backCmd struct {
+	cmd  *redis.Cmd
+	call *scriptCall
+}
+
+// addGiveBack adds c's giveBackLua call.
+func (m *merger) addGiveBack(ctx context.Context, c *scriptCall) {
+	cmd := redis.NewCmd(ctx, argEval, argGiveBack, argOneKey, &c.keys[0])
+	cmd.SetFirstKeyPos(3)
+	m.cmds = append(m.cmds, cmd)
+	m.backs = append(m.backs, backCmd{cmd: cmd, call: c})
+}
+
+// giveBack takes back the hit of every denied plain call without waiting:
+// each goes, as a giveBackLua call, with the next pipeline to its call's
+// master (topology.poster). A failure is logged: the window then
+// under-admits by the hits not given back until it ends.
+func (b *Backend) giveBack(calls []*call) {
 	for _, c := range calls {
-		sc := &c.script
-		pipe.DecrBy(ctx, sc.keys[0], 1)
-		pipe.PExpire(ctx, sc.keys[0], time.Duration(sc.ttl)*time.Millisecond)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		b.log.Warn("giving back a denied hit failed; its window under-admits by it until it ends", zap.Int("calls", len(calls)), zap.Error(err))
+		// The request's scratch is reused once Apply returns: the
+		// give-back owns its key.
+		back := &scriptCall{giveBack: true, slot: c.script.slot, keys: []string{strings.Clone(c.script.keys[0])}}
+		j := newJob()
+		j.calls = []*scriptCall{back}
+		j.after = func() {
+			if err := back.err; err != nil {
+				b.log.Warn("giving back a denied hit failed; its window under-admits by it until it ends", zap.Error(err))
+			}
+			b.giveBacks.Done()
+		}
+		b.giveBacks.Add(1)
+		if !b.topo.poster(c.node).post(j) {
+			b.giveBacks.Done()
+			b.log.Warn("a denied hit was not given back: the backend is closed; its window under-admits by it until it ends")
+		}
 	}
 }

@@ -86,6 +86,8 @@ func TestDifferentialPlain(t *testing.T) {
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
+			// A denied plain hit is given back off the request's path.
+			b.giveBacks.Wait()
 			if !slices.Equal(got, goOut) {
 				t.Fatalf("step %d at %d, checks %+v (plain %v):\n go    %+v\n redis %+v", step, now, checks, plain, goOut, got)
 			}
@@ -183,7 +185,8 @@ func TestPlainConcurrentMixed(t *testing.T) {
 		if sum < limit-1 || sum > limit {
 			t.Fatalf("admitted %d hits of a limit of %d", sum, limit)
 		}
-		now, _ := b.clock.now(time.Now())
+		b.giveBacks.Wait()
+		now, _ := b.requestNow(ctx, time.Now(), []algo.Check{c})
 		key := string(AppendKeyAt(nil, c, now))
 		if v, err := client.Get(ctx, key).Int64(); err != nil || v != sum {
 			t.Fatalf("%s holds %d (%v) after every request was answered, want the %d admitted", key, v, err, sum)
@@ -193,9 +196,10 @@ func TestPlainConcurrentMixed(t *testing.T) {
 
 // TestClockPlacesWindows: in production (no CallerTime) a fixed window's
 // key is the window holding Redis's TIME at the instant the caller gives,
-// on this process's clock; and a refund its caller makes at the same
-// instant lands in the same window even when Redis's clock has moved on to
-// the next (the per-second split refunds so), never in the current one.
+// on this process's clock, when that instant is near the send; a refund its
+// caller makes at the same instant lands in the same window. An instant far
+// from the send (a caller's clock that stepped, a request that waited) is
+// placed at the send instead: never in a window Redis considers over.
 func TestClockPlacesWindows(t *testing.T) {
 	ctx := context.Background()
 	client := redistest.SharedStandalone(t).Client(t)
@@ -210,85 +214,134 @@ func TestClockPlacesWindows(t *testing.T) {
 		}
 		return tm.UnixMicro()
 	}
-	// Two seconds ago: a past window, whose key still lives (its TTL is
-	// counted from the Redis time it names).
-	past := time.Now().Add(-2 * time.Second)
-	if d, err := b.Apply(ctx, past, []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+	count := func(now int64) int64 {
+		n, _ := client.Get(ctx, string(AppendKeyAt(nil, c, now))).Int64()
+		return n
+	}
+	// Two seconds ago: beyond atSkew, so placed at the send.
+	before := redisNow()
+	if d, err := b.Apply(ctx, time.Now().Add(-2*time.Second), []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
 		t.Fatalf("Apply at the past instant: %+v, %v", d, err)
 	}
-	if d, err := b.Apply(ctx, time.Now(), []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
-		t.Fatalf("Apply now: %+v, %v (a fresh window: the past one is another key)", d, err)
+	after := redisNow()
+	if n := count(before-2*algo.Second) + count(before-algo.Second); n != 0 {
+		t.Fatalf("the hit of an instant 2 s old went to a past window")
 	}
-	now := redisNow()
-	pastKey := string(AppendKeyAt(nil, c, now-2*algo.Second))
-	nowKey := string(AppendKeyAt(nil, c, now))
-	if pastKey == nowKey {
-		t.Fatalf("one key %s for two windows", nowKey)
+	n := count(before)
+	if algo.WindowIndex(after, algo.Second) != algo.WindowIndex(before, algo.Second) {
+		n += count(after)
+	}
+	if n != 1 {
+		t.Fatalf("the hit of an instant 2 s old is in neither the window of the send nor the next")
+	}
+	// 100 ms ago: within atSkew, so at that instant; the refund at the
+	// same instant gives it back in the same window, whatever window
+	// Redis's clock is in by then.
+	at := time.Now().Add(-100 * time.Millisecond)
+	c.Entries = []algo.Entry{{Key: "k", Value: "w"}}
+	if d, err := b.Apply(ctx, at, []algo.Check{c}); err != nil || !d[0].Allowed || d[0].Remaining != 4 {
+		t.Fatalf("Apply 100 ms ago: %+v, %v", d, err)
 	}
 	refund := c
 	refund.Refund = true
-	if _, err := b.Apply(ctx, past, []algo.Check{refund}); err != nil {
+	if _, err := b.Apply(ctx, at, []algo.Check{refund}); err != nil {
 		t.Fatal(err)
 	}
-	// The Redis seconds read here and in Apply may straddle a boundary:
-	// then the hit is in the window before. A count refunded to 0 is
-	// deleted (its state equals no key).
-	for _, tc := range []struct {
-		key, want string
-	}{{pastKey, ""}, {nowKey, "1"}} {
-		got := client.Get(ctx, tc.key).Val()
-		if got != tc.want {
-			prev := string(AppendKeyAt(nil, c, now-algo.Second))
-			if tc.key == nowKey && client.Get(ctx, prev).Val() == tc.want {
-				continue
-			}
-			t.Errorf("%s holds %q, want %q", tc.key, got, tc.want)
+	now := redisNow()
+	for _, w := range []int64{now - 2*algo.Second, now - algo.Second, now} {
+		if n := count(w); n != 0 {
+			t.Errorf("the window of %d holds %d after the refund at the hit's instant, want none", w, n)
 		}
 	}
 }
 
-// TestRedisClockObserve: the offset is Redis's time less the middle of the
-// round trip that read it, and it is due again after clockMaxAge.
+// TestRedisClockObserve: the reading is Redis's time at the middle of the
+// round trip that read it; it is due again after clockMaxAge and unusable
+// after clockMaxUse; the shortest round trip of the last clockMaxKeep is
+// used; a measurement that jumps is refused until a second agrees; an
+// instant beyond atSkew of the send is placed at the send.
 func TestRedisClockObserve(t *testing.T) {
 	var c redisClock
 	local := time.UnixMicro(1_000_000_000_000)
 	if now, ok := c.now(local); ok || !c.stale(local) || now != local.UnixMicro() {
 		t.Fatalf("unmeasured clock: now %d ok %v stale %v, want the local time, not ok, stale", now, ok, c.stale(local))
 	}
+	if _, ok := c.place(local, local, algo.Second); ok {
+		t.Fatal("an unmeasured clock placed a request")
+	}
+	const off = 5_000_000
+	// observe's Redis time for a round trip sent at s of 400 µs, at
+	// offset o (µs) from the local clock.
+	redisAt := func(s time.Time, o int64) time.Time {
+		return s.Add(200*time.Microsecond + time.Duration(o)*time.Microsecond)
+	}
+	want := func(at time.Time, o int64) int64 { return at.UnixMicro() + o }
 	sent, recv := local, local.Add(400*time.Microsecond)
-	c.observe(sent, recv, local.Add(5*time.Second))
+	c.observe(sent, recv, redisAt(sent, off))
 	for _, tc := range []struct {
 		at    time.Time
-		want  int64
 		stale bool
 	}{
-		{recv, recv.UnixMicro() + 5_000_000 - 200, false},
-		{recv.Add(clockMaxAge), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 200, false},
-		{recv.Add(clockMaxAge + time.Microsecond), recv.Add(clockMaxAge).UnixMicro() + 5_000_000 - 199, true},
+		{recv, false},
+		{recv.Add(clockMaxAge), false},
+		{recv.Add(clockMaxAge + time.Microsecond), true},
 	} {
-		if now, ok := c.now(tc.at); now != tc.want || c.stale(tc.at) != tc.stale || !ok {
-			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, c.stale(tc.at), ok, tc.want, tc.stale)
+		if now, ok := c.now(tc.at); now != want(tc.at, off) || c.stale(tc.at) != tc.stale || !ok {
+			t.Errorf("at %v: now %d stale %v ok %v, want %d stale %v", tc.at, now, c.stale(tc.at), ok, want(tc.at, off), tc.stale)
 		}
 	}
-	// The shortest round trip of the last clockMaxKeep is used: a slower
-	// one's measurement counts as a check but is not used until the
-	// faster one is older than clockMaxKeep.
-	slow := recv.Add(time.Second + time.Millisecond)
-	c.observe(recv.Add(time.Second), slow, recv.Add(time.Second+5*time.Second))
-	if now, _ := c.now(slow); c.stale(slow) || now != slow.UnixMicro()+5_000_000-200 {
-		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, c.stale(slow))
+	// place: the instant within atSkew of the send, else the send; no
+	// reading older than clockMaxUse.
+	for _, tc := range []struct {
+		at, sent time.Time
+		want     int64
+		ok       bool
+	}{
+		{recv.Add(-100 * time.Millisecond), recv, want(recv.Add(-100*time.Millisecond), off), true},
+		{recv.Add(-300 * time.Millisecond), recv, want(recv, off), true},
+		{recv.Add(10 * time.Second), recv, want(recv, off), true},
+		{recv, recv.Add(clockMaxUse + time.Microsecond), 0, false},
+	} {
+		if now, ok := c.place(tc.at, tc.sent, algo.Second); now != tc.want || ok != tc.ok {
+			t.Errorf("place(%v, %v) = %d, %v; want %d, %v", tc.at, tc.sent, now, ok, tc.want, tc.ok)
+		}
 	}
-	late := recv.Add(clockMaxKeep + 2*time.Second)
-	c.observe(late, late.Add(time.Millisecond), late.Add(time.Millisecond+7*time.Second))
-	if now, _ := c.now(late.Add(time.Millisecond)); now != late.Add(time.Millisecond).UnixMicro()+7_000_000+500 {
-		t.Errorf("after clockMaxKeep: now %d, want the slow round trip's offset", now)
+	// A slower round trip's measurement, within its error, counts as a
+	// check; the faster one's stays in use.
+	s2 := recv.Add(time.Second)
+	c.observe(s2, s2.Add(time.Millisecond), s2.Add(500*time.Microsecond+(off+300)*time.Microsecond))
+	if now, _ := c.now(s2); c.stale(s2.Add(time.Millisecond)) || now != want(s2, off) {
+		t.Errorf("after a slow round trip: now %d stale %v, want the first offset, not stale", now, c.stale(s2))
 	}
-	due := late.Add(clockMaxAge + time.Second)
+	// A jump of 7 s: refused, the clock suspect (due, and placing
+	// nothing), until a second measurement agrees.
+	s3 := s2.Add(time.Second)
+	c.observe(s3, s3.Add(400*time.Microsecond), redisAt(s3, off+7_000_000))
+	if now, _ := c.now(s3); now != want(s3, off) || !c.stale(s3) {
+		t.Errorf("after a jump: now %d stale %v, want the old offset, stale", now, c.stale(s3))
+	}
+	if _, ok := c.place(s3, s3, algo.Second); ok {
+		t.Error("a suspect clock placed a request")
+	}
+	s4 := s3.Add(time.Millisecond)
+	c.observe(s4, s4.Add(400*time.Microsecond), redisAt(s4, off+7_000_000))
+	if now, ok := c.place(s4, s4, algo.Second); !ok || now != want(s4, off+7_000_000) || c.stale(s4) {
+		t.Errorf("after a confirmed jump: now %d ok %v stale %v, want the new offset", now, ok, c.stale(s4))
+	}
+	// A jump that the next measurement contradicts is dropped.
+	s5 := s4.Add(time.Second)
+	c.observe(s5, s5.Add(400*time.Microsecond), redisAt(s5, off+1_000_000))
+	s6 := s5.Add(time.Millisecond)
+	c.observe(s6, s6.Add(400*time.Microsecond), redisAt(s6, off+7_000_000))
+	if now, ok := c.place(s6, s6, algo.Second); !ok || now != want(s6, off+7_000_000) {
+		t.Errorf("after a contradicted jump: now %d ok %v, want the offset before it", now, ok)
+	}
+	due := s6.Add(clockMaxAge + time.Second)
 	if !c.claim(due) || c.claim(due) {
 		t.Fatal("a stale clock must be claimed by exactly one pipeline")
 	}
 	c.release()
-	if c.claim(late.Add(time.Millisecond)) {
+	if c.claim(s6.Add(time.Millisecond)) {
 		t.Fatal("a fresh clock was claimed")
 	}
 }
@@ -357,5 +410,80 @@ func TestWindowOutlivesReplicaClocks(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // past the window's end as the first replica set it
 	if d, err := behind.Apply(ctx, time.UnixMicro(end-2000), []algo.Check{c}); err != nil || d[0].Remaining != 1 {
 		t.Fatalf("behind: %+v, %v; want remaining 1 (the window's count), not 2 (a fresh key)", d, err)
+	}
+}
+
+// TestRedisClockInvalidate: after a failed pipeline the clock is due for
+// a measurement, and requests still use its reading meanwhile.
+func TestRedisClockInvalidate(t *testing.T) {
+	var c redisClock
+	local := time.UnixMicro(1_000_000_000_000)
+	c.observe(local, local.Add(400*time.Microsecond), local.Add(time.Second))
+	at := local.Add(time.Millisecond)
+	if c.stale(at) {
+		t.Fatal("a fresh clock is stale")
+	}
+	c.invalidate()
+	if !c.stale(at) {
+		t.Error("an invalidated clock is not due for a measurement")
+	}
+	if now, ok := c.place(at, at, algo.Second); !ok || now != at.UnixMicro()+1_000_000-200 {
+		t.Errorf("an invalidated clock placed at %d, %v; want its reading", now, ok)
+	}
+	c.observe(at, at.Add(400*time.Microsecond), at.Add(200*time.Microsecond+time.Second-200*time.Microsecond))
+	if c.stale(at.Add(time.Millisecond)) {
+		t.Error("the measurement after invalidate left the clock due")
+	}
+}
+
+// TestRedisClockLocalStep: a step of the local wall clock apart from the
+// monotonic one (an NTP step; a VM's resume, during whose pause the
+// monotonic clock stood still) stops requests from being placed on the
+// anchor of before, and the next measurement replaces the reading at once
+// without waiting for a confirmation, dropping the samples of before.
+// (The test's times carry no monotonic reading, so the wall readings are
+// given apart.)
+func TestRedisClockLocalStep(t *testing.T) {
+	var c redisClock
+	local := time.UnixMicro(1_000_000_000_000)
+	sample := func(sent time.Time, wallStep, redisOff int64) clockSample {
+		mid := sent.Add(200 * time.Microsecond)
+		return clockSample{redis: mid.UnixMicro() + redisOff, local: mid, wall: mid.UnixMicro() + wallStep, rtt: 400 * time.Microsecond}
+	}
+	const off = 3_000_000
+	c.record(sample(local, 0, off), local.Add(400*time.Microsecond))
+	at := local.Add(time.Millisecond)
+	if now, ok := c.placeWall(at, at, at.UnixMicro(), algo.Second); !ok || now != at.UnixMicro()+off {
+		t.Fatalf("before the step: %d, %v", now, ok)
+	}
+	for _, step := range []int64{10_000_000, -10_000_000, 2_000_000, -2_000_000} {
+		if _, ok := c.placeWall(at, at, at.UnixMicro()+step, algo.Second); ok {
+			t.Errorf("a wall clock stepped by %d µs: the request was placed on the anchor of before", step)
+		}
+	}
+	// A wall step alone: Redis's time on the monotonic clock is
+	// unchanged, and after the measurement the step no longer stops
+	// requests.
+	s2 := local.Add(time.Second)
+	c.record(sample(s2, 10_000_000, off), s2.Add(400*time.Microsecond))
+	at2 := s2.Add(time.Millisecond)
+	if now, ok := c.placeWall(at2, at2, at2.UnixMicro()+10_000_000, algo.Second); !ok || now != at2.UnixMicro()+off {
+		t.Errorf("after a wall step and a measurement: %d, %v; want %d, true", now, ok, at2.UnixMicro()+off)
+	}
+	// A VM's pause of 5 s: the monotonic clock stood still, the wall and
+	// Redis's clocks went on. The measurement is taken at once, without
+	// the confirmation a jump of Redis's clock alone needs.
+	s3 := s2.Add(time.Second)
+	c.record(sample(s3, 10_000_000+5_000_000, off+5_000_000), s3.Add(400*time.Microsecond))
+	at3 := s3.Add(time.Millisecond)
+	if now, ok := c.placeWall(at3, at3, at3.UnixMicro()+15_000_000, algo.Second); !ok || now != at3.UnixMicro()+off+5_000_000 {
+		t.Errorf("after a VM's pause and a measurement: %d, %v; want %d, true", now, ok, at3.UnixMicro()+off+5_000_000)
+	}
+	// Real times (with the monotonic clock) never count as a step.
+	var r redisClock
+	sent := time.Now()
+	r.observe(sent, time.Now(), time.Now())
+	if _, ok := r.place(time.Now(), time.Now(), algo.Second); !ok {
+		t.Error("a reading of real times was taken for a step")
 	}
 }

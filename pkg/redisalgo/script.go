@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,7 +18,26 @@ import (
 // the storage per algorithm.
 //
 //go:embed lua/apply.lua
-var applyLua string
+var applyLuaSource string
+
+// applyLua is apply.lua as loaded: its constants written in (withConstants).
+var applyLua = withConstants(applyLuaSource)
+
+// constMaxWindowMargin is the placeholder of maxWindowMargin in the
+// scripts, a Lua global that does not exist: a script loaded without its
+// constants written in fails loudly instead of using another value.
+const constMaxWindowMargin = "__MAX_WINDOW_MARGIN__"
+
+// withConstants writes the Go constants the scripts share into src, so
+// that each has one definition, here.
+func withConstants(src string) string {
+	if !strings.Contains(src, constMaxWindowMargin) {
+		// The embedded scripts are part of the build: this is a defect of
+		// the build, which any test shows at once.
+		panic("redisalgo: a script lacks " + constMaxWindowMargin)
+	}
+	return strings.ReplaceAll(src, constMaxWindowMargin, strconv.FormatInt(maxWindowMargin, 10))
+}
 
 // applyScript runs apply.lua by EVALSHA (go-redis falls back to EVAL on
 // NOSCRIPT when run through Script.Run).
@@ -90,31 +111,7 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 	}
 	for i := range checks {
 		c := &checks[i]
-		code := int64(c.Policy.Algorithm)
-		if code < 0 || code >= codeRefund {
-			// No algorithm apply.lua knows: it blocks, as for any
-			// unknown code.
-			code = 0
-		}
-		switch {
-		case c.Refund && c.ReservedAt != 0:
-			code += codeCancel
-		case c.Refund:
-			code += codeRefund
-		case c.Take:
-			code += codeTake
-		}
-		burst := burstArg(c.Policy)
-		if burst != 0 {
-			code += codeBurst
-		}
-		if c.Hits != 1 {
-			code += codeHits
-		}
-		extra := queueArg(c)
-		if extra != 0 {
-			code += codeExtra
-		}
+		code, burst, extra := applyCode(c)
 		dst = append(dst, code, c.Policy.Limit, c.Policy.Period)
 		if burst != 0 {
 			dst = append(dst, burst)
@@ -127,6 +124,38 @@ func appendApplyInts(dst []int64, now int64, checks []algo.Check) []int64 {
 		}
 	}
 	return dst
+}
+
+// applyCode returns c's code in apply.lua's ARGV (algorithm, mode, and
+// which optional arguments follow), and its burst and queue-mode
+// arguments (0: left out).
+func applyCode(c *algo.Check) (code, burst, extra int64) {
+	code = int64(c.Policy.Algorithm)
+	if code < 0 || code >= codeRefund {
+		// No algorithm apply.lua knows: it blocks, as for any unknown
+		// code.
+		code = 0
+	}
+	switch {
+	case c.Refund && c.ReservedAt != 0:
+		code += codeCancel
+	case c.Refund:
+		code += codeRefund
+	case c.Take:
+		code += codeTake
+	}
+	burst = burstArg(c.Policy)
+	if burst != 0 {
+		code += codeBurst
+	}
+	if c.Hits != 1 {
+		code += codeHits
+	}
+	extra = queueArg(c)
+	if extra != 0 {
+		code += codeExtra
+	}
+	return code, burst, extra
 }
 
 // queueArg is a check's queue-mode argument for apply.lua: a cancel's

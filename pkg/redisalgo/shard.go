@@ -39,6 +39,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
@@ -71,8 +73,13 @@ type node struct {
 	id   int
 	addr string
 	// batch shares pipelines between the requests for this node; nil
-	// without batching.
-	batch *batcher
+	// without batching. backs carries give-backs (plain.go): batch, or
+	// without batching a batcher of its own.
+	batch, backs *batcher
+	// clock is the master's clock (clock.go), its TIME sent on the
+	// master's own client; node 0's goes through the cluster client to
+	// any master, until the slot map names the masters.
+	clock *masterClock
 	// failing is set when a call to the node fails and cleared when one
 	// succeeds; while it is set, checks mapped to the node ask for a slot
 	// map reload.
@@ -84,7 +91,9 @@ type node struct {
 // addresses beyond maxNodes.
 type nodes struct {
 	cluster  ClusterClient
-	newBatch func() *batcher // nil without batching
+	newBatch func(*masterClock) *batcher // nil without batching
+	// newBacks makes a node's give-back batcher without batching.
+	newBacks func(*masterClock) *batcher
 	unknown  *node
 	// mapped is set once a call succeeded: the client then has a slot map,
 	// and MasterForKey answers from it without I/O.
@@ -97,12 +106,10 @@ type nodes struct {
 	closed bool
 }
 
-func newNodes(cluster ClusterClient, newBatch func() *batcher) *nodes {
-	ns := &nodes{cluster: cluster, newBatch: newBatch}
-	ns.unknown = &node{id: 0, addr: ""}
-	if newBatch != nil {
-		ns.unknown.batch = newBatch()
-	}
+func newNodes(cluster ClusterClient, newBatch, newBacks func(*masterClock) *batcher) *nodes {
+	ns := &nodes{cluster: cluster, newBatch: newBatch, newBacks: newBacks}
+	ns.unknown = &node{id: 0, addr: "", clock: &masterClock{via: cluster}}
+	ns.batchers(ns.unknown)
 	ns.all = []*node{ns.unknown}
 	ns.byAddr.Store(&map[string]*node{})
 	return ns
@@ -122,10 +129,11 @@ func (ns *nodes) forKey(key string) *node {
 	if n := (*ns.byAddr.Load())[addr]; n != nil {
 		return n
 	}
-	return ns.add(addr)
+	return ns.add(addr, c)
 }
 
-func (ns *nodes) add(addr string) *node {
+// add returns the node of addr, whose client is c, numbering it if new.
+func (ns *nodes) add(addr string, c *redis.Client) *node {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	old := *ns.byAddr.Load()
@@ -135,12 +143,10 @@ func (ns *nodes) add(addr string) *node {
 	if len(ns.all) >= maxNodes {
 		return ns.unknown
 	}
-	n := &node{id: len(ns.all), addr: addr}
-	if ns.newBatch != nil {
-		n.batch = ns.newBatch()
-		if ns.closed {
-			n.batch.close()
-		}
+	n := &node{id: len(ns.all), addr: addr, clock: &masterClock{via: c}}
+	ns.batchers(n)
+	if ns.closed {
+		n.closeBatchers()
 	}
 	ns.all = append(ns.all, n)
 	m := make(map[string]*node, len(old)+1)
@@ -179,9 +185,26 @@ func (ns *nodes) close() {
 	all := slices.Clone(ns.all)
 	ns.mu.Unlock()
 	for _, n := range all {
-		if n.batch != nil {
-			n.batch.close()
-		}
+		n.closeBatchers()
+	}
+}
+
+// batchers gives n its request and give-back batchers.
+func (ns *nodes) batchers(n *node) {
+	if ns.newBatch != nil {
+		n.batch = ns.newBatch(n.clock)
+		n.backs = n.batch
+		return
+	}
+	n.backs = ns.newBacks(n.clock)
+}
+
+func (n *node) closeBatchers() {
+	if n.batch != nil {
+		n.batch.close()
+	}
+	if n.backs != n.batch {
+		n.backs.close()
 	}
 }
 

@@ -39,6 +39,12 @@ type topology interface {
 	shard(prefix string, c algo.Check) int
 	// shardName returns the address shard id names, or "".
 	shardName(id int) string
+	// clockOf returns the clock of the master of c's key, prefix first.
+	clockOf(prefix string, c *algo.Check) *masterClock
+	// poster returns the batcher that carries give-backs to the master of
+	// a call routed to n (nil unless cluster): its request batcher, or
+	// one for give-backs alone under Options.NoBatch.
+	poster(n *node) *batcher
 	// close closes the batchers.
 	close()
 	// pending returns the calls queued in the batchers (for tests).
@@ -56,8 +62,11 @@ type oneMaster struct {
 	b      *Backend
 	client Client
 	// batch shares pipelines between concurrent requests; nil sends each
-	// request's calls alone (Options.NoBatch).
-	batch *batcher
+	// request's calls alone (Options.NoBatch). backs carries give-backs:
+	// batch, or under NoBatch a batcher of its own.
+	batch, backs *batcher
+	// clock is the master's clock (clock.go).
+	clock *masterClock
 }
 
 func (t *oneMaster) slot([]byte) int       { return 0 }
@@ -70,16 +79,23 @@ func (t *oneMaster) forEachMaster(ctx context.Context, fn func(context.Context, 
 }
 
 func (t *oneMaster) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
-	return t.b.roundTripVia(ctx, s, calls, t.batch)
+	return t.b.roundTripVia(ctx, s, calls, t.batch, t.clock)
 }
+
+func (t *oneMaster) clockOf(string, *algo.Check) *masterClock { return t.clock }
 
 func (t *oneMaster) settle(_ []call, failed error) error { return failed }
 func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
 func (t *oneMaster) shardName(int) string                { return "" }
 
+func (t *oneMaster) poster(*node) *batcher { return t.backs }
+
 func (t *oneMaster) close() {
 	if t.batch != nil {
 		t.batch.close()
+	}
+	if t.backs != t.batch {
+		t.backs.close()
 	}
 }
 
@@ -118,9 +134,14 @@ func (t *cluster) route(calls []call) {
 
 func (t *cluster) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
 	if t.nodes.newBatch == nil {
-		return t.b.roundTripVia(ctx, s, calls, nil)
+		// The calls may go to several masters: no one clock to measure.
+		return t.b.roundTripVia(ctx, s, calls, nil, nil)
 	}
 	return roundTripNodes(ctx, s, calls)
+}
+
+func (t *cluster) clockOf(prefix string, c *algo.Check) *masterClock {
+	return t.nodeOf(prefix, c).clock
 }
 
 func (t *cluster) settle(calls []call, failed error) error {
@@ -134,14 +155,20 @@ func (t *cluster) settle(calls []call, failed error) error {
 	return &ShardError{Shards: shards, Err: failed}
 }
 
-func (t *cluster) shard(prefix string, c algo.Check) int {
+// nodeOf returns the node that serves c's key, prefix first.
+func (t *cluster) nodeOf(prefix string, c *algo.Check) *node {
 	buf := keyBufs.Get().(*keyBuf)
 	buf.reset()
 	// Any window's key has the limit's slot (AppendKeyAt).
-	buf.add(prefix, c, 0)
+	buf.add(prefix, *c, 0)
 	// The view is read only until forKey returns; buf is reset after.
 	n := t.nodes.forKey(buf.view(0))
 	keyBufs.Put(buf)
+	return n
+}
+
+func (t *cluster) shard(prefix string, c algo.Check) int {
+	n := t.nodeOf(prefix, &c)
 	if n.failing.Load() {
 		t.nodes.reload()
 	}
@@ -150,4 +177,5 @@ func (t *cluster) shard(prefix string, c algo.Check) int {
 
 func (t *cluster) shardName(id int) string { return t.nodes.name(id) }
 func (t *cluster) close()                  { t.nodes.close() }
+func (t *cluster) poster(n *node) *batcher { return n.backs }
 func (t *cluster) pending() int            { return t.nodes.pending() }

@@ -1,23 +1,26 @@
 // Package refstats sends envoyproxy/ratelimit's statsd stats, under its
 // names, to a statsd server (in Envoy Gateway's Deployment, the
 // statsd_exporter sidecar, which maps them onto Prometheus names). It
-// uses lyft/gostats, the reference's own statsd client, so the wire format
-// is the reference's: TCP by default, counters as the growth since the
+// uses lyft/gostats's store, the reference's own statsd client, so the
+// names and values are the reference's: counters as the growth since the
 // last flush, one timer line per call, and EXTRA_TAGS encoded into the
-// name as ".__key=value" after the scope.
+// name as ".__key=value" after the scope. The lines go through a sink of
+// its own (sink.go) in gostats's wire format, TCP by default.
 //
 // The counters themselves live in the service (rls.ReferenceMetrics,
 // plain atomics on the request path); a Sender reads them on every flush
 // and sends what grew, so a request costs nothing here but the timer
 // line. It must not count anything itself, read the environment or touch
-// Prometheus. gostats's sink has no Close: its connection goroutine lives
-// as long as the process, which makes one Sender.
+// Prometheus. It starts no goroutine: every flush runs on its caller's
+// (Run's), bounded in time, so Run's end is the Sender's.
 package refstats
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,6 +75,7 @@ type Source interface {
 type Sender struct {
 	opts  Options
 	store gostats.Store
+	sink  *sink
 	timer gostats.Timer
 
 	mu       sync.Mutex
@@ -79,10 +83,10 @@ type Sender struct {
 	counters map[string]gostats.Counter
 }
 
-// New connects (in the background, retrying as gostats does) to the
-// statsd server o names. timerScope and timerName name the per-call
-// timer.
-func New(o Options, timerScope, timerName string) (s *Sender, err error) {
+// New returns a Sender to the statsd server o names; it connects at the
+// first flush, and again after a failed one. timerScope and timerName
+// name the per-call timer.
+func New(o Options, timerScope, timerName string) (*Sender, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -96,17 +100,8 @@ func New(o Options, timerScope, timerName string) (s *Sender, err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// gostats reads its own environment variables as it builds a sink,
-	// and panics on a malformed one (STATSD_PORT=x); every value it uses
-	// here is set below, so such a variable is reported, not fatal.
-	defer func() {
-		if r := recover(); r != nil {
-			s, err = nil, fmt.Errorf("refstats: statsd client: %v", r)
-		}
-	}()
-	sink := gostats.NewNetSink(gostats.WithStatsdHost(o.Host), gostats.WithStatsdPort(o.Port),
-		gostats.WithStatsdProtocol(o.Protocol), gostats.WithLogger(log.Named("statsd").Sugar()))
-	s = &Sender{opts: o, store: gostats.NewStore(sink, false), scopes: map[string]gostats.Scope{}, counters: map[string]gostats.Counter{}}
+	sk := newSink(o.Protocol, net.JoinHostPort(o.Host, strconv.Itoa(o.Port)), log.Named("statsd"))
+	s := &Sender{opts: o, store: gostats.NewStore(sk, false), sink: sk, scopes: map[string]gostats.Scope{}, counters: map[string]gostats.Counter{}}
 	s.timer = s.scope(timerScope).NewMilliTimer(timerName)
 	return s, nil
 }
@@ -144,24 +139,18 @@ func (s *Sender) Flush() {
 	s.store.Flush()
 }
 
-// finalFlushWait bounds the last flush at shutdown: gostats waits for a
-// connection that may never come back.
-const finalFlushWait = time.Second
-
 // Run flushes the source every flush interval until ctx ends, then once
-// more, waiting for that last flush at most finalFlushWait. It returns nil.
+// more, on its own goroutine (within flushBudget), and closes the
+// connection. It returns nil: statsd being unreachable costs the stats,
+// not the service.
 func (s *Sender) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.FlushInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			done := make(chan struct{})
-			go func() { s.Flush(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(finalFlushWait):
-			}
+			s.Flush()
+			s.sink.close()
 			return nil
 		case <-t.C:
 			s.Flush()

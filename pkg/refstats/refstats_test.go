@@ -1,10 +1,14 @@
 package refstats
 
 import (
+	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/envoy-rls/envoy-rls/internal/eventually"
 	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
@@ -137,4 +141,76 @@ func TestObserveAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { s.Observe(1234 * time.Microsecond) }); n != 0 && !raceEnabled {
 		t.Errorf("Observe allocates %v times per call, want 0", n)
 	}
+}
+
+// TestRunEndsWithStatsdUnreachable: with the statsd server refusing
+// connections, or accepting them and never reading, Run's last flush ends
+// within its budget on Run's own goroutine, and no goroutine the Sender
+// started outlives Run.
+func TestRunEndsWithStatsdUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protocol string
+		addr     func(t *testing.T) (host string, port int)
+	}{
+		{"tcp refused", "tcp", func(t *testing.T) (string, int) { return "127.0.0.1", tcpPort(t, false) }},
+		{"tcp never read", "tcp", func(t *testing.T) (string, int) { return "127.0.0.1", tcpPort(t, true) }},
+		{"udp refused", "udp", func(t *testing.T) (string, int) {
+			c, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := c.LocalAddr().(*net.UDPAddr)
+			_ = c.Close()
+			return "127.0.0.1", a.Port
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			host, port := tc.addr(t)
+			src := &source{}
+			s, err := New(Options{Host: host, Port: port, Protocol: tc.protocol, FlushInterval: time.Millisecond, Source: src},
+				"ratelimit_server", "ShouldRateLimit.response_time")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			// Enough flushes and stats to fill what a socket would
+			// hold without a reader.
+			for i := range 20000 {
+				src.set("ratelimit.service.rate_limit.d.k", "total_hits", uint64(i))
+				s.Observe(time.Duration(i) * time.Microsecond)
+			}
+			s.Flush()
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			case <-time.After(time.Minute): // a hang guard, not a timing bound
+				t.Fatal("Run did not return after its context ended")
+			}
+			goleak.VerifyNone(t, ignore)
+		})
+	}
+}
+
+// tcpPort returns a loopback port whose listener, when listen, accepts
+// connections and never reads them (until the test ends), else is closed,
+// so that connections are refused.
+func tcpPort(t *testing.T, listen bool) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listen {
+		t.Cleanup(func() { _ = l.Close() })
+	} else {
+		_ = l.Close()
+	}
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -830,13 +830,15 @@ end
 -- End of queue mode. --
 
 -- windowMargin is how much longer than its window a fixed window's key
--- lives (redisalgo.windowMargin): a period, at most 5 s. Another replica,
+-- lives (redisalgo.windowMargin): a period, at most MAX_WINDOW_MARGIN µs,
+-- which the backend writes in from redisalgo.maxWindowMargin before it
+-- loads the script (script.go). Another replica,
 -- whose tracked clock may lag this one's, can still count into the window
 -- after this one thinks it ended: the key must not have expired under it.
 -- A past window's key is never read by a replica whose clock is right, so
 -- the margin costs only memory.
 local function windowMargin(period)
-  return math.min(period, 5000000)
+  return math.min(period, __MAX_WINDOW_MARGIN__)
 end
 
 -- ttlMs converts an algo.Expiry to a PEXPIRE, or 0 to delete the key.

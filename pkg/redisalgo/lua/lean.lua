@@ -170,8 +170,8 @@ for _, r in ipairs(reqs) do
         if allowed then
           -- apply.lua's commit: a consumed window has a count, so its
           -- expiry (algo.expiryFixedWindow) is the window's end, > now,
-          -- and apply.lua's windowMargin: a period, at most 5 s.
-          local e = ns + period - now + math.min(period, 5000000)
+          -- and apply.lua's windowMargin (the backend writes the bound in).
+          local e = ns + period - now + math.min(period, __MAX_WINDOW_MARGIN__)
           local ms, rem = divmod(e, 1000)
           if rem > 0 then
             ms = ms + 1
