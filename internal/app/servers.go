@@ -204,7 +204,10 @@ func (s *servers) run(ctx context.Context, release func(), info ...zap.Field) er
 	serve := func(name string, srv interface{ Serve(net.Listener) error }, l net.Listener) {
 		g.Go(func() error {
 			err := srv.Serve(l)
-			if err == nil || errors.Is(err, http.ErrServerClosed) {
+			// A shutdown that comes before a Serve goroutine got to run
+			// (a context cancelled at once) makes gRPC's Serve return
+			// ErrServerStopped: that is the shutdown, not a failure.
+			if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
 				return nil
 			}
 			if name == "metrics" {
