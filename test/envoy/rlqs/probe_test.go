@@ -337,7 +337,6 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 	ps.mu.Unlock()
 }
 
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
