@@ -21,6 +21,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/refstats"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
@@ -42,6 +43,7 @@ type Config struct {
 	Overrides OverridesConfig
 	Observe   ObserveConfig
 	Servers   ServersConfig
+	RLQS      RLQSConfig
 }
 
 // RulesConfig says where the rules come from.
@@ -108,6 +110,7 @@ type App struct {
 	backend          *backend
 	obs              *observability
 	svc              *rls.Service
+	rlqs             *rlqs.Server
 	srv              *servers
 	// runs are the long-lived components besides the servers and the
 	// backend stack: the rule source, statsd, readiness, warm-up,
@@ -142,6 +145,9 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.svc, err = a.newService(cfg.Service); err != nil {
 		return nil, err
 	}
+	if a.rlqs, err = a.newRLQS(cfg.RLQS, cfg.Backend.Stack.KeyPrefix); err != nil {
+		return nil, err
+	}
 	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg.Backend.Stack.KeyPrefix, cfg.Servers), a.reg, a.log); err != nil {
 		return nil, err
 	}
@@ -168,6 +174,7 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	c := cfg.Service
 	// A warm-up ramp first, then the overrides: a factor scales the
 	// ramped limit, an absolute value replaces whatever came before.
+	// newRLQS gives the RLQS server the same list.
 	c.Adjust = []rls.LimitAdjuster{a.backend.warmup, a.backend.overrides}
 	c.Rules = a.rules.current
 	c.Backend = a.obs.wrapBackend(a.backend.stack, a.backend.stack.Name())

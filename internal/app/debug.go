@@ -8,6 +8,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/override"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -18,7 +19,8 @@ import (
 func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
 	rulesNow := a.rules.current
 	return handlers{
-		svc: a.svc,
+		svc:  a.svc,
+		rlqs: a.rlqs,
 		ready: func(ctx context.Context) error {
 			if err := a.rules.ready(ctx); err != nil {
 				return err
@@ -47,6 +49,9 @@ func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
 type debugPage struct {
 	rules.View
 	Limits []override.LimitView `json:"limits"`
+	// RLQS is every bucket's last assignment per Envoy instance connected
+	// to this replica (pkg/rlqs).
+	RLQS []rlqs.Assignment `json:"rlqs_assignments,omitempty"`
 }
 
 // debugConfig builds /debug/config for snap.
@@ -56,5 +61,6 @@ func (a *App) debugConfig(snap *rules.Snapshot) any {
 		Limits: a.backend.overrides.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
 			return a.svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
 		}),
+		RLQS: a.rlqs.Assignments(),
 	}
 }
