@@ -114,7 +114,7 @@ type App struct {
 	srv              *servers
 	// runs are the long-lived components besides the servers and the
 	// backend stack: the rule source, statsd, readiness, warm-up,
-	// overrides and adaptive controllers. Each runs until the servers
+	// overrides, adaptive controllers and the RLQS refresh. Each runs until the servers
 	// have drained (Run).
 	runs []func(context.Context) error
 }
@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg.Backend.Stack.KeyPrefix, cfg.Servers), a.reg, a.log); err != nil {
 		return nil, err
 	}
-	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run)
+	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run, a.rlqs.Run)
 	a.runs = append(a.runs, a.backend.runs...)
 	return a, nil
 }

@@ -68,7 +68,11 @@ const defaultReportInterval = 5 * time.Second
 // instance's demand (MemUsage, RedisUsage). It must be safe for
 // concurrent use.
 type Usage interface {
-	Record(ctx context.Context, now time.Time, reps []Report) ([][]demandPerSecond, error)
+	// Record stores reps and returns, per report, every live instance's
+	// demand for its bucket, the reporter's included.
+	Record(ctx context.Context, now time.Time, reps []Report) ([][]InstanceDemand, error)
+	// Demands returns every live instance's demand per bucket key.
+	Demands(ctx context.Context, now time.Time, buckets []string) ([][]InstanceDemand, error)
 }
 
 // Config configures a Server.
@@ -92,6 +96,9 @@ type Config struct {
 	// FailureMode is sent when demand cannot be recorded (Redis down) and
 	// the last assignment has expired.
 	FailureMode Blanket
+	// Refresh is how often Run recomputes the local streams' assignments
+	// from the shared demand and pushes those that changed; 0 means 1 s.
+	Refresh time.Duration
 	// UsageTimeout bounds one Record; 0 means 1 s.
 	UsageTimeout time.Duration
 	Metrics      *Metrics
@@ -119,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.TTLIntervals <= 0 {
 		cfg.TTLIntervals = 3
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = time.Second
 	}
 	if cfg.UsageTimeout <= 0 {
 		cfg.UsageTimeout = time.Second
@@ -154,9 +164,12 @@ func (s *Server) Register(g *grpc.Server) { rlqspb.RegisterRateLimitQuotaService
 // streamState is one Envoy instance's stream.
 type streamState struct {
 	instance string
-	mu       sync.Mutex
+	// mu guards sent and orders sends: an assignment is recorded and sent
+	// under it, so Envoy never gets an older one after a newer.
+	mu sync.Mutex
 	// sent is the last assignment per bucket key.
 	sent map[string]*Assignment
+	send func(*rlqspb.RateLimitQuotaResponse) error
 }
 
 // Assignment is what an instance was last told for a bucket.
@@ -180,12 +193,14 @@ type Assignment struct {
 	Expires         time.Time `json:"expires"`
 	// Reason says why an assignment is a blanket one.
 	Reason string `json:"reason,omitempty"`
+	// failure: sent in the failure mode, while the usage store failed.
+	failure bool
 }
 
 // StreamRateLimitQuotas serves one Envoy instance: every usage report is
 // answered with an assignment for each bucket it names.
 func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	ss := &streamState{instance: instanceOf(st.Context()), sent: map[string]*Assignment{}}
+	ss := &streamState{instance: instanceOf(st.Context()), sent: map[string]*Assignment{}, send: st.Send}
 	s.mu.Lock()
 	s.streams[ss] = struct{}{}
 	s.mu.Unlock()
@@ -207,11 +222,7 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 			}
 			return err
 		}
-		resp := s.handle(st.Context(), ss, m)
-		if len(resp.GetBucketAction()) == 0 {
-			continue
-		}
-		if err := st.Send(resp); err != nil {
+		if err := s.handle(st.Context(), ss, m); err != nil {
 			return err
 		}
 	}
@@ -232,9 +243,10 @@ func instanceOf(ctx context.Context) string {
 
 // bucketReport is one bucket of a report, resolved against the rules.
 type bucketReport struct {
-	usage *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
-	key   string
-	rule  *rules.Rule
+	usage  *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
+	bucket map[string]string
+	key    string
+	rule   *rules.Rule
 	// lim is the limit the assignment follows (nil: a blanket one).
 	lim     *limitPlan
 	blanket *Blanket
@@ -248,7 +260,7 @@ type limitPlan struct {
 }
 
 // handle answers one usage report.
-func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimitQuotaUsageReports) *rlqspb.RateLimitQuotaResponse {
+func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimitQuotaUsageReports) error {
 	now := s.cfg.Now()
 	snap := s.cfg.Rules()
 	domain := m.GetDomain()
@@ -259,7 +271,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		if len(b) == 0 {
 			continue // Envoy never sends one; nothing to answer it with.
 		}
-		br := bucketReport{usage: u, key: BucketKey(domain, b)}
+		br := bucketReport{usage: u, bucket: b, key: BucketKey(domain, b)}
 		s.resolve(now, snap, domain, b, &br)
 		ruleID := ""
 		if br.rule != nil {
@@ -279,7 +291,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		}
 		brs = append(brs, br)
 	}
-	var demands [][]demandPerSecond
+	var demands [][]InstanceDemand
 	var usageErr error
 	if len(reps) > 0 {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.UsageTimeout)
@@ -290,39 +302,174 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 			s.cfg.Logger.Warn("rlqs: usage store failed; keeping the last assignments until their TTL", zap.Error(usageErr))
 		}
 	}
-	ttl := time.Duration(s.cfg.TTLIntervals) * s.cfg.ReportInterval
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	k := 0
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for i := range brs {
 		br := &brs[i]
-		b := br.usage.GetBucketId().GetBucket()
-		a := &Assignment{Instance: ss.instance, Domain: domain, Bucket: b, Sent: now, Expires: now.Add(ttl), DemandPerSecond: -1, Reason: br.reason}
-		if br.rule != nil {
-			a.Rule = br.rule.ID
-		}
+		var a *Assignment
 		switch {
 		case br.lim == nil:
-			a.Kind = br.blanket.String()
+			a = s.assignment(now, ss.instance, domain, br, Report{}, nil)
 		case usageErr != nil:
 			k++
 			if last := ss.sent[br.key]; last != nil && last.Expires.After(now) {
 				continue // Envoy still holds it; say nothing.
 			}
-			a.Kind, a.Reason = s.cfg.FailureMode.String(), "usage store unavailable: failure mode"
+			a = s.assignment(now, ss.instance, domain, br, Report{}, nil)
+			a.Kind, a.Reason, a.failure = s.cfg.FailureMode.String(), "usage store unavailable: failure mode", true
 		default:
-			ds := demands[k]
-			rep := reps[k]
+			a = s.assignment(now, ss.instance, domain, br, reps[k], demands[k])
 			k++
-			s.assignShare(a, br.lim, rep, ds)
-			s.cfg.Metrics.instances.WithLabelValues(domain, a.Rule).Set(float64(a.Instances))
 		}
 		ss.sent[br.key] = a
-		resp.BucketAction = append(resp.BucketAction, a.action(ttl))
+		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
 		s.cfg.Metrics.assignments.WithLabelValues(domain, a.Rule, a.Kind).Inc()
 	}
-	return resp
+	if len(resp.BucketAction) == 0 {
+		return nil
+	}
+	return ss.send(resp)
+}
+
+func (s *Server) ttl() time.Duration {
+	return time.Duration(s.cfg.TTLIntervals) * s.cfg.ReportInterval
+}
+
+// assignment is what instance gets for the resolved bucket br: a blanket
+// one when br has no limit, else its fair share of the limit among ds.
+func (s *Server) assignment(now time.Time, instance, domain string, br *bucketReport, rep Report, ds []InstanceDemand) *Assignment {
+	a := &Assignment{Instance: instance, Domain: domain, Bucket: br.bucket, Sent: now, Expires: now.Add(s.ttl()), DemandPerSecond: -1, Reason: br.reason}
+	if br.rule != nil {
+		a.Rule = br.rule.ID
+	}
+	if br.lim == nil {
+		a.Kind = br.blanket.String()
+		return a
+	}
+	s.assignShare(a, br.lim, rep, ds)
+	s.cfg.Metrics.instances.WithLabelValues(domain, a.Rule).Set(float64(a.Instances))
+	return a
+}
+
+// Run recomputes, every Config.Refresh until ctx ends, the assignment of
+// every bucket of every stream on this replica from the shared demand and
+// the current rules, and pushes those that changed: an instance that went
+// idle hands its share to the others (on any replica) as soon as its
+// report says so, not one report later, and a rule change or override
+// reaches Envoy within a refresh.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.refresh(ctx)
+		}
+	}
+}
+
+// held is one bucket a stream holds, for refresh.
+type held struct {
+	ss   *streamState
+	last Assignment
+	key  string
+}
+
+// refresh is one round of Run.
+func (s *Server) refresh(ctx context.Context) {
+	now := s.cfg.Now()
+	snap := s.cfg.Rules()
+	s.mu.Lock()
+	streams := make([]*streamState, 0, len(s.streams))
+	for ss := range s.streams {
+		streams = append(streams, ss)
+	}
+	s.mu.Unlock()
+	var hs []held
+	for _, ss := range streams {
+		ss.mu.Lock()
+		for key, a := range ss.sent {
+			hs = append(hs, held{ss: ss, last: *a, key: key})
+		}
+		ss.mu.Unlock()
+	}
+	if len(hs) == 0 {
+		return
+	}
+	brs := make([]bucketReport, len(hs))
+	var keys []string
+	idx := map[string]int{}
+	for i, h := range hs {
+		brs[i] = bucketReport{key: h.key, bucket: h.last.Bucket}
+		s.resolve(now, snap, h.last.Domain, h.last.Bucket, &brs[i])
+		if _, ok := idx[h.key]; !ok && brs[i].lim != nil {
+			idx[h.key] = len(keys)
+			keys = append(keys, h.key)
+		}
+	}
+	var demands [][]InstanceDemand
+	if len(keys) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.UsageTimeout)
+		var err error
+		demands, err = s.cfg.Usage.Demands(rctx, now, keys)
+		cancel()
+		if err != nil {
+			// The report path handles an outage; nothing to push.
+			return
+		}
+	}
+	push := map[*streamState][]*Assignment{}
+	for i, h := range hs {
+		if h.last.failure {
+			continue // failure mode: the next report decides
+		}
+		var a *Assignment
+		if brs[i].lim == nil {
+			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], Report{}, nil)
+		} else {
+			rep := Report{Bucket: h.key, Instance: h.ss.instance, PerSecond: h.last.DemandPerSecond, Unknown: h.last.DemandPerSecond < 0}
+			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], rep, demands[idx[h.key]])
+			a.DemandPerSecond = h.last.DemandPerSecond
+		}
+		if !a.sameStrategy(&h.last) {
+			push[h.ss] = append(push[h.ss], a)
+		}
+	}
+	for ss, as := range push {
+		s.deliver(ss, as, now)
+	}
+}
+
+// deliver records and sends as on ss, skipping buckets a report answered
+// since refresh read them.
+func (s *Server) deliver(ss *streamState, as []*Assignment, readAt time.Time) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for _, a := range as {
+		key := BucketKey(a.Domain, a.Bucket)
+		if cur := ss.sent[key]; cur == nil || cur.Sent.After(readAt) {
+			continue // abandoned, or answered by a newer report
+		}
+		ss.sent[key] = a
+		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
+		s.cfg.Metrics.assignments.WithLabelValues(a.Domain, a.Rule, a.Kind).Inc()
+	}
+	if len(resp.BucketAction) > 0 {
+		if err := ss.send(resp); err != nil {
+			s.cfg.Logger.Debug("rlqs: push failed; the stream is closing", zap.Error(err))
+		}
+	}
+}
+
+// sameStrategy reports whether a and b tell Envoy the same thing (Envoy
+// keeps a token bucket's tokens only when it is unchanged).
+func (a *Assignment) sameStrategy(b *Assignment) bool {
+	return a.Kind == b.Kind && a.TokensPerFill == b.TokensPerFill && a.MaxTokens == b.MaxTokens && a.FillIntervalS == b.FillIntervalS
 }
 
 // resolve finds the bucket's rule and the limit that binds it.
@@ -369,7 +516,7 @@ func (s *Server) resolve(now time.Time, snap *rules.Snapshot, domain string, b m
 }
 
 // assignShare makes a the instance's fair share of lim among ds.
-func (s *Server) assignShare(a *Assignment, lim *limitPlan, rep Report, ds []demandPerSecond) {
+func (s *Server) assignShare(a *Assignment, lim *limitPlan, rep Report, ds []InstanceDemand) {
 	demands := make([]Demand, 0, len(ds)+1)
 	found := false
 	for _, d := range ds {

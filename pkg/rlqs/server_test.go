@@ -65,8 +65,12 @@ func report(bucket map[string]string, n uint64, elapsed time.Duration) *rlqspb.R
 // assignment it got (nil for none).
 func answer(t *testing.T, s *Server, ss *streamState, m *rlqspb.RateLimitQuotaUsageReports) *Assignment {
 	t.Helper()
-	resp := s.handle(context.Background(), ss, m)
-	if len(resp.GetBucketAction()) == 0 {
+	sent := 0
+	ss.send = func(*rlqspb.RateLimitQuotaResponse) error { sent++; return nil }
+	if err := s.handle(context.Background(), ss, m); err != nil {
+		t.Fatal(err)
+	}
+	if sent == 0 {
 		return nil
 	}
 	key := BucketKey(m.GetDomain(), m.GetBucketQuotaUsages()[0].GetBucketId().GetBucket())
@@ -219,5 +223,41 @@ func TestEntries(t *testing.T) {
 	}
 	if BucketKey("d", map[string]string{"a": "b,c"}) == BucketKey("d", map[string]string{"a": "b", "c": ""}) {
 		t.Error("BucketKey: two buckets share a name")
+	}
+}
+
+// TestRefreshPushes: when an instance on one replica reports that it went
+// idle, the other replica's refresh pushes the freed share to its own
+// instance without waiting for that instance's next report; an unchanged
+// share is not pushed again.
+func TestRefreshPushes(t *testing.T) {
+	r := redistest.SharedStandalone(t)
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	usage := NewRedisUsage(r.Client(t), redistest.KeyPrefix(t), UsageTTL(0))
+	s1, s2 := newTestServer(t, c, usage), newTestServer(t, c, usage)
+	a, b := newStream("a"), newStream("b")
+	s1.streams[a] = struct{}{}
+	s2.streams[b] = struct{}{}
+	answer(t, s1, a, report(alice, 500, 5*time.Second))
+	answer(t, s2, b, report(alice, 500, 5*time.Second))
+	answer(t, s1, a, report(alice, 500, 5*time.Second))
+
+	var pushed []*rlqspb.RateLimitQuotaResponse
+	a.send = func(r *rlqspb.RateLimitQuotaResponse) error { pushed = append(pushed, r); return nil }
+	c.now = c.now.Add(time.Second)
+	s1.refresh(context.Background())
+	if len(pushed) != 0 {
+		t.Fatalf("nothing changed, yet refresh pushed %v", pushed)
+	}
+	answer(t, s2, b, report(alice, 0, 5*time.Second))
+	a.send = func(r *rlqspb.RateLimitQuotaResponse) error { pushed = append(pushed, r); return nil }
+	c.now = c.now.Add(time.Second)
+	s1.refresh(context.Background())
+	if len(pushed) != 1 {
+		t.Fatalf("refresh pushed %d responses, want 1", len(pushed))
+	}
+	tb := pushed[0].GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if tb.GetTokensPerFill().GetValue() != 19 {
+		t.Fatalf("pushed %v, want a 19/s token bucket", pushed[0])
 	}
 }

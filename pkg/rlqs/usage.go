@@ -25,8 +25,8 @@ type Report struct {
 	Unknown   bool
 }
 
-// demandPerSecond is a stored demand with the instance it belongs to.
-type demandPerSecond struct {
+// InstanceDemand is one instance's stored demand for a bucket.
+type InstanceDemand struct {
 	Instance  string
 	PerSecond float64
 	Unknown   bool
@@ -41,7 +41,7 @@ type MemUsage struct {
 }
 
 type memEntry struct {
-	d       demandPerSecond
+	d       InstanceDemand
 	expires time.Time
 }
 
@@ -51,23 +51,38 @@ func NewMemUsage(ttl time.Duration) *MemUsage {
 }
 
 // Record stores reps and returns each bucket's live demands.
-func (u *MemUsage) Record(_ context.Context, now time.Time, reps []Report) ([][]demandPerSecond, error) {
+func (u *MemUsage) Record(_ context.Context, now time.Time, reps []Report) ([][]InstanceDemand, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	out := make([][]demandPerSecond, len(reps))
+	out := make([][]InstanceDemand, len(reps))
 	for i, r := range reps {
 		b := u.m[r.Bucket]
 		if b == nil {
 			b = map[string]memEntry{}
 			u.m[r.Bucket] = b
 		}
-		b[r.Instance] = memEntry{d: demandPerSecond{Instance: r.Instance, PerSecond: r.PerSecond, Unknown: r.Unknown}, expires: now.Add(u.ttl)}
+		b[r.Instance] = memEntry{d: InstanceDemand{Instance: r.Instance, PerSecond: r.PerSecond, Unknown: r.Unknown}, expires: now.Add(u.ttl)}
 		for inst, e := range b {
 			if !e.expires.After(now) {
 				delete(b, inst)
 				continue
 			}
 			out[i] = append(out[i], e.d)
+		}
+	}
+	return out, nil
+}
+
+// Demands returns each bucket's live demands without recording any.
+func (u *MemUsage) Demands(_ context.Context, now time.Time, buckets []string) ([][]InstanceDemand, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := make([][]InstanceDemand, len(buckets))
+	for i, key := range buckets {
+		for _, e := range u.m[key] {
+			if e.expires.After(now) {
+				out[i] = append(out[i], e.d)
+			}
 		}
 	}
 	return out, nil
@@ -92,7 +107,7 @@ func NewRedisUsage(c redis.Cmdable, prefix string, ttl time.Duration) *RedisUsag
 
 // Record stores reps and returns each bucket's live demands: one pipeline
 // of HSET, PEXPIRE and HGETALL per report.
-func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) ([][]demandPerSecond, error) {
+func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) ([][]InstanceDemand, error) {
 	expires := now.Add(u.ttl).UnixMilli()
 	pipe := u.c.Pipeline()
 	gets := make([]*redis.MapStringStringCmd, len(reps))
@@ -105,14 +120,40 @@ func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) (
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("rlqs: recording usage in redis: %w", err)
 	}
-	out := make([][]demandPerSecond, len(reps))
+	keys := make([]string, len(reps))
+	for i, r := range reps {
+		keys[i] = u.prefix + r.Bucket
+	}
+	return u.live(ctx, now, keys, gets), nil
+}
+
+// Demands returns each bucket's live demands without recording any: one
+// pipeline of HGETALL.
+func (u *RedisUsage) Demands(ctx context.Context, now time.Time, buckets []string) ([][]InstanceDemand, error) {
+	pipe := u.c.Pipeline()
+	gets := make([]*redis.MapStringStringCmd, len(buckets))
+	keys := make([]string, len(buckets))
+	for i, b := range buckets {
+		keys[i] = u.prefix + b
+		gets[i] = pipe.HGetAll(ctx, keys[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("rlqs: reading usage from redis: %w", err)
+	}
+	return u.live(ctx, now, keys, gets), nil
+}
+
+// live decodes HGETALL replies into the demands that have not expired,
+// and removes the expired and malformed fields.
+func (u *RedisUsage) live(ctx context.Context, now time.Time, keys []string, gets []*redis.MapStringStringCmd) [][]InstanceDemand {
+	out := make([][]InstanceDemand, len(gets))
 	var stale []func(redis.Pipeliner)
 	nowMS := now.UnixMilli()
 	for i, g := range gets {
 		for inst, v := range g.Val() {
 			d, exp, err := decodeDemand(v)
 			if err != nil || exp <= nowMS {
-				key, field := u.prefix+reps[i].Bucket, inst
+				key, field := keys[i], inst
 				stale = append(stale, func(p redis.Pipeliner) { p.HDel(ctx, key, field) })
 				continue
 			}
@@ -129,7 +170,7 @@ func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) (
 			return nil
 		})
 	}
-	return out, nil
+	return out
 }
 
 func encodeDemand(r Report, expiresMS int64) string {
@@ -140,21 +181,21 @@ func encodeDemand(r Report, expiresMS int64) string {
 	return d + "|" + strconv.FormatInt(expiresMS, 10)
 }
 
-func decodeDemand(v string) (demandPerSecond, int64, error) {
+func decodeDemand(v string) (InstanceDemand, int64, error) {
 	ds, es, ok := strings.Cut(v, "|")
 	if !ok {
-		return demandPerSecond{}, 0, fmt.Errorf("rlqs: malformed usage %q", v)
+		return InstanceDemand{}, 0, fmt.Errorf("rlqs: malformed usage %q", v)
 	}
 	exp, err := strconv.ParseInt(es, 10, 64)
 	if err != nil {
-		return demandPerSecond{}, 0, fmt.Errorf("rlqs: malformed usage expiry %q: %w", v, err)
+		return InstanceDemand{}, 0, fmt.Errorf("rlqs: malformed usage expiry %q: %w", v, err)
 	}
 	if ds == "inf" {
-		return demandPerSecond{Unknown: true, PerSecond: math.Inf(1)}, exp, nil
+		return InstanceDemand{Unknown: true, PerSecond: math.Inf(1)}, exp, nil
 	}
 	f, err := strconv.ParseFloat(ds, 64)
 	if err != nil || f < 0 {
-		return demandPerSecond{}, 0, fmt.Errorf("rlqs: malformed usage demand %q", v)
+		return InstanceDemand{}, 0, fmt.Errorf("rlqs: malformed usage demand %q", v)
 	}
-	return demandPerSecond{PerSecond: f}, exp, nil
+	return InstanceDemand{PerSecond: f}, exp, nil
 }
