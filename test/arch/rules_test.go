@@ -68,6 +68,10 @@ var moduleRules = map[string]rule{
 	"pkg/rules": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
 	// "It must not talk to Redis, import the backends, or serve anything."
 	"pkg/xdsrules": {allow: []string{"pkg/rules", "pkg/tlsfiles"}, forbid: []string{redis}},
+	// "It reads rules and writes only its own usage keys; it must not touch
+	// the rate-limit counters or the rule files": no backend layer, and
+	// the service only for its limit adjusters.
+	"pkg/rlqs": {allow: []string{"pkg/algo", "pkg/rls", "pkg/rules"}},
 	// "It must not see gRPC types (the service's adjusted limits reach it as
 	// rls.Effective)": pkg/rls may, explain's own files may not.
 	"pkg/explain": {
@@ -123,6 +127,9 @@ var moduleRules = map[string]rule{
 	// "Nothing here imports the service's packages: the binary is a black
 	// box."
 	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
+	// Real Envoys in front of the built binary (RLQS); the probe's own
+	// minimal RLQS server uses the generated service types only.
+	"test/envoy/rlqs": {sealed: true, testAllow: testSupportAnd("internal/childproc", "internal/envoytest", "internal/rlsproc")},
 	// Commands that drive the binary as a process.
 	"test/bench":            {allow: []string{"internal/childproc"}, sealed: true},
 	"test/scaling/validate": {allow: []string{"internal/childproc", "internal/redistest"}, sealed: true},
