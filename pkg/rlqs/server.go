@@ -379,10 +379,8 @@ type held struct {
 	key  string
 }
 
-// refresh is one round of Run.
-func (s *Server) refresh(ctx context.Context) {
-	now := s.cfg.Now()
-	snap := s.cfg.Rules()
+// held returns a copy of every bucket's last assignment on every stream.
+func (s *Server) held() []held {
 	s.mu.Lock()
 	streams := make([]*streamState, 0, len(s.streams))
 	for ss := range s.streams {
@@ -397,6 +395,14 @@ func (s *Server) refresh(ctx context.Context) {
 		}
 		ss.mu.Unlock()
 	}
+	return hs
+}
+
+// refresh is one round of Run.
+func (s *Server) refresh(ctx context.Context) {
+	now := s.cfg.Now()
+	snap := s.cfg.Rules()
+	hs := s.held()
 	if len(hs) == 0 {
 		return
 	}
@@ -581,19 +587,10 @@ func (a *Assignment) action(ttl time.Duration) *rlqspb.RateLimitQuotaResponse_Bu
 // instance connected to this replica, sorted by domain, bucket and
 // instance: for /debug/config.
 func (s *Server) Assignments() []Assignment {
-	s.mu.Lock()
-	streams := make([]*streamState, 0, len(s.streams))
-	for ss := range s.streams {
-		streams = append(streams, ss)
-	}
-	s.mu.Unlock()
-	var out []Assignment
-	for _, ss := range streams {
-		ss.mu.Lock()
-		for _, a := range ss.sent {
-			out = append(out, *a)
-		}
-		ss.mu.Unlock()
+	hs := s.held()
+	out := make([]Assignment, len(hs))
+	for i, h := range hs {
+		out[i] = h.last
 	}
 	sort.Slice(out, func(i, j int) bool {
 		ki, kj := BucketKey(out[i].Domain, out[i].Bucket), BucketKey(out[j].Domain, out[j].Bucket)
