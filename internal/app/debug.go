@@ -36,6 +36,7 @@ func (a *App) handlers(keyPrefix string, cfg ServersConfig) handlers {
 				Effective: a.svc.EffectiveLimit,
 				KeyPrefix: keyPrefix,
 				Peeker:    a.backend.stack,
+				Quotas:    a.rlqsQuotas,
 			}),
 			Admin:          override.Handler(a.backend.overrides, rulesNow),
 			AdminTokenFile: cfg.AdminTokenFile,

@@ -3,6 +3,8 @@ package app
 import (
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -41,4 +43,17 @@ func (a *App) newRLQS(cfg RLQSConfig, keyPrefix string) (*rlqs.Server, error) {
 		Metrics:        rlqs.NewMetrics(a.reg),
 		Logger:         a.log.Named("rlqs"),
 	})
+}
+
+// rlqsQuotas is explain's view of a bucket's RLQS assignments.
+func (a *App) rlqsQuotas(domain string, entries []algo.Entry) []explain.QuotaAssignment {
+	var out []explain.QuotaAssignment
+	for _, as := range a.rlqs.AssignmentsFor(domain, entries) {
+		out = append(out, explain.QuotaAssignment{
+			Instance: as.Instance, Kind: as.Kind, TokensPerFill: as.TokensPerFill,
+			FillIntervalS: as.FillIntervalS, MaxTokens: as.MaxTokens, Instances: as.Instances,
+			DemandPerSec: as.DemandPerSecond, Expires: as.Expires.UTC().Format(time.RFC3339), Reason: as.Reason,
+		})
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -581,6 +583,19 @@ func (a *Assignment) action(ttl time.Duration) *rlqspb.RateLimitQuotaResponse_Bu
 				RateLimitStrategy:    strat,
 			}},
 	}
+}
+
+// AssignmentsFor returns the assignments, per instance connected to this
+// replica, of the bucket of domain whose descriptor path (Entries) is
+// entries: for explain.
+func (s *Server) AssignmentsFor(domain string, entries []algo.Entry) []Assignment {
+	var out []Assignment
+	for _, a := range s.Assignments() {
+		if a.Domain == domain && slices.Equal(Entries(a.Bucket, s.cfg.KeyOrder), entries) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Assignments returns the last assignment of every bucket of every

@@ -380,3 +380,33 @@ func (g *rig) setOverride(t *testing.T, body string) {
 		t.Fatalf("set override: %d %s", resp.StatusCode, b)
 	}
 }
+
+// quota is one RLQS assignment as explain reports it.
+type quota struct {
+	Instance string `json:"instance"`
+	Kind     string `json:"kind"`
+}
+
+// explainQuotas asks replica 0's live explain about the bucket
+// {name: name} and returns its RLQS assignments.
+func (g *rig) explainQuotas(t *testing.T, name string) []quota {
+	t.Helper()
+	body := fmt.Sprintf(`{"domain":"rlqs-example","descriptors":[[{"key":"name","value":%q}]]}`, name)
+	resp, err := client.Post("http://"+g.Replicas[0].DebugAddr+"/debug/explain", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Descriptors []struct {
+			Quotas []quota `json:"rlqs_assignments"`
+		} `json:"descriptors"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		t.Fatalf("decode /debug/explain: %v", err)
+	}
+	if len(rep.Descriptors) != 1 {
+		t.Fatalf("explain: %d descriptors, want 1", len(rep.Descriptors))
+	}
+	return rep.Descriptors[0].Quotas
+}

@@ -39,7 +39,47 @@ func TestRLQSBlanketRules(t *testing.T) {
 		if got[tc.want] != 20 {
 			t.Errorf("%s (%s): got %v, want 20x%d", tc.path, tc.kind, got, tc.want)
 		}
+		// The live explain of the bucket's descriptor shows the assignment.
+		qs := g.explainQuotas(t, tc.name)
+		if len(qs) != 1 || qs[0].Instance != "edge-1" || qs[0].Kind != tc.kind {
+			t.Errorf("explain name=%s: rlqs assignments %+v, want edge-1's %s", tc.name, qs, tc.kind)
+		}
 	}
+}
+
+// TestRLQSRedisOutage: with Redis down, Envoys keep their last token
+// bucket until its TTL, then get the failure mode (allow, the default),
+// and are back on shares once Redis returns.
+func TestRLQSRedisOutage(t *testing.T) {
+	g := startRig(t, 1, "")
+	l := g.startLoad(0, 3*limit, 2*time.Minute)
+	defer l.Stop()
+	g.waitAssigned(t, "a token bucket", "api", "alice", 6*reportInterval, func(as map[string]assignment) bool {
+		return as["edge-1"].Kind == "token_bucket"
+	})
+	g.Redis.Kill(t)
+	down := time.Now()
+	// Still enforcing: over the first 8 s at most the limit (+ one bucket).
+	time.Sleep(8 * time.Second)
+	got := g.Upstreams[0].Between(down, time.Now())
+	t.Logf("Redis down, last assignment kept: admitted %d in 8 s at 3x the 20/s limit", got)
+	if got > 8*limit+limit+5 {
+		t.Errorf("Redis down: admitted %d in 8 s, want the last assignment (20/s) enforced", got)
+	}
+	g.waitAssigned(t, "failure mode", "api", "alice", 6*reportInterval, func(as map[string]assignment) bool {
+		return as["edge-1"].Kind == "allow_all"
+	})
+	t.Logf("failure mode (allow all) sent %v after Redis went down (TTL 15 s)", time.Since(down).Round(time.Second))
+	time.Sleep(time.Second)
+	from := time.Now()
+	time.Sleep(5 * time.Second)
+	if got := g.Upstreams[0].Between(from, time.Now()); got <= 5*limit+limit {
+		t.Errorf("failure mode allow: admitted %d in 5 s at 3x the limit, want more than the limit", got)
+	}
+	g.Redis.Start(t)
+	g.waitAssigned(t, "shares again", "api", "alice", 6*reportInterval, func(as map[string]assignment) bool {
+		return as["edge-1"].Kind == "token_bucket"
+	})
 }
 
 // limit is the example rule's api_per_client limit, per second.
