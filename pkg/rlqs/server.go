@@ -323,6 +323,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 			a.Kind, a.Reason, a.failure = s.cfg.FailureMode.String(), "usage store unavailable: failure mode", true
 		default:
 			a = s.assignment(now, ss.instance, domain, br, reps[k], demands[k])
+			a.keepNear(ss.sent[br.key])
 			k++
 		}
 		ss.sent[br.key] = a
@@ -441,6 +442,7 @@ func (s *Server) refresh(ctx context.Context) {
 		} else {
 			rep := Report{Bucket: h.key, Instance: h.ss.instance, PerSecond: h.last.DemandPerSecond, Unknown: h.last.DemandPerSecond < 0}
 			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], rep, demands[idx[h.key]])
+			a.keepNear(&h.last)
 			a.DemandPerSecond = h.last.DemandPerSecond
 		}
 		if !a.sameStrategy(&h.last) {
@@ -471,6 +473,28 @@ func (s *Server) deliver(ss *streamState, as []*Assignment, readAt time.Time) {
 		if err := ss.send(resp); err != nil {
 			s.cfg.Logger.Debug("rlqs: push failed; the stream is closing", zap.Error(err))
 		}
+	}
+}
+
+// nearShare is the relative change of an instance's share that is not
+// worth a new token bucket: Envoy starts a changed bucket full, so every
+// change grants up to max_tokens extra, which costs more than keeping a
+// share a few percent off. Below 20 tokens per fill every change counts.
+const nearShare = 0.05
+
+// keepNear keeps prev's token bucket when a's differs from it by at most
+// nearShare of prev's rate (same fill interval), so small swings in
+// reported demand do not refill Envoy's bucket at every report.
+func (a *Assignment) keepNear(prev *Assignment) {
+	if prev == nil || prev.Kind != "token_bucket" || a.Kind != "token_bucket" || prev.FillIntervalS != a.FillIntervalS {
+		return
+	}
+	diff := int64(a.TokensPerFill) - int64(prev.TokensPerFill)
+	if diff < 0 {
+		diff = -diff
+	}
+	if diff <= int64(float64(prev.TokensPerFill)*nearShare) {
+		a.TokensPerFill, a.MaxTokens = prev.TokensPerFill, prev.MaxTokens
 	}
 }
 

@@ -261,3 +261,29 @@ func TestRefreshPushes(t *testing.T) {
 		t.Fatalf("pushed %v, want a 19/s token bucket", pushed[0])
 	}
 }
+
+func TestKeepNear(t *testing.T) {
+	tb := func(tokens, maxTokens uint32) *Assignment {
+		return &Assignment{Kind: "token_bucket", TokensPerFill: tokens, MaxTokens: maxTokens, FillIntervalS: 1}
+	}
+	tests := []struct {
+		name       string
+		prev, next *Assignment
+		want       uint32
+	}{
+		{"no previous", nil, tb(100, 100), 100},
+		{"within 5% keeps the previous", tb(100, 100), tb(104, 104), 100},
+		{"within 5% down keeps the previous", tb(100, 100), tb(95, 95), 100},
+		{"beyond 5% changes", tb(100, 100), tb(106, 106), 106},
+		{"small shares always change", tb(10, 10), tb(11, 11), 11},
+		{"a blanket before changes", &Assignment{Kind: "deny_all"}, tb(100, 100), 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.next.keepNear(tt.prev)
+			if tt.next.TokensPerFill != tt.want || tt.next.MaxTokens != tt.want {
+				t.Errorf("got %d (max %d), want %d", tt.next.TokensPerFill, tt.next.MaxTokens, tt.want)
+			}
+		})
+	}
+}
