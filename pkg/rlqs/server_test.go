@@ -2,10 +2,14 @@ package rlqs
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -285,5 +289,58 @@ func TestKeepNear(t *testing.T) {
 				t.Errorf("got %d (max %d), want %d", tt.next.TokensPerFill, tt.next.MaxTokens, tt.want)
 			}
 		})
+	}
+}
+
+// TestStreamOverGRPC drives the service over a real gRPC stream while Run
+// refreshes concurrently: every report is answered for its bucket, and the
+// instance is named by its metadata.
+func TestStreamOverGRPC(t *testing.T) {
+	snap := rulestest.Snapshot(t, "rlqs.yaml", testRules, rules.Options{})
+	s, err := New(Config{Rules: func() *rules.Snapshot { return snap }, KeyOrder: []string{"name", "client"}, Refresh: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go func() { _ = g.Serve(l) }()
+	defer g.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx := metadata.AppendToOutgoingContext(ctx, InstanceHeader, "edge-7")
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := st.Send(report(alice, uint64(100*i), 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// Refresh may push too: every message must name alice's bucket.
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := resp.GetBucketAction()[0].GetBucketId().GetBucket(); b["client"] != "alice" || b["name"] != "api" {
+			t.Fatalf("answer for bucket %v, want alice's", b)
+		}
+	}
+	as := s.Assignments()
+	if len(as) != 1 || as[0].Instance != "edge-7" || as[0].Kind != "token_bucket" {
+		t.Fatalf("assignments %+v, want edge-7's token bucket", as)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
 	}
 }
