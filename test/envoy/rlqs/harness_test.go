@@ -410,3 +410,18 @@ func (g *rig) explainQuotas(t *testing.T, name string) []quota {
 	}
 	return rep.Descriptors[0].Quotas
 }
+
+// metrics returns replica i's /metrics text.
+func (g *rig) metrics(t *testing.T, i int) string {
+	t.Helper()
+	resp, err := client.Get("http://" + g.Replicas[i].HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -45,6 +45,19 @@ func TestRLQSBlanketRules(t *testing.T) {
 			t.Errorf("explain name=%s: rlqs assignments %+v, want edge-1's %s", tc.name, qs, tc.kind)
 		}
 	}
+	// The replica's metrics count the assignments, the stream and what
+	// Envoy reported.
+	metrics := g.metrics(t, 0)
+	for _, want := range []string{
+		`envoy_rls_rlqs_assignments_sent_total{domain="rlqs-example",kind="deny_all",rule="rlqs-example.name_admin"}`,
+		`envoy_rls_rlqs_assignments_sent_total{domain="rlqs-example",kind="allow_all",rule="rlqs-example.name_health"}`,
+		`envoy_rls_rlqs_reported_requests_total{domain="rlqs-example",outcome="allowed",rule="rlqs-example.name_health"}`,
+		"envoy_rls_rlqs_streams 1",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestRLQSRedisOutage: with Redis down, Envoys keep their last token
