@@ -212,7 +212,10 @@ func (a *App) Run(ctx context.Context) error {
 	srvCtx, stopSrv := context.WithCancel(ctx)
 	defer stopSrv()
 	stopWatch := context.AfterFunc(bgCtx, stopSrv)
-	err := a.srv.run(srvCtx, a.svc.ReleaseHeld, zap.String("version", a.version),
+	// The drain ends held requests and the RLQS streams (Envoy reopens
+	// one to another replica on its next report).
+	release := func() { a.svc.ReleaseHeld(); a.rlqs.Drain() }
+	err := a.srv.run(srvCtx, release, zap.String("version", a.version),
 		zap.String("backend", a.backend.stack.Name()), zap.String("default_algorithm", a.defaultAlgorithm))
 	stopWatch()
 	stopBG()

@@ -116,6 +116,9 @@ type Server struct {
 
 	mu      sync.Mutex
 	streams map[*streamState]struct{}
+	// drained is closed by Drain: every stream ends.
+	drained   chan struct{}
+	drainOnce sync.Once
 }
 
 // New checks cfg and returns a server.
@@ -147,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, streams: map[*streamState]struct{}{}}, nil
+	return &Server{cfg: cfg, streams: map[*streamState]struct{}{}, drained: make(chan struct{})}, nil
 }
 
 // UsageTTL is how long an instance's reported demand counts: two
@@ -213,22 +216,47 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 		s.mu.Unlock()
 		s.cfg.Metrics.streams.Dec()
 	}()
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+	// Recv in a goroutine of its own, so that Drain can end the stream
+	// while it waits; the stream's end makes that Recv return.
+	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-st.Context().Done():
+				return
+			}
 		}
-		if err != nil {
-			if status.Code(err) == codes.Canceled {
+	}()
+	for {
+		select {
+		case <-s.drained:
+			// Envoy reopens the stream on its next report, to a replica
+			// that is not shutting down, and keeps its assignments
+			// meanwhile.
+			return status.Error(codes.Unavailable, "rlqs: server shutting down")
+		case err := <-errc:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
 			}
 			return err
-		}
-		if err := s.handle(st.Context(), ss, m); err != nil {
-			return err
+		case m := <-msgs:
+			if err := s.handle(st.Context(), ss, m); err != nil {
+				return err
+			}
 		}
 	}
 }
+
+// Drain ends every stream, now and from now on: at shutdown, so that the
+// gRPC server's graceful stop need not wait for streams that never end.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drained) }) }
 
 // instanceOf names the Envoy instance behind a stream: its
 // InstanceHeader, else a random name of this stream's own.

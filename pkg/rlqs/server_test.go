@@ -9,7 +9,9 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -340,7 +342,16 @@ func TestStreamOverGRPC(t *testing.T) {
 	if len(as) != 1 || as[0].Instance != "edge-7" || as[0].Kind != "token_bucket" {
 		t.Fatalf("assignments %+v, want edge-7's token bucket", as)
 	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
+	// Drain ends the stream, with Unavailable so Envoy retries elsewhere.
+	s.Drain()
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue // a push in flight
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("after Drain: %v, want Unavailable", err)
+		}
+		break
 	}
 }

@@ -58,6 +58,14 @@ func TestRLQSBlanketRules(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	// SIGTERM with Envoy's stream open: the drain ends the stream instead
+	// of waiting out --shutdown-timeout for it.
+	if code := g.Replicas[0].Stop(); code != 0 {
+		t.Errorf("envoy-rls exited with %d after SIGTERM", code)
+	}
+	if logs := g.Replicas[0].Logs.String(); strings.Contains(logs, "did not finish in time") {
+		t.Errorf("shutdown waited for the RLQS stream:\n%s", logs)
+	}
 }
 
 // TestRLQSRedisOutage: with Redis down, Envoys keep their last token
