@@ -254,6 +254,17 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 	}
 }
 
+// unknownDomain labels metrics of a domain no rule file names: the domain
+// comes from Envoy, and only configured names may become label values.
+const unknownDomain = "(unknown)"
+
+func metricDomain(snap *rules.Snapshot, domain string) string {
+	if snap != nil && snap.HasDomain(domain) {
+		return domain
+	}
+	return unknownDomain
+}
+
 // Drain ends every stream, now and from now on: at shutdown, so that the
 // gRPC server's graceful stop need not wait for streams that never end.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drained) }) }
@@ -307,8 +318,9 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		if br.rule != nil {
 			ruleID = br.rule.ID
 		}
-		s.cfg.Metrics.reported.WithLabelValues(domain, ruleID, "allowed").Add(float64(u.GetNumRequestsAllowed()))
-		s.cfg.Metrics.reported.WithLabelValues(domain, ruleID, "denied").Add(float64(u.GetNumRequestsDenied()))
+		md := metricDomain(snap, domain)
+		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "allowed").Add(float64(u.GetNumRequestsAllowed()))
+		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "denied").Add(float64(u.GetNumRequestsDenied()))
 		if br.lim != nil {
 			rep := Report{Bucket: br.key, Instance: ss.instance}
 			if el := u.GetTimeElapsed().AsDuration(); el >= time.Second {
@@ -356,7 +368,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		}
 		ss.sent[br.key] = a
 		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
-		s.cfg.Metrics.assignments.WithLabelValues(domain, a.Rule, a.Kind).Inc()
+		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(snap, domain), a.Rule, a.Kind).Inc()
 	}
 	if len(resp.BucketAction) == 0 {
 		return nil
@@ -491,11 +503,11 @@ func (s *Server) deliver(ss *streamState, as []*Assignment, readAt time.Time) {
 	for _, a := range as {
 		key := BucketKey(a.Domain, a.Bucket)
 		if cur := ss.sent[key]; cur == nil || cur.Sent.After(readAt) {
-			continue // abandoned, or answered by a newer report
+			continue // answered by a report since refresh read it
 		}
 		ss.sent[key] = a
 		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
-		s.cfg.Metrics.assignments.WithLabelValues(a.Domain, a.Rule, a.Kind).Inc()
+		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(s.cfg.Rules(), a.Domain), a.Rule, a.Kind).Inc()
 	}
 	if len(resp.BucketAction) > 0 {
 		if err := ss.send(resp); err != nil {

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -155,6 +156,13 @@ func TestAssignmentKinds(t *testing.T) {
 				t.Errorf("ttl %v, want 3 report intervals", got.Expires.Sub(got.Sent))
 			}
 		})
+	}
+	// A domain no rule file names is not a label value: Envoy chooses it.
+	unknown := report(map[string]string{"name": "x"}, 1, 0)
+	unknown.Domain = "made-up"
+	answer(t, s, newStream("y"), unknown)
+	if n := testutil.ToFloat64(s.cfg.Metrics.assignments.WithLabelValues(unknownDomain, "", "deny_all")); n != 1 {
+		t.Errorf("assignments for an unknown domain counted %v under %q, want 1", n, unknownDomain)
 	}
 }
 
