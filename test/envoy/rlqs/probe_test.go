@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -243,15 +244,25 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 	first := ps.snapshot()[0]
 	t.Logf("first report: %v", first.Msg)
 
-	// Token bucket: 3 tokens, 1 more every 30 s.
-	ps.send <- assign("a", 30*time.Second, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
-		TokenBucket: &typev3.TokenBucket{MaxTokens: 3, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(30 * time.Second)}}})
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 10)
-	t.Logf("token bucket 3 tokens: %v", got)
-	if got[200] != 3 || got[429] != 7 {
-		t.Errorf("token bucket of 3: got %v, want 3x200 7x429", got)
+	// expect sends resp (when not nil), gives Envoy a moment to apply it,
+	// sends n requests for client and checks the answers by status.
+	expect := func(what string, resp *rlqspb.RateLimitQuotaResponse, client string, n int, want map[int]int) {
+		t.Helper()
+		if resp != nil {
+			ps.send <- resp
+			time.Sleep(time.Second)
+		}
+		got := burst(t, url, client, n)
+		t.Logf("%s: %v", what, got)
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: got %v, want %v", what, got, want)
+		}
 	}
+
+	// Token bucket: 3 tokens, 1 more every 30 s.
+	expect("token bucket of 3", assign("a", 30*time.Second, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
+		TokenBucket: &typev3.TokenBucket{MaxTokens: 3, TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(30 * time.Second)}}}),
+		"a", 10, map[int]int{200: 3, 429: 7})
 
 	// Reports come once per reporting interval; wait for three more.
 	n0 := len(ps.snapshot())
@@ -268,66 +279,27 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 		}
 	}
 
-	// Deny all.
-	ps.send <- assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL))
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 5)
-	t.Logf("deny all: %v", got)
-	if got[429] != 5 {
-		t.Errorf("deny all: got %v", got)
-	}
-	// Allow all.
-	ps.send <- assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_ALLOW_ALL))
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 5)
-	t.Logf("allow all: %v", got)
-	if got[200] != 5 {
-		t.Errorf("allow all: got %v", got)
-	}
-	// Other bucket (client b) stays unassigned: allow all.
-	got = burst(t, url, "b", 3)
-	t.Logf("bucket b (no assignment): %v", got)
-	if got[200] != 3 {
-		t.Errorf("bucket b, no assignment, allow all fallback: got %v, want 3x200", got)
-	}
+	expect("deny all", assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL)), "a", 5, map[int]int{429: 5})
+	expect("allow all", assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_ALLOW_ALL)), "a", 5, map[int]int{200: 5})
+	// Another bucket (client b) stays unassigned: the allow all fallback.
+	expect("bucket b, no assignment", nil, "b", 3, map[int]int{200: 3})
 
 	// TTL expiry: allow all for 2 s, then the expired behaviour (deny all).
-	ps.send <- assign("a", 2*time.Second, blanket(typev3.RateLimitStrategy_ALLOW_ALL))
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 3)
-	t.Logf("allow all, ttl 2s, fresh: %v", got)
+	expect("allow all, ttl 2s, fresh", assign("a", 2*time.Second, blanket(typev3.RateLimitStrategy_ALLOW_ALL)), "a", 3, map[int]int{200: 3})
 	time.Sleep(3 * time.Second)
-	got = burst(t, url, "a", 3)
-	t.Logf("allow all, ttl 2s, after 3.5s: %v", got)
-	if got[429] != 3 {
-		t.Errorf("expired assignment, deny all fallback: got %v, want 3x429", got)
-	}
+	expect("allow all, ttl 2s, expired: the deny all fallback", nil, "a", 3, map[int]int{429: 3})
 
 	// Abandon: back to the no-assignment behaviour (allow all).
-	ps.send <- assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL))
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 3)
-	t.Logf("deny all again: %v", got)
-	ps.send <- action("a", &rlqspb.RateLimitQuotaResponse_BucketAction{
-		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 3)
-	t.Logf("after abandon: %v", got)
-	if got[200] != 3 {
-		t.Errorf("abandon, back to allow all: got %v, want 3x200", got)
-	}
+	expect("deny all again", assign("a", 30*time.Second, blanket(typev3.RateLimitStrategy_DENY_ALL)), "a", 3, map[int]int{429: 3})
+	expect("after abandon: the no-assignment allow all", action("a", &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}),
+		"a", 3, map[int]int{200: 3})
 
-	// requests_per_time_unit strategy.
-	ps.send <- assign("a", 30*time.Second, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_RequestsPerTimeUnit_{
-		RequestsPerTimeUnit: &typev3.RateLimitStrategy_RequestsPerTimeUnit{RequestsPerTimeUnit: 2, TimeUnit: typev3.RateLimitUnit_MINUTE}}})
-	time.Sleep(500 * time.Millisecond)
-	got = burst(t, url, "a", 5)
-	t.Logf("requests_per_time_unit 2/min: %v", got)
-	// Envoy 1.40 ignores this strategy (it logs "not yet supported"):
-	// the bucket keeps its previous state, here the default allow all.
-	if got[200] != 5 {
-		t.Errorf("requests_per_time_unit (unsupported in 1.40): got %v, want 5x200", got)
-	}
+	// requests_per_time_unit: Envoy 1.40 ignores it (it logs "not yet
+	// supported"), the bucket keeps its previous state, here allow all.
+	expect("requests_per_time_unit 2/min (unsupported)", assign("a", 30*time.Second, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_RequestsPerTimeUnit_{
+		RequestsPerTimeUnit: &typev3.RateLimitStrategy_RequestsPerTimeUnit{RequestsPerTimeUnit: 2, TimeUnit: typev3.RateLimitUnit_MINUTE}}}),
+		"a", 5, map[int]int{200: 5})
 
 	// Envoy 1.40 counts nothing of its own for the filter (the docs list
 	// buckets, assignments, over_limit...): only the RLQS cluster's stats.
