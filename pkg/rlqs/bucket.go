@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
 // Entries turns a bucket id, a map with no order, into the descriptor
@@ -53,6 +54,25 @@ func BucketKey(domain string, bucket map[string]string) string {
 		b.WriteString(strconv.Quote(k))
 		b.WriteByte('=')
 		b.WriteString(strconv.Quote(bucket[k]))
+	}
+	return b.String()
+}
+
+// CounterKey names the limit a bucket with descriptor entries draws on:
+// the domain, the rule and the entries that identify its counter
+// (rules.Rule.KeyEntries), so buckets whose values a share_threshold
+// wildcard folds into one counter share one limit, as they do for
+// ShouldRateLimit.
+func CounterKey(domain string, r *rules.Rule, entries []algo.Entry) string {
+	var b strings.Builder
+	b.WriteString(strconv.Quote(domain))
+	b.WriteByte('/')
+	b.WriteString(strconv.Quote(r.ID))
+	for _, e := range r.KeyEntries(entries, nil) {
+		b.WriteByte(',')
+		b.WriteString(strconv.Quote(e.Key))
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(e.Value))
 	}
 	return b.String()
 }

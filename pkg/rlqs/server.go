@@ -190,7 +190,9 @@ type Assignment struct {
 	TokensPerFill uint32 `json:"tokens_per_fill,omitempty"`
 	FillIntervalS int64  `json:"fill_interval_s,omitempty"`
 	MaxTokens     uint32 `json:"max_tokens,omitempty"`
-	// Instances is how many instances shared the bucket's limit.
+	// Instances is how many instances shared the bucket's limit (counting
+	// an instance once per bucket when a share_threshold wildcard folds
+	// several buckets into one limit).
 	Instances int `json:"instances,omitempty"`
 	// DemandPerSecond is the instance's reported demand (-1 unknown).
 	DemandPerSecond float64   `json:"demand_per_second"`
@@ -288,11 +290,19 @@ type bucketReport struct {
 	bucket map[string]string
 	key    string
 	rule   *rules.Rule
+	// counter names the limit the bucket draws on across replicas (the
+	// rule and its counter's entries, CounterKey); set with lim.
+	counter string
 	// lim is the limit the assignment follows (nil: a blanket one).
 	lim     *limitPlan
 	blanket *Blanket
 	reason  string
 }
+
+// member names one instance's use of one bucket among those that share a
+// limit: several buckets draw on one limit when a share_threshold wildcard
+// makes their values share a counter.
+func member(instance, bucketKey string) string { return instance + "\x1f" + bucketKey }
 
 // limitPlan is the binding limit of a rule after the adjusters.
 type limitPlan struct {
@@ -322,7 +332,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "allowed").Add(float64(u.GetNumRequestsAllowed()))
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "denied").Add(float64(u.GetNumRequestsDenied()))
 		if br.lim != nil {
-			rep := Report{Bucket: br.key, Instance: ss.instance}
+			rep := Report{Bucket: br.counter, Instance: member(ss.instance, br.key)}
 			if el := u.GetTimeElapsed().AsDuration(); el >= time.Second {
 				rep.PerSecond = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
 			} else {
@@ -455,9 +465,11 @@ func (s *Server) refresh(ctx context.Context) {
 	for i, h := range hs {
 		brs[i] = bucketReport{key: h.key, bucket: h.last.Bucket}
 		s.resolve(now, snap, h.last.Domain, h.last.Bucket, &brs[i])
-		if _, ok := idx[h.key]; !ok && brs[i].lim != nil {
-			idx[h.key] = len(keys)
-			keys = append(keys, h.key)
+		if c := brs[i].counter; brs[i].lim != nil {
+			if _, ok := idx[c]; !ok {
+				idx[c] = len(keys)
+				keys = append(keys, c)
+			}
 		}
 	}
 	var demands [][]InstanceDemand
@@ -480,8 +492,8 @@ func (s *Server) refresh(ctx context.Context) {
 		if brs[i].lim == nil {
 			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], Report{}, nil)
 		} else {
-			rep := Report{Bucket: h.key, Instance: h.ss.instance, PerSecond: h.last.DemandPerSecond, Unknown: h.last.DemandPerSecond < 0}
-			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], rep, demands[idx[h.key]])
+			rep := Report{Bucket: brs[i].counter, Instance: member(h.ss.instance, h.key), PerSecond: h.last.DemandPerSecond, Unknown: h.last.DemandPerSecond < 0}
+			a = s.assignment(now, h.ss.instance, h.last.Domain, &brs[i], rep, demands[idx[brs[i].counter]])
 			a.keepNear(&h.last)
 			a.DemandPerSecond = h.last.DemandPerSecond
 		}
@@ -585,6 +597,7 @@ func (s *Server) resolve(now time.Time, snap *rules.Snapshot, domain string, b m
 		return
 	}
 	br.lim = best
+	br.counter = CounterKey(domain, r, Entries(b, s.cfg.KeyOrder))
 }
 
 // assignShare makes a the instance's fair share of lim among ds.

@@ -41,6 +41,13 @@ descriptors:
   - key: name
     value: slow
     rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: name
+    value: team
+    descriptors:
+      - key: client
+        value: "team-*"
+        share_threshold: true
+        rate_limit: {unit: second, requests_per_unit: 10}
 `
 
 // clock is a settable test clock.
@@ -124,6 +131,25 @@ func TestSharesAcrossReplicas(t *testing.T) {
 	got = answer(t, s1, a, report(alice, 500, 5*time.Second))
 	if got.TokensPerFill != 20 || got.Instances != 1 {
 		t.Fatalf("a after b left: got %+v, want 20/s alone", got)
+	}
+}
+
+// TestShareThreshold: buckets whose values a share_threshold wildcard
+// folds into one counter share one limit, as for ShouldRateLimit; other
+// buckets of a wildcard-free key each have their own.
+func TestShareThreshold(t *testing.T) {
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	s := newTestServer(t, c, nil)
+	a := newStream("a")
+	answer(t, s, a, report(map[string]string{"name": "team", "client": "team-red"}, 500, 5*time.Second))
+	got := answer(t, s, a, report(map[string]string{"name": "team", "client": "team-blue"}, 500, 5*time.Second))
+	if got.TokensPerFill != 5 || got.Instances != 2 {
+		t.Fatalf("team-blue beside team-red on one instance: got %+v, want 5/s of the shared 10/s", got)
+	}
+	answer(t, s, a, report(map[string]string{"name": "api", "client": "bob"}, 500, 5*time.Second))
+	got = answer(t, s, a, report(alice, 500, 5*time.Second))
+	if got.TokensPerFill != 20 || got.Instances != 1 {
+		t.Fatalf("alice beside bob: got %+v, want her own 20/s", got)
 	}
 }
 

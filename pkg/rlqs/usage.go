@@ -14,10 +14,12 @@ import (
 
 // Report is one instance's demand for one bucket, as Record stores it.
 type Report struct {
-	// Bucket names the bucket across replicas: its domain and id
-	// (BucketKey).
+	// Bucket names the limit the bucket draws on across replicas
+	// (CounterKey): usually the bucket alone, several buckets when a
+	// share_threshold wildcard folds their values into one counter.
 	Bucket string
-	// Instance names the Envoy instance that reported.
+	// Instance names the Envoy instance that reported and its bucket
+	// (the two share the limit with the other such pairs).
 	Instance string
 	// PerSecond is its demand (allowed+denied per second) over its last
 	// report; Unknown when it has not reported a full interval yet.
