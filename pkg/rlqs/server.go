@@ -299,6 +299,28 @@ type bucketReport struct {
 	reason  string
 }
 
+// Bounds on a bucket id: Envoy builds it from configuration and request
+// values, and it becomes a Redis key; one beyond them matches no rule.
+const (
+	maxBucketKeys  = 32
+	maxBucketBytes = 4096
+)
+
+// checkBucket says what makes bucket id b unusable, or nil.
+func checkBucket(b map[string]string) error {
+	if len(b) > maxBucketKeys {
+		return fmt.Errorf("bucket id has %d keys (at most %d)", len(b), maxBucketKeys)
+	}
+	n := 0
+	for k, v := range b {
+		n += len(k) + len(v)
+	}
+	if n > maxBucketBytes {
+		return fmt.Errorf("bucket id is %d bytes (at most %d)", n, maxBucketBytes)
+	}
+	return nil
+}
+
 // member names one instance's use of one bucket among those that share a
 // limit: several buckets draw on one limit when a share_threshold wildcard
 // makes their values share a counter.
@@ -559,6 +581,10 @@ func (a *Assignment) sameStrategy(b *Assignment) bool {
 // resolve finds the bucket's rule and the limit that binds it.
 func (s *Server) resolve(now time.Time, snap *rules.Snapshot, domain string, b map[string]string, br *bucketReport) {
 	blanket := func(v Blanket, reason string) { br.blanket, br.reason = &v, reason }
+	if err := checkBucket(b); err != nil {
+		blanket(s.cfg.Unknown, err.Error())
+		return
+	}
 	if snap == nil {
 		blanket(s.cfg.Unknown, "no rules loaded")
 		return

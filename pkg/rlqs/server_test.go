@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,7 @@ func TestAssignmentKinds(t *testing.T) {
 		{"no rule: the unknown default", map[string]string{"name": "other"}, "deny_all", 0, 0},
 		{"per minute", map[string]string{"name": "slow"}, "token_bucket", 60, 60},
 		{"key order puts name first", alice, "token_bucket", 20, 1},
+		{"an oversized bucket id: the unknown default", map[string]string{"name": "api", "client": strings.Repeat("x", 5000)}, "deny_all", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
