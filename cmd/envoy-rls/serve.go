@@ -54,6 +54,7 @@ type serveConfig struct {
 	grpc              grpcFlags
 	xds               xdsFlags
 	override          overrideFlags
+	rlqs              rlqsFlags
 	statsd            statsdFlags
 	tracing           tracingFlags
 	hold              holdFlags
@@ -107,6 +108,7 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	c.grpc.register(fs)
 	c.xds.register(fs)
 	c.override.register(fs)
+	c.rlqs.register(fs)
 	c.statsd.register(fs)
 	c.tracing.register(fs)
 	c.hold.register(fs)
@@ -296,6 +298,9 @@ func (c *serveConfig) appConfig(log *zap.Logger) (app.Config, error) {
 	}}
 	ac.Overrides = app.OverridesConfig{Refresh: c.override.refresh, MaxTTL: c.override.maxTTL,
 		AdaptiveFile: c.override.adaptiveConfig, PrometheusURL: c.override.prometheusURL}
+	if ac.RLQS, err = c.rlqs.config(); err != nil {
+		return ac, err
+	}
 	if ac.Observe, err = c.observeConfig(); err != nil {
 		return ac, err
 	}

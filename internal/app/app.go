@@ -21,6 +21,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/refstats"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/stack"
@@ -43,6 +44,7 @@ type Config struct {
 	Observe   ObserveConfig
 	Servers   ServersConfig
 	Console   ConsoleConfig
+	RLQS      RLQSConfig
 }
 
 // RulesConfig says where the rules come from.
@@ -109,12 +111,13 @@ type App struct {
 	backend          *backend
 	obs              *observability
 	svc              *rls.Service
+	rlqs             *rlqs.Server
 	srv              *servers
 	// console is the console's state; nil without the debug listener.
 	console *consoleParts
 	// runs are the long-lived components besides the servers and the
 	// backend stack: the rule source, statsd, readiness, warm-up,
-	// overrides and adaptive controllers. Each runs until the servers
+	// overrides, adaptive controllers and the RLQS refresh. Each runs until the servers
 	// have drained (Run).
 	runs []func(context.Context) error
 }
@@ -152,10 +155,13 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	if a.svc, err = a.newService(cfg.Service); err != nil {
 		return nil, err
 	}
+	if a.rlqs, err = a.newRLQS(cfg.RLQS, cfg.Backend.Stack.KeyPrefix); err != nil {
+		return nil, err
+	}
 	if a.srv, err = newServers(ctx, cfg.Servers, a.handlers(cfg), a.reg, a.log); err != nil {
 		return nil, err
 	}
-	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run)
+	a.runs = append(a.runs, a.rules.run, a.obs.run, a.srv.ready.Run, a.rlqs.Run)
 	if a.console != nil {
 		a.runs = append(a.runs, a.console.rates.Run)
 	}
@@ -181,6 +187,7 @@ func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	c := cfg.Service
 	// A warm-up ramp first, then the overrides: a factor scales the
 	// ramped limit, an absolute value replaces whatever came before.
+	// newRLQS gives the RLQS server the same list.
 	c.Adjust = []rls.LimitAdjuster{a.backend.warmup, a.backend.overrides}
 	c.Rules = a.rules.current
 	c.Backend = a.obs.wrapBackend(a.backend.stack, a.backend.stack.Name())
@@ -228,7 +235,10 @@ func (a *App) Run(ctx context.Context) error {
 	// no request may take one after: its context ends when the servers
 	// have returned.
 	bg.Go(func() { errs[len(a.runs)] = a.runPart(drained, a.backend.stack.Run) })
-	err := a.srv.run(ctx, a.svc.ReleaseHeld, zap.String("version", a.version),
+	// The drain ends held requests and the RLQS streams (Envoy reopens
+	// one to another replica on its next report).
+	release := func() { a.svc.ReleaseHeld(); a.rlqs.Drain() }
+	err := a.srv.run(ctx, release, zap.String("version", a.version),
 		zap.String("backend", a.backend.stack.Name()), zap.String("default_algorithm", a.defaultAlgorithm))
 	stopBG()
 	bg.Wait()

@@ -25,7 +25,9 @@ type backend struct {
 	overrides *override.Table
 	warmup    *warmup.Adjuster
 	clients   []*redisclient.Client
-	runs      []func(context.Context) error
+	// redis is the main Redis client, nil on the in-process store.
+	redis *redisclient.Client
+	runs  []func(context.Context) error
 }
 
 // newBackend builds the Redis clients, the stack over them, the override
@@ -46,6 +48,7 @@ func newBackend(ctx context.Context, cfg BackendConfig, ov OverridesConfig, log 
 	if sc.Redis, err = b.client(cfg.Redis); err != nil {
 		return b, err
 	}
+	b.redis = sc.Redis
 	if sc.PerSecondRedis, err = b.client(cfg.PerSecondRedis); err != nil {
 		return b, err
 	}

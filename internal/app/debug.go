@@ -8,6 +8,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/override"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -19,7 +20,8 @@ func (a *App) handlers(c Config) handlers {
 	rulesNow := a.rules.current
 	keyPrefix, cfg := c.Backend.Stack.KeyPrefix, c.Servers
 	h := handlers{
-		svc: a.svc,
+		svc:  a.svc,
+		rlqs: a.rlqs,
 		ready: func(ctx context.Context) error {
 			if err := a.rules.ready(ctx); err != nil {
 				return err
@@ -35,6 +37,7 @@ func (a *App) handlers(c Config) handlers {
 				Effective: a.svc.EffectiveLimit,
 				KeyPrefix: keyPrefix,
 				Peeker:    a.backend.stack,
+				Quotas:    a.rlqsQuotas,
 			}),
 			Admin:          override.Handler(a.backend.overrides, rulesNow),
 			AdminTokenFile: cfg.AdminTokenFile,
@@ -52,6 +55,9 @@ func (a *App) handlers(c Config) handlers {
 type debugPage struct {
 	rules.View
 	Limits []override.LimitView `json:"limits"`
+	// RLQS is every bucket's last assignment per Envoy instance connected
+	// to this replica (pkg/rlqs).
+	RLQS []rlqs.Assignment `json:"rlqs_assignments,omitempty"`
 }
 
 // debugConfig builds /debug/config for snap.
@@ -61,5 +67,6 @@ func (a *App) debugConfig(snap *rules.Snapshot) any {
 		Limits: a.backend.overrides.Describe(snap, time.Now(), func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) uint32 {
 			return a.svc.EffectiveLimit(now, domain, r, l).RequestsPerUnit
 		}),
+		RLQS: a.rlqs.Assignments(),
 	}
 }

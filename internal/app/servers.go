@@ -27,6 +27,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/certreload"
 	"github.com/envoy-rls/envoy-rls/pkg/readiness"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -78,6 +79,7 @@ const unixSocketMode = 0o660
 // handlers is what the servers serve, built by App.handlers.
 type handlers struct {
 	svc   *rls.Service
+	rlqs  *rlqs.Server
 	ready func(context.Context) error
 	debug admin.DebugOptions
 }
@@ -110,6 +112,9 @@ func newServers(ctx context.Context, cfg ServersConfig, h handlers, reg *prometh
 	}
 	s := &servers{cfg: cfg, grpc: grpc.NewServer(gopts...), health: health.NewServer(), log: log}
 	h.svc.Register(s.grpc)
+	if h.rlqs != nil {
+		h.rlqs.Register(s.grpc)
+	}
 	s.ready = newReadiness(ctx, h.ready, s.health, log)
 	healthpb.RegisterHealthServer(s.grpc, healthService{Server: s.health, ready: s.ready})
 	reflection.Register(s.grpc)

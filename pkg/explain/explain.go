@@ -74,6 +74,25 @@ type Explainer struct {
 	Peeker Peeker
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Quotas, when set (live), returns the RLQS assignments of the bucket
+	// whose descriptor path is entries, one per Envoy instance connected
+	// to this replica.
+	Quotas func(domain string, entries []algo.Entry) []QuotaAssignment
+}
+
+// QuotaAssignment is what an Envoy instance was last assigned over RLQS
+// for a bucket (pkg/rlqs; see docs/rlqs.md).
+type QuotaAssignment struct {
+	Instance string `json:"instance"`
+	// Kind is token_bucket, allow_all or deny_all.
+	Kind          string  `json:"kind"`
+	TokensPerFill uint32  `json:"tokens_per_fill,omitempty"`
+	FillIntervalS int64   `json:"fill_interval_s,omitempty"`
+	MaxTokens     uint32  `json:"max_tokens,omitempty"`
+	Instances     int     `json:"instances,omitempty"`
+	DemandPerSec  float64 `json:"demand_per_second"`
+	Expires       string  `json:"expires"`
+	Reason        string  `json:"reason,omitempty"`
 }
 
 // Report is an explanation of one request.
@@ -99,6 +118,9 @@ type Descriptor struct {
 	// Levels shows the walk: per entry, the descriptors it matched.
 	Levels []Level `json:"levels"`
 	Limits []Limit `json:"limits,omitempty"`
+	// Quotas are the RLQS assignments of the bucket with this descriptor
+	// path, per Envoy instance (live only).
+	Quotas []QuotaAssignment `json:"rlqs_assignments,omitempty"`
 }
 
 // RuleRef names a rule and where it is.
@@ -234,6 +256,9 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 		}
 		ex := snap.Explain(req.Domain, entries)
 		rep.Descriptors = append(rep.Descriptors, describe(d, ex))
+		if e.Quotas != nil {
+			rep.Descriptors[len(rep.Descriptors)-1].Quotas = e.Quotas(req.Domain, entries)
+		}
 		if ex.Rule == nil || ex.Rule.Unlimited {
 			continue
 		}

@@ -132,6 +132,37 @@ func TestExplainEffective(t *testing.T) {
 	}
 }
 
+// TestExplainQuotas: with a Quotas source, each descriptor shows the RLQS
+// assignments of its bucket, in JSON and in the text form.
+func TestExplainQuotas(t *testing.T) {
+	snap := snapshot(t, algo.FixedWindow)
+	var asked []algo.Entry
+	e := &Explainer{
+		Rules: func() *rules.Snapshot { return snap },
+		Quotas: func(domain string, entries []algo.Entry) []QuotaAssignment {
+			asked = entries
+			return []QuotaAssignment{{Instance: "edge-1", Kind: "token_bucket", TokensPerFill: 2, FillIntervalS: 60, MaxTokens: 2, Instances: 2, Expires: "2027-01-01T00:00:00Z"}}
+		},
+	}
+	rep, err := e.Explain(context.Background(), req("api", "user=alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 1 || asked[0] != (algo.Entry{Key: "user", Value: "alice"}) {
+		t.Errorf("Quotas asked for %v, want the descriptor's entries", asked)
+	}
+	if q := rep.Descriptors[0].Quotas; len(q) != 1 || q[0].Instance != "edge-1" {
+		t.Fatalf("quotas %+v, want edge-1's", q)
+	}
+	var b strings.Builder
+	if err := WriteText(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := "rlqs edge-1: token bucket 2 per 60s, max 2 (of 2 instances)"; !strings.Contains(b.String(), want) {
+		t.Errorf("text %q lacks %q", b.String(), want)
+	}
+}
+
 func TestExplainBadRequest(t *testing.T) {
 	snap := snapshot(t, algo.FixedWindow)
 	e := &Explainer{Rules: func() *rules.Snapshot { return snap }}

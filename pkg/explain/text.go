@@ -23,6 +23,7 @@ func WriteText(w io.Writer, r *Report) error {
 	for i, d := range r.Descriptors {
 		tw.printf("\ndescriptor %d: %s\n", i, entriesText(d.Entries))
 		tw.levels(d.Levels)
+		tw.quotas(d.Quotas)
 		switch {
 		case d.Rule == nil:
 			tw.printf("  no limit: %s\n", d.NoMatch)
@@ -37,6 +38,21 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	return tw.err
+}
+
+// quotas prints a bucket's RLQS assignments, one line per instance.
+func (t *textWriter) quotas(qs []QuotaAssignment) {
+	for _, q := range qs {
+		what := q.Kind
+		if q.Kind == "token_bucket" {
+			what = fmt.Sprintf("token bucket %d per %ds, max %d (of %d instances)", q.TokensPerFill, q.FillIntervalS, q.MaxTokens, q.Instances)
+		}
+		t.printf("  rlqs %s: %s, until %s", q.Instance, what, q.Expires)
+		if q.Reason != "" {
+			t.printf(" (%s)", q.Reason)
+		}
+		t.printf("\n")
+	}
 }
 
 type textWriter struct {

@@ -74,6 +74,10 @@ var moduleRules = map[string]rule{
 	"pkg/rules": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
 	// "It must not talk to Redis, import the backends, or serve anything."
 	"pkg/xdsrules": {allow: []string{"pkg/rules", "pkg/tlsfiles"}, forbid: []string{redis}},
+	// "It reads rules and writes only its own usage keys; it must not touch
+	// the rate-limit counters or the rule files": no backend layer, and
+	// the service only for its limit adjusters.
+	"pkg/rlqs": {allow: []string{"pkg/algo", "pkg/rls", "pkg/rules"}},
 	// "It must not see gRPC types (the service's adjusted limits reach it as
 	// rls.Effective)": pkg/rls may, explain's own files may not.
 	"pkg/explain": {
@@ -145,6 +149,9 @@ var moduleRules = map[string]rule{
 	"test/envoy/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc", "test/envoy/checks")},
 	// The console in a browser, the binary a black box as in test/e2e.
 	"test/console": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
+	// Real Envoys in front of the built binary (RLQS); the probe's own
+	// minimal RLQS server uses the generated service types only.
+	"test/envoy/rlqs": {sealed: true, testAllow: testSupportAnd("internal/childproc", "internal/envoytest", "internal/rlsproc")},
 	// Commands that drive the binary as a process (the bench also starts
 	// Envoys, through internal/envoytest).
 	"test/bench":            {allow: []string{"internal/childproc", "internal/envoytest"}, sealed: true},
