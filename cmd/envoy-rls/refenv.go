@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	flag "github.com/spf13/pflag"
 	"go.uber.org/zap"
 )
 
@@ -475,8 +475,7 @@ func redisURL(p, enable string) func(lookupFunc) (string, bool, error) {
 // ourFlagGiven returns whether a flag of fs was set by us: on the command
 // line (visited by Parse) or by its ENVOY_RLS_* twin.
 func ourFlagGiven(fs *flag.FlagSet, get lookupFunc) func(string) bool {
-	visited := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	visited := changedFlags(fs)
 	return func(name string) bool {
 		if visited[name] {
 			return true

@@ -173,8 +173,8 @@ func TestVersionAndUsage(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q; want 2", code, stderr)
 	}
-	_, stderr, code = runCLI(t, nil, "serve", "-h")
-	if code != 0 || !strings.Contains(stderr, "-redis-url") || !strings.Contains(stderr, "ENVOY_RLS_") {
-		t.Errorf("serve -h: exit %d, stderr %q; want 0 and the flags with their environment prefix", code, stderr)
+	stdout, _, code = runCLI(t, nil, "serve", "-h")
+	if code != 0 || !strings.Contains(stdout, "--redis-url") || !strings.Contains(stdout, "ENVOY_RLS_REDIS_URL") {
+		t.Errorf("serve -h: exit %d, stdout %q; want 0 and the flags with their environment twins", code, stdout)
 	}
 }
