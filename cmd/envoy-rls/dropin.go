@@ -54,6 +54,9 @@ type environment struct {
 	lookup lookupFunc
 	list   []string // KEY=value, as os.Environ
 	name   string   // argv[0]'s base name
+	// redisLog is go-redis's logger, which serve points at its own; nil
+	// where main did not install one (tests).
+	redisLog *redisLog
 }
 
 // processEnv is the environment of this process, started as name.

@@ -10,13 +10,24 @@ package main
 import (
 	"io"
 	"os"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
 func main() {
-	os.Exit(runIn(processEnv(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr))
+	// go-redis logs dial and pool failures through one package-level
+	// logger, by default as plain lines on stderr ahead of the command's
+	// own error. It has no per-client logger, so this one global is
+	// unavoidable: it is set here, once, before any client exists, to a
+	// logger that serve points at its zap logger and that the CLI commands
+	// leave silent (redislog.go).
+	env := processEnv(os.Args[0])
+	env.redisLog = &redisLog{}
+	redis.SetLogger(env.redisLog)
+	os.Exit(runIn(env, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run is runIn with this process's environment, started as envoy-rls.

@@ -164,6 +164,7 @@ func serveParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, stderr io.
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	env.redisLog.use(log.Named("redis"))
 	logRefNotes(log, cfg.refNotes)
 	logDropIn(log, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
