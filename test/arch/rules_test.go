@@ -18,7 +18,7 @@ var testSupport = []string{
 	"internal/backendtest", "internal/eventually", "internal/otlptest",
 	"internal/promtest", "internal/randsteps", "internal/redistest",
 	"internal/rulestest", "internal/statsdtest", "internal/testcert",
-	"internal/upstream", "internal/xdstest",
+	"internal/upstream", "internal/xdstest", "internal/envoytest",
 }
 
 // moduleRules is the allow-list: for every package of the module (path
@@ -111,6 +111,9 @@ var moduleRules = map[string]rule{
 	"internal/testcert":   {testSupport: true},
 	"internal/upstream":   {testSupport: true},
 	"internal/xdstest":    {testSupport: true},
+	// "It knows nothing of envoy-rls's configs; callers hand it YAML. It
+	// must not be imported by non-test code."
+	"internal/envoytest": {allow: []string{"internal/childproc"}, testSupport: true},
 	// Used by tests and by the bench and validate commands.
 	"internal/childproc": {},
 	// "It works on bytes and decoded objects that its caller hands it."
@@ -123,6 +126,9 @@ var moduleRules = map[string]rule{
 	// "Nothing here imports the service's packages: the binary is a black
 	// box."
 	"test/e2e": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
+	// "its tests drive the binary as a process and import none of the
+	// service's packages."
+	"test/docs": {sealed: true, testAllow: testSupportAnd("internal/childproc")},
 	// Commands that drive the binary as a process.
 	"test/bench":            {allow: []string{"internal/childproc"}, sealed: true},
 	"test/scaling/validate": {allow: []string{"internal/childproc", "internal/redistest"}, sealed: true},
