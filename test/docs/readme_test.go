@@ -22,7 +22,7 @@ func TestReadmeIsAGuide(t *testing.T) {
 	first := strings.Join(lines[:min(40, len(lines))], "\n")
 	for _, want := range []string{
 		"make run", "make test", // the opening commands
-		"rate-limit service for Envoy and Istio", // what it is
+		"rate-limit service for Envoy and Istio",                                       // what it is
 		"docker run", "go install github.com/envoy-rls/envoy-rls/cmd/envoy-rls@latest", // how to run it
 		"envoy.filters.http.ratelimit", "cluster_name: envoy_rls", // how Envoy reaches it
 		"429",
