@@ -49,7 +49,7 @@ func TestSnapshotRelease(t *testing.T) {
 	}
 
 	version := snapshotVersion(t, dist)
-	if !strings.Contains(version, "-snapshot+") {
+	if !strings.Contains(version, "-snapshot-") {
 		t.Errorf("snapshot version %q does not say it is a snapshot", version)
 	}
 	var archives []string
