@@ -13,4 +13,9 @@
 // same server over a real redis-server). Each block gets its own server and
 // workspace, so no block depends on another's counters. Shell blocks that
 // cannot run here (kubectl, helm install, docker) say ```sh norun.
+//
+// Beside the examples: every yaml block that is a whole rule file
+// validates, the README's Envoy excerpt is lines of the bootstrap that a
+// real Envoy runs, and the README's first screen says what envoy-rls is,
+// how to run it and how Envoy reaches it.
 package docs
