@@ -1,7 +1,7 @@
 # envoy-rls developer entry points. `make run` and `make test` work on a fresh
 # Debian machine with Go: test installs what it needs (redis-server,
-# shellcheck, prometheus) with apt-get when missing, and helm with go
-# install into bin/tools.
+# shellcheck, prometheus) with apt-get when missing, and helm, goreleaser
+# and actionlint with go install into bin/tools.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
