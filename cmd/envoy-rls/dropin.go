@@ -1,12 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	flag "github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -54,6 +54,9 @@ type environment struct {
 	lookup lookupFunc
 	list   []string // KEY=value, as os.Environ
 	name   string   // argv[0]'s base name
+	// redisLog is go-redis's logger, which serve points at its own; nil
+	// where main did not install one (tests).
+	redisLog *redisLog
 }
 
 // processEnv is the environment of this process, started as name.
@@ -61,11 +64,11 @@ func processEnv(name string) environment {
 	return environment{lookup: os.LookupEnv, list: os.Environ(), name: filepath.Base(name)}
 }
 
-// parse parses what serve and validate read alike, in precedence order:
-// the command line (at most maxArgs arguments after the flags) and its
-// ENVOY_RLS_* twins, envoyproxy/ratelimit's variables, then drop-in mode.
-func (c *serveConfig) parse(fs *flag.FlagSet, args []string, maxArgs int, env environment) error {
-	if err := parseFlagsN(fs, args, maxArgs); err != nil {
+// finish reads what serve and validate read alike after the command line
+// cobra parsed into fs, in precedence order: the ENVOY_RLS_* twins of the
+// flags not given, envoyproxy/ratelimit's variables, then drop-in mode.
+func (c *serveConfig) finish(fs *flag.FlagSet, env environment) error {
+	if err := applyTwins(fs); err != nil {
 		return err
 	}
 	return c.applyEnv(fs, env)

@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -22,13 +21,12 @@ import (
 // environment when started as name.
 func parseEnv(t *testing.T, name string, env map[string]string, args ...string) (*serveConfig, error) {
 	t.Helper()
-	cfg, fs := serveFlagSet("serve", io.Discard)
+	cfg, fs := serveFlagSet("serve")
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	fs.VisitAll(func(f *flag.Flag) { // the ENVOY_RLS_* twins, as parseFlags reads them
+	given := changedFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) { // the ENVOY_RLS_* twins, as applyTwins reads them
 		if v, ok := env[envName(f.Name)]; ok && !given[f.Name] {
 			if err := f.Value.Set(v); err != nil {
 				t.Fatalf("%s=%q: %v", envName(f.Name), v, err)

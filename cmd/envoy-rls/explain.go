@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
@@ -28,35 +29,53 @@ type explainFlags struct {
 	timeout time.Duration
 }
 
-// explainCmd explains why a request would be limited: offline from the
-// rules directory, or live (--addr) from a running server's debug
+// explainCommand explains why a request would be limited: offline from
+// the rules directory, or live (--addr) from a running server's debug
 // listener, which adds each counter's state without consuming a hit.
 // Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.
-func explainCmd(env environment, args []string, stdout, stderr io.Writer) int {
-	cfg, fs := serveFlagSet("explain", stderr)
+func (c *cli) explainCommand() *cobra.Command {
+	cfg, fs := serveFlagSet("explain")
 	var ef explainFlags
 	fs.StringVar(&ef.addr, "addr", "", "debug address (--debug-addr) of a running envoy-rls: explain live, with each counter's current state; empty explains offline from --config-dir")
 	fs.StringVar(&ef.domain, "domain", "", "rate-limit domain")
-	fs.Var(&ef.descs, "d", "descriptor as key=value[,key=value…]; repeat for several descriptors; write a comma or backslash inside a key or value as \\, or \\\\")
+	fs.VarP(&ef.descs, "descriptor", "d", descriptorUsage)
 	fs.StringVar(&ef.tls.ca, "tls-ca", "", "with --addr: CA bundle to verify the server's --admin-tls-cert; enables TLS")
 	fs.StringVar(&ef.tls.cert, "tls-cert", "", "with --addr: client certificate for mTLS (signed by the server's --admin-tls-client-ca)")
 	fs.StringVar(&ef.tls.key, "tls-key", "", "with --addr: client key for mTLS")
 	fs.BoolVar(&ef.json, "json", false, "print the explanation as JSON")
 	fs.DurationVar(&ef.timeout, "timeout", 10*time.Second, "deadline for the live request")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: envoy-rls explain [--addr HOST:PORT [--tls-ca CA] | --config-dir DIR] --domain D -d k=v[,k=v…] [-d …] [--json]\n\nflags (each also read from %s<NAME>):\n", envPrefix)
-		printFlags(fs, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "d", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
+	cmd := &cobra.Command{
+		Use:   "explain --domain D -d key=value[,key=value…] [-d …]",
+		Short: "why a request is limited: the matched rule, its limits, Redis keys and (live) counters",
+		Long: `Explain why a request would be limited: the rule each descriptor matches,
+its limits, the Redis keys of its counters, and, live (--addr, a running
+server's --debug-addr), each counter's state. Nothing is consumed.
+
+Offline, the rules are read as serve reads them: explain takes serve's
+flags and environment; the rule and key flags listed here matter.
+Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
+		Example: `  # offline, against the shipped example rules
+  envoy-rls explain --config-dir examples/config --domain edge -d remote_address=203.0.113.7
+
+  # live, with each counter's state, from a server started with --debug-addr 127.0.0.1:6070
+  envoy-rls explain --addr 127.0.0.1:6070 --domain edge -d remote_address=203.0.113.7 --json`,
+		Args: maxArgs(0),
+		RunE: c.body(func([]string) int { return explainParsed(c.env, cfg, fs, &ef, c.stdout, c.stderr) }),
 	}
-	// Offline, the rules are read as serve reads them (serveConfig.parse).
-	if err := cfg.parse(fs, args, 0, env); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	addFlags(cmd, fs, true)
+	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
+	return cmd
+}
+
+// explainParsed explains with the flags cobra parsed into cfg and ef.
+func explainParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, ef *explainFlags, stdout, stderr io.Writer) int {
+	// Offline, the rules are read as serve reads them (serveConfig.finish).
+	if err := cfg.finish(fs, env); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls explain: %v\n", err)
 		return 2
 	}
-	if ef.domain == "" || len(ef.descs) == 0 || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "envoy-rls explain: want --domain and at least one -d, and no arguments")
+	if ef.domain == "" || len(ef.descs) == 0 {
+		fmt.Fprintln(stderr, "envoy-rls explain: want --domain and at least one -d")
 		return 2
 	}
 	req := explain.Request{Domain: ef.domain}

@@ -2,10 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"runtime"
 	"time"
 
+	flag "github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )

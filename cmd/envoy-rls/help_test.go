@@ -18,7 +18,7 @@ func TestTopLevelHelp(t *testing.T) {
 				t.Fatalf("exit %d, want 0; stderr %q", code, stderr.String())
 			}
 			out := stdout.String()
-			for _, want := range []string{"commands:", "serve ", "validate ", "check ", "version ", "serve flags", "-grpc-addr", "-grpc-max-connection-age"} {
+			for _, want := range []string{"Available Commands:", "serve ", "validate ", "check ", "version ", "completion ", "Flags:", "--grpc-addr", "--grpc-max-connection-age"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("help lacks %q:\n%s", want, out)
 				}
@@ -52,14 +52,16 @@ func TestFlagMistakeIsOneLine(t *testing.T) {
 }
 
 // TestCommandHelpStillListsFlags keeps -h after a command useful: it asked
-// for the flags, so it gets them.
+// for the flags, so it gets them, on stdout as kubectl and helm print them.
 func TestCommandHelpStillListsFlags(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"serve", "-h"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d, want 0", code)
-	}
-	if !strings.Contains(stderr.String(), "-grpc-addr") {
-		t.Errorf("serve -h lacks the flags:\n%s", stderr.String())
+	for _, args := range [][]string{{"serve", "-h"}, {"serve", "--help"}, {"help", "serve"}, {"serve", "--config-dir", "x", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%q: exit %d, want 0", args, code)
+		}
+		if !strings.Contains(stdout.String(), "--grpc-addr") {
+			t.Errorf("%q lacks the flags:\n%s", args, stdout.String())
+		}
 	}
 }
 

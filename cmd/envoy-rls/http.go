@@ -2,8 +2,9 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
 )

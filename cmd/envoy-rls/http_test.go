@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"strings"
 	"testing"
 )
@@ -10,8 +9,11 @@ import (
 // t when they do not parse; validation is left to the test.
 func parseServe(t *testing.T, args ...string) *serveConfig {
 	t.Helper()
-	cfg, parse := serveFlags(io.Discard, processEnv("envoy-rls"))
-	if err := parse(args); err != nil {
+	cfg, fs := serveFlagSet("serve")
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	if err := cfg.finish(fs, processEnv("envoy-rls")); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
 	return cfg

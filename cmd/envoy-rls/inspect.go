@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/pkg/inspect"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
@@ -19,13 +21,12 @@ import (
 // requests that Envoy waits on, an operator's SCAN may take longer.
 const inspectTimeout = 5 * time.Second
 
-// inspectCmd reports what envoy-rls keeps in Redis, read-only (see
+// inspectCommand reports what envoy-rls keeps in Redis, read-only (see
 // pkg/inspect). It takes serve's Redis flags, so a Deployment's
 // ENVOY_RLS_* (or envoyproxy/ratelimit's) environment finds the same
-// Redis. Exit codes: 0 done, 1
-// Redis failed, 2 bad usage.
-func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
-	cfg, fs := serveFlagSet("inspect", stderr)
+// Redis. Exit codes: 0 done, 1 Redis failed, 2 bad usage.
+func (c *cli) inspectCommand() *cobra.Command {
+	cfg, fs := serveFlagSet("inspect")
 	cfg.redis.timeout = inspectTimeout
 	fs.Lookup("redis-timeout").DefValue = inspectTimeout.String()
 	var opts inspect.Options
@@ -34,20 +35,37 @@ func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.MaxKeys, "max-keys", 0, "stop after scanning this many keys in all (0: no bound); the report then says it is partial")
 	fs.Int64Var(&opts.Count, "scan-count", 100, "COUNT of each SCAN step: the most work one step asks of Redis")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: envoy-rls inspect --redis-url URL [--config-dir DIR] [--top N] [--max-keys N] [--json]\n\nflags (each also read from %s<NAME>):\n", envPrefix)
-		printFlags(fs, "redis-url", "redis-key-prefix", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-timeout",
-			"config-dir", "top", "max-keys", "scan-count", "json")
+	cmd := &cobra.Command{
+		Use:   "inspect --redis-url URL",
+		Short: "what is in Redis: envoy-rls's keys decoded and summarised, read-only",
+		Long: `Report what envoy-rls keeps in Redis, read-only (SCAN, MEMORY USAGE, OBJECT FREQ):
+its keys decoded and counted per domain and algorithm, the largest and the
+most used. With --config-dir, each key is matched to its rule.
+
+inspect takes serve's flags and environment, so a Deployment's settings find
+the same Redis; the Redis flags listed here matter.
+Exit codes: 0 done, 1 Redis failed, 2 bad usage.`,
+		Example: `  envoy-rls inspect --redis-url redis://localhost:6379
+
+  # match keys to the shipped example rules, as JSON
+  envoy-rls inspect --redis-url redis://localhost:6379 --config-dir examples/config --json`,
+		Args: maxArgs(0),
+		RunE: c.body(func([]string) int { return inspectParsed(c.env, cfg, fs, &opts, asJSON, c.stdout, c.stderr) }),
 	}
-	// The Redis and rules are found as serve finds them (serveConfig.parse).
-	if err := cfg.parse(fs, args, 0, env); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	addFlags(cmd, fs, true)
+	showOnly(cmd, "redis-url", "redis-key-prefix", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-timeout",
+		"config-dir", "top", "max-keys", "scan-count", "json")
+	return cmd
+}
+
+// inspectParsed inspects with the flags cobra parsed into cfg and opts.
+func inspectParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options, asJSON bool, stdout, stderr io.Writer) int {
+	// The Redis and rules are found as serve finds them (serveConfig.finish).
+	if err := cfg.finish(fs, env); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2
 	}
-	if err := checkInspect(cfg, fs, &opts); err != nil {
+	if err := checkInspect(cfg, fs, opts); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2
 	}
@@ -65,7 +83,7 @@ func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
 	if client.Cluster != nil {
 		masters = client.Cluster
 	}
-	rep, err := inspect.Run(context.Background(), masters, opts)
+	rep, err := inspect.Run(context.Background(), masters, *opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 1
@@ -78,8 +96,6 @@ func inspectCmd(env environment, args []string, stdout, stderr io.Writer) int {
 // default is serve's and not a request to match rules).
 func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) error {
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case cfg.redisURL == "":
 		return errors.New("--redis-url: required")
 	case opts.Top < 1:
@@ -114,17 +130,6 @@ func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) err
 // flagGiven reports whether the flag name was set on the command line or
 // through its environment twin.
 func flagGiven(fs *flag.FlagSet, name string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	_, env := os.LookupEnv(envName(name))
-	return given || env
-}
-
-// printFlags writes the usage of the named flags of fs, for commands that
-// share serve's flag set but use only some of it.
-func printFlags(fs *flag.FlagSet, names ...string) {
-	for _, name := range names {
-		f := fs.Lookup(name)
-		fmt.Fprintf(fs.Output(), "  --%s (default %q, env %s)\n    \t%s\n", f.Name, f.DefValue, envName(f.Name), f.Usage)
-	}
+	return changedFlags(fs)[name] || env
 }

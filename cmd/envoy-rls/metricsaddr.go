@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strings"
+
+	flag "github.com/spf13/pflag"
 )
 
 // metricsFlags configure an optional listener of its own for the

@@ -62,7 +62,7 @@ func TestObservabilityFlagErrors(t *testing.T) {
 		{args: []string{"--tracing", "--tracing-sampling-rate", "1.5"}, want: "sampling rate"},
 		{args: []string{"--tracing", "--tracing-protocol", "zipkin"}, want: "protocol"},
 	} {
-		c, fs := serveFlagSet("serve", nil)
+		c, fs := serveFlagSet("serve")
 		err := fs.Parse(tc.args)
 		if err == nil {
 			get := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }

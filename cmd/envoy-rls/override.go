@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +11,9 @@ import (
 	"os/user"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/override"
@@ -66,28 +68,70 @@ func debugClient(addr, caFile, certFile, keyFile string) (string, *http.Client, 
 	return "https://" + addr, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}, nil
 }
 
-// overrideCmd is `envoy-rls override set|list|clear`: the admin API's
-// client.
+// overrideCmd runs the override command line args (after "override").
 func overrideCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || isHelp(args[0]) {
-		fmt.Fprint(stderr, overrideUsage)
-		return 2
+	return runIn(processEnv("envoy-rls"), append([]string{"override"}, args...), stdout, stderr)
+}
+
+// overrideCommand is `envoy-rls override set|list|clear`: the admin API's
+// client.
+func (c *cli) overrideCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "override set|list|clear",
+		Short: "set, list or clear runtime limit overrides on running servers",
+		Long: `Set, list or clear runtime limit overrides through the admin API of a running
+envoy-rls (its --debug-addr, with --admin-token-file set): an override scales
+or replaces one limit on every replica for a while, then expires by itself.
+Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F;
+for a TLS admin listener --tls-ca CA, and for mTLS --tls-cert C --tls-key K.`,
+		Example: `  envoy-rls override set --domain edge --limit per_user --factor 0.5 --ttl 15m --reason "incident 42" --token-file token
+  envoy-rls override list --token-file token
+  envoy-rls override clear --domain edge --limit per_user --reason "incident 42 over" --token-file token`,
+		// A subcommand's flags after a misspelt subcommand are not the
+		// mistake to report.
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown subcommand %q (want set, list or clear)", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprint(c.stderr, cmd.UsageString())
+			c.code = 2
+			return nil
+		},
 	}
-	sub := args[0]
-	a, err := parseOverrideArgs(sub, args[1:], stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	for _, sub := range []struct{ name, short, example string }{
+		{"set", "scale (--factor) or replace (--requests-per-unit) one limit for --ttl",
+			`  envoy-rls override set --domain edge --limit per_user --factor 0.5 --ttl 15m --reason "incident 42" --token-file token`},
+		{"list", "list the overrides in force", "  envoy-rls override list --token-file token --json"},
+		{"clear", "clear overrides before they expire",
+			`  envoy-rls override clear --domain edge --limit per_user --reason "over" --token-file token
+  envoy-rls override clear --all --reason "all over" --token-file token`},
+	} {
+		a, fs := overrideFlagSet(sub.name)
+		sc := &cobra.Command{Use: sub.name, Short: sub.short, Example: sub.example, Args: maxArgs(0),
+			RunE: c.body(func([]string) int { return a.run(fs, c.stdout, c.stderr) })}
+		addFlags(sc, fs, false)
+		cmd.AddCommand(sc)
 	}
+	return cmd
+}
+
+// run calls the admin API as the flags cobra parsed into a say.
+func (a *overrideArgs) run(fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	err := applyTwins(fs)
 	var c *override.Client
 	if err == nil {
 		c, err = a.client()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", a.sub, err)
 		return 2
 	}
 	if err := a.call(context.Background(), c, stdout); err != nil {
-		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", sub, err)
+		fmt.Fprintf(stderr, "envoy-rls override %s: %v\n", a.sub, err)
 		return 1
 	}
 	return 0
@@ -102,11 +146,11 @@ type overrideArgs struct {
 	all, asJSON                                     bool
 }
 
-// parseOverrideArgs parses the flags of subcommand sub: the common ones
+// overrideFlagSet defines the flags of subcommand sub: the common ones
 // and its own.
-func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideArgs, error) {
+func overrideFlagSet(sub string) (*overrideArgs, *flag.FlagSet) {
 	a := &overrideArgs{sub: sub}
-	fs := newFlagSet("override "+sub, stderr)
+	fs := newFlagSet("override " + sub)
 	fs.StringVar(&a.addr, "addr", defaultDebugAddr, "the server's debug/admin address (its --debug-addr)")
 	fs.StringVar(&a.tokenFile, "token-file", "", "file holding the admin bearer token (the server's --admin-token-file)")
 	fs.StringVar(&a.caFile, "tls-ca", "", "CA bundle to verify the server's --admin-tls-cert; enables TLS")
@@ -126,10 +170,8 @@ func parseOverrideArgs(sub string, args []string, stderr io.Writer) (*overrideAr
 	case "clear":
 		fs.StringVar((*string)(&a.filter.Source), "source", "", "clear only overrides of this source: manual|adaptive")
 		fs.BoolVar(&a.all, "all", false, "with no --domain, clear every override")
-	default:
-		return nil, fmt.Errorf("unknown subcommand %q (want set, list or clear)", sub)
 	}
-	return a, parseFlags(fs, args)
+	return a, fs
 }
 
 // client returns the API client the flags describe: plain HTTP, or TLS
@@ -180,16 +222,6 @@ func (a *overrideArgs) call(ctx context.Context, c *override.Client, stdout io.W
 	}
 	return override.WriteTable(stdout, list)
 }
-
-const overrideUsage = `usage: envoy-rls override <set|list|clear> [flags]
-
-  set    --domain D --limit NAME (--factor 0.5 | --requests-per-unit N) --ttl 15m --reason "..."
-  list   [--json]
-  clear  --domain D [--limit NAME] [--source manual|adaptive] --reason "..."  (or --all)
-
-Common flags: --addr HOST:PORT (the server's --debug-addr), --token-file F;
-for a TLS admin listener --tls-ca CA, and for mTLS --tls-cert C --tls-key K.
-`
 
 // setRequest builds the API request of override set from its flags.
 func setRequest(f override.Filter, by, reason, factor, rpu, ttl string) (override.SetRequest, error) {

@@ -36,7 +36,7 @@ func TestOverrideCLIRefusesBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no subcommand", nil, 2, "usage: envoy-rls override"},
+		{"no subcommand", nil, 2, "Usage:\n  envoy-rls override"},
 		{"unknown subcommand", []string{"pause"}, 2, `unknown subcommand "pause"`},
 		{"factor and absolute", []string{"set", "--factor=0.5", "--requests-per-unit=3", "--ttl=1m"}, 1, "exactly one of --factor and --requests-per-unit"},
 		{"bad factor", []string{"set", "--factor=half", "--ttl=1m"}, 1, `--factor: "half" is not a number`},

@@ -2,9 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	flag "github.com/spf13/pflag"
 	"go.uber.org/zap"
 )
 
@@ -153,7 +153,7 @@ var refUnsupportedVars = []refUnsupported{
 	{"USE_DOG_STATSD_MOGRIFIERS", "envoy-rls sends plain statsd; the Datadog agent also reads /metrics on --http-addr"},
 	{"STATS_FLUSH_INTERVAL", "statsd counters are flushed every GOSTATS_FLUSH_INTERVAL_SECONDS (--statsd-flush-interval); Prometheus metrics are pulled"},
 	{"DISABLE_STATS", "metrics are always served on /metrics of --http-addr; do not scrape them if unwanted"},
-	{"PROMETHEUS_MAPPER_YAML", "envoy-rls's metric names are fixed (README, \"Operating it\")"},
+	{"PROMETHEUS_MAPPER_YAML", "envoy-rls's metric names are fixed (docs/operations.md)"},
 	{"BACKEND_TYPE", "envoy-rls's backends are Redis (--redis-url) or the in-process store (no --redis-url); memcached is not supported"},
 	{"MEMCACHE_", "memcached is not supported; use Redis (--redis-url)"},
 	{"REDIS_PIPELINE_WINDOW", "envoy-rls batches concurrent requests by itself (a pipeline leaves when the previous one returns); nothing to set"},
@@ -475,8 +475,7 @@ func redisURL(p, enable string) func(lookupFunc) (string, bool, error) {
 // ourFlagGiven returns whether a flag of fs was set by us: on the command
 // line (visited by Parse) or by its ENVOY_RLS_* twin.
 func ourFlagGiven(fs *flag.FlagSet, get lookupFunc) func(string) bool {
-	visited := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	visited := changedFlags(fs)
 	return func(name string) bool {
 		if visited[name] {
 			return true

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,7 @@ import (
 // environment) and returns the flag values and notes.
 func refEnvRun(t *testing.T, env map[string]string, args ...string) (func(string) string, []refNote, error) {
 	t.Helper()
-	_, fs := serveFlagSet("serve", io.Discard)
+	_, fs := serveFlagSet("serve")
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}

@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -65,16 +67,11 @@ type serveConfig struct {
 	dropIn     dropIn
 }
 
-func serveFlags(stderr io.Writer, env environment) (*serveConfig, func([]string) error) {
-	c, fs := serveFlagSet("serve", stderr)
-	return c, func(args []string) error { return c.parse(fs, args, 0, env) }
-}
-
 // serveFlagSet defines serve's flags on a flag set for the command name:
 // serve's, and validate's, which takes the same ones.
-func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
+func serveFlagSet(name string) (*serveConfig, *flag.FlagSet) {
 	c := &serveConfig{}
-	fs := newFlagSet(name, stderr)
+	fs := newFlagSet(name)
 	fs.StringVar(&c.configDir, "config-dir", "/etc/envoy-rls/config", "directory of rule files (*.yaml, *.yml; in drop-in mode every file under it), watched for changes")
 	fs.StringVar(&c.grpcAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection): host:port, or unix:///path for a Unix domain socket")
 	fs.StringVar(&c.httpAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /readyz, /healthcheck, /metrics, /json)")
@@ -116,12 +113,52 @@ func serveFlagSet(name string, stderr io.Writer) (*serveConfig, *flag.FlagSet) {
 	return c, fs
 }
 
+const serveLong = `Serve the rate-limit service: gRPC (envoy.service.ratelimit.v3.RateLimitService,
+health, reflection) on --grpc-addr, and /healthz, /readyz, /metrics on
+--http-addr, with the rules of --config-dir (watched; a bad edit keeps the
+last good rules) or of an xDS server (--config-source=xds).
+
+Without --redis-url the counters live in the process (one replica, or a
+try-out); with it, in Redis: standalone, Sentinel or Cluster.
+
+Each flag is also read from its ENVOY_RLS_* twin, and envoyproxy/ratelimit's
+variables (REDIS_URL, RUNTIME_ROOT, ...) set the flags named beside them, so
+a Deployment of envoyproxy/ratelimit runs unchanged; the command line wins
+over the twin, the twin over the reference's variable.`
+
+const serveExample = `  # the example rules on the in-process store
+  envoy-rls serve --config-dir examples/config
+
+  # counters in Redis, console logs
+  envoy-rls serve --config-dir examples/config --redis-url redis://localhost:6379 --log-format console
+
+  # the same from the environment
+  ENVOY_RLS_CONFIG_DIR=examples/config ENVOY_RLS_REDIS_URL=redis://localhost:6379 envoy-rls serve`
+
+// serveCommand is serve under the name use: "serve", or the root command,
+// which serves when no command is named.
+func (c *cli) serveCommand(use string) *cobra.Command {
+	cfg, fs := serveFlagSet("serve")
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   "run the rate-limit service (the default command)",
+		Long:    serveLong,
+		Example: serveExample,
+		Args:    maxArgs(0),
+		RunE:    c.body(func([]string) int { return serveParsed(c.env, cfg, fs, c.stderr) }),
+	}
+	addFlags(cmd, fs, true)
+	return cmd
+}
+
+// serve runs the serve command line args (the flags after "serve").
 func serve(env environment, args []string, stderr io.Writer) int {
-	cfg, parse := serveFlags(stderr, env)
-	if err := parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	return runIn(env, append([]string{"serve"}, args...), io.Discard, stderr)
+}
+
+// serveParsed serves with the flags cobra parsed into cfg.
+func serveParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, stderr io.Writer) int {
+	if err := cfg.finish(fs, env); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls serve: %v\n", err)
 		return 2
 	}
@@ -131,6 +168,7 @@ func serve(env environment, args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = log.Sync() }()
+	env.redisLog.use(log.Named("redis"))
 	logRefNotes(log, cfg.refNotes)
 	logDropIn(log, cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -175,6 +213,19 @@ func newLogger(level, format string) (*zap.Logger, error) {
 	// context in the message; a Go stack trace only buries it.
 	zc.DisableStacktrace = true
 	return zc.Build()
+}
+
+// checkRuleDir explains a rule directory that is not there, the first
+// thing a newcomer running serve with no flags meets: how to point serve
+// at one.
+func (c *serveConfig) checkRuleDir() error {
+	if c.xds.source == sourceXDS {
+		return nil
+	}
+	if _, err := os.Stat(c.configDir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("--config-dir: no rule directory at %s; point serve at one with --config-dir DIR (or ENVOY_RLS_CONFIG_DIR), e.g. envoy-rls serve --config-dir examples/config in a checkout of envoy-rls", c.configDir)
+	}
+	return nil
 }
 
 // serveOptions are the serve flags that parse into values.
@@ -259,6 +310,9 @@ func (c *serveConfig) check() (serveOptions, error) {
 // runServer turns the checked flags into app.Config and runs the app
 // until ctx ends. An error before serving began is a startError.
 func runServer(ctx context.Context, cfg *serveConfig, log *zap.Logger) error {
+	if err := cfg.checkRuleDir(); err != nil {
+		return startError{err}
+	}
 	ac, err := cfg.appConfig(log)
 	if err != nil {
 		return startError{err}

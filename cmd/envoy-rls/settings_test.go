@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"slices"
 	"testing"
 )
@@ -146,7 +145,7 @@ var referenceSettings = []struct {
 func TestEverySettingAccountedFor(t *testing.T) {
 	for _, s := range referenceSettings {
 		t.Run(s.name, func(t *testing.T) {
-			cfg, fs := serveFlagSet("serve", io.Discard)
+			cfg, fs := serveFlagSet("serve")
 			if err := fs.Parse(nil); err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +179,7 @@ func TestEverySettingAccountedFor(t *testing.T) {
 // file, are warned about.
 func TestIssueNamedSettingsWarned(t *testing.T) {
 	for _, name := range []string{"DESCRIPTOR_KEY_CONFIG", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"} {
-		cfg, fs := serveFlagSet("serve", io.Discard)
+		cfg, fs := serveFlagSet("serve")
 		if err := cfg.applyEnv(fs, mapEnv(map[string]string{name: "x"}, "envoy-rls")); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -19,21 +20,45 @@ import (
 // MERGE_DOMAIN_CONFIG, --drop-in), and the directory is the argument or
 // else --config-dir.
 func validate(env environment, args []string, stdout, stderr io.Writer) int {
-	cfg, fs := serveFlagSet("validate", stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: envoy-rls validate [serve flags] [DIR]\n\nDIR defaults to --config-dir (or envoyproxy/ratelimit's RUNTIME_* directory); of the flags, the rule flags matter:\n")
-		printFlags(fs, "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "drop-in")
+	return runIn(env, append([]string{"validate"}, args...), stdout, stderr)
+}
+
+const validateExample = `  # the shipped example rules
+  envoy-rls validate examples/config
+
+  # as a Deployment would load them: its flags, and its environment
+  envoy-rls validate --config-dir examples/config --default-algorithm fixed_window
+  ENVOY_RLS_CONFIG_DIR=examples/config envoy-rls validate`
+
+func (c *cli) validateCommand() *cobra.Command {
+	cfg, fs := serveFlagSet("validate")
+	cmd := &cobra.Command{
+		Use:   "validate [DIR]",
+		Short: "check a rules directory as serve would load it, listing every problem",
+		Long: `Check a rules directory the way serve would load it and list every problem,
+one line each with its file and line, so that CI can run it.
+
+DIR defaults to --config-dir (or envoyproxy/ratelimit's RUNTIME_* directory).
+validate takes every flag serve takes, so a Deployment's command line and
+environment validate as they serve; the rule flags listed here matter.`,
+		Example: validateExample,
+		Args:    maxArgs(1),
+		RunE:    c.body(func(args []string) int { return validateParsed(c.env, cfg, fs, args, c.stdout, c.stderr) }),
 	}
-	if err := cfg.parse(fs, args, 1, env); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	addFlags(cmd, fs, true)
+	showOnly(cmd, "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "drop-in", "max-delay")
+	return cmd
+}
+
+// validateParsed validates with the flags cobra parsed into cfg.
+func validateParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
+	if err := cfg.finish(fs, env); err != nil {
 		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", err)
 		return 2
 	}
 	dir := cfg.configDir
-	if fs.NArg() == 1 {
-		dir = fs.Arg(0)
+	if len(args) == 1 {
+		dir = args[0]
 	}
 	opts, err := cfg.rulesOptions()
 	if err != nil {

@@ -65,7 +65,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 
 func TestValidateHelpListsAlgorithms(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := validate(processEnv("envoy-rls"), []string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), algo.AlgorithmNames()) {
+	if code := validate(processEnv("envoy-rls"), []string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), algo.AlgorithmNames()) {
 		t.Errorf("validate -h: exit %d, want 0 and help listing %s:\n%s", code, algo.AlgorithmNames(), &stderr)
 	}
 }

@@ -3,9 +3,10 @@ package main
 import (
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"maps"
 	"strings"
 	"testing"
@@ -52,7 +51,7 @@ func TestXDSFlagErrors(t *testing.T) {
 		{[]string{"--config-source=xds", "--xds-node-id="}, "--xds-*: xdsrules: no node id"},
 		{[]string{"--config-source=xds", "--xds-extensions-file=/nonexistent.yaml"}, "--xds-extensions-file"},
 	} {
-		cfg, fs := serveFlagSet("serve", io.Discard)
+		cfg, fs := serveFlagSet("serve")
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}

@@ -2,10 +2,8 @@ package app
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/adaptive"
@@ -42,9 +40,6 @@ func newBackend(ctx context.Context, cfg BackendConfig, ov OverridesConfig, log 
 	}()
 	sc := cfg.Stack
 	sc.Logger, sc.Registerer = log, reg
-	if cfg.Redis != nil || cfg.PerSecondRedis != nil {
-		redis.SetLogger(redisLogger{log.Named("redis")})
-	}
 	if sc.Redis, err = b.client(cfg.Redis); err != nil {
 		return b, err
 	}
@@ -99,12 +94,4 @@ func (b *backend) close() {
 	for _, c := range b.clients {
 		c.Close()
 	}
-}
-
-// redisLogger sends go-redis's own messages (dial and pool failures) to the
-// service's JSON log; its default logger writes plain lines to stderr.
-type redisLogger struct{ log *zap.Logger }
-
-func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
 }

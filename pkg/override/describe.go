@@ -49,10 +49,14 @@ func (t *Table) Describe(snap *rules.Snapshot, now time.Time, effective func(now
 
 // CheckTarget reports whether snap has the limit an override of domain and
 // limit would address, so a typo is refused instead of stored to change
-// nothing; the error lists the domain's limits.
+// nothing; the error lists the domains loaded, or the domain's limits.
 func CheckTarget(snap *rules.Snapshot, domain, limit string) error {
 	if !snap.HasDomain(domain) {
-		return fmt.Errorf("override: no domain %q in the loaded rules", domain)
+		var domains []string
+		for _, d := range snap.Domains() {
+			domains = append(domains, d.Name)
+		}
+		return fmt.Errorf("override: no domain %q in the loaded rules (want one of: %s)", domain, strings.Join(domains, ", "))
 	}
 	var names []string
 	for _, d := range snap.Domains() {

@@ -15,7 +15,7 @@ import (
 // testdata/reference/*.yaml): a file set the reference loads must load here,
 // one it refuses must be refused here, and every lookup the reference test
 // asserts must find the same limit. Where envoy-rls differs on purpose the
-// row says so in differs, and README's "Compared with envoyproxy/ratelimit"
+// row says so in differs, and docs/comparison.md
 // or docs/migrating.md says so to users.
 
 // parityLimit is what a lookup must find; nil means no limit (the
@@ -225,7 +225,7 @@ func TestReferenceParity(t *testing.T) {
 			// pair: a=b_c matches, a_b=c does not.
 			ref:     "GetLimit's key_value lookup (config_impl.go; no reference test)",
 			files:   []string{"underscore_join.yaml"},
-			differs: "key and value compared as a pair, not joined with _ (README: Compared with envoyproxy/ratelimit)",
+			differs: "key and value compared as a pair, not joined with _ (docs/comparison.md)",
 			lookups: []parityLookup{
 				{entries: entries("a=b_c"), want: lim(7, algo.UnitMinute)},
 				{entries: entries("a_b=c")},

@@ -256,13 +256,13 @@ func rel(mod, path string) string {
 	return strings.TrimPrefix(path, mod+"/")
 }
 
-// TestReadmeMapsEveryPackage: the README's package map (its Development
-// section) has a line for every package of the module, so a new package
-// cannot go unmentioned there.
+// TestReadmeMapsEveryPackage: the package map of docs/development.md has a
+// line for every package of the module, so a new package cannot go
+// unmentioned there.
 func TestReadmeMapsEveryPackage(t *testing.T) {
 	t.Parallel()
 	mod, dir, pkgs := listModule(t)
-	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(dir, "docs", "development.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestReadmeMapsEveryPackage(t *testing.T) {
 	}
 	for _, p := range pkgs {
 		if name := rel(mod, p.ImportPath); inModule(mod, p.ImportPath) && !mapped[name] {
-			t.Errorf("%s has no line in the README's package map (## Development): add one saying what it does", name)
+			t.Errorf("%s has no line in the package map of docs/development.md: add one saying what it does", name)
 		}
 	}
 }

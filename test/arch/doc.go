@@ -7,7 +7,7 @@
 // until it is added there with the rule its doc states, and a package
 // whose doc states a "must not import" rule must have a restricting entry.
 //
-// It also keeps the map of the code current: the README's package map has
+// It also keeps the map of the code current: the package map of docs/development.md has
 // a line for every package, and every link into docs/architecture.md names
 // one of its headings (docs/architecture.md#import-rules).
 //

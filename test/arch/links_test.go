@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -88,4 +89,54 @@ func headingAnchors(doc string) map[string]bool {
 		out[b.String()] = true
 	}
 	return out
+}
+
+// mdLink is a Markdown link's target.
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestDocLinks: every relative link of README.md and docs/*.md names a
+// file of the repository and, with an anchor into a Markdown file, one of
+// its headings (or <a id> anchors); moving a section between pages cannot leave a link behind.
+func TestDocLinks(t *testing.T) {
+	t.Parallel()
+	_, dir, _ := listModule(t)
+	docs, err := filepath.Glob(filepath.Join(dir, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range append([]string{filepath.Join(dir, "README.md"), filepath.Join(dir, "CHANGELOG.md")}, docs...) {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, path)
+		for _, m := range mdLink.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			full := path
+			if file != "" {
+				full = filepath.Join(filepath.Dir(path), file)
+			}
+			if _, err := os.Stat(full); err != nil {
+				t.Errorf("%s links to %s, which does not exist", rel, target)
+				continue
+			}
+			if anchor == "" || filepath.Ext(full) != ".md" {
+				continue
+			}
+			doc, err := os.ReadFile(full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !headingAnchors(string(doc))[anchor] && !strings.Contains(string(doc), `<a id="`+anchor+`">`) {
+				t.Errorf("%s links to %s, which is no heading there", rel, target)
+			}
+		}
+	}
 }

@@ -140,6 +140,12 @@ var moduleRules = map[string]rule{
 	"test/arch":       {sealed: true},
 	"test/meshconfig": {sealed: true},
 	"test/operator":   {sealed: true},
+	"test/release":    {sealed: true},
+	// "it imports none of envoy-rls's packages"
+	"examples/xds-control-plane": {sealed: true},
+	// "its tests drive the binary as a process and import none of the
+	// service's packages."
+	"test/docs": {sealed: true, testAllow: testSupportAnd("internal/childproc", "internal/envoytest")},
 	// "The package has no runtime code and must not be imported."
 	"test/envoy/validate": {sealed: true},
 	// "Nothing here imports the service's packages: the binary is a black

@@ -173,8 +173,41 @@ func TestVersionAndUsage(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q; want 2", code, stderr)
 	}
-	_, stderr, code = runCLI(t, nil, "serve", "-h")
-	if code != 0 || !strings.Contains(stderr, "-redis-url") || !strings.Contains(stderr, "ENVOY_RLS_") {
-		t.Errorf("serve -h: exit %d, stderr %q; want 0 and the flags with their environment prefix", code, stderr)
+	stdout, _, code = runCLI(t, nil, "serve", "-h")
+	if code != 0 || !strings.Contains(stdout, "--redis-url") || !strings.Contains(stdout, "ENVOY_RLS_REDIS_URL") {
+		t.Errorf("serve -h: exit %d, stdout %q; want 0 and the flags with their environment twins", code, stdout)
+	}
+}
+
+// TestCLIConventions drives the built binary the way kubectl and helm are
+// driven: --version, flags after arguments and before the command, one dash
+// or two, completion scripts, and help on stdout naming the twins.
+func TestCLIConventions(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "examples", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"validate", dir, "--default-algorithm", "fixed_window"},
+		{"--default-algorithm=fixed_window", "validate", dir},
+		{"validate", "-default-algorithm", "fixed_window", dir},
+	} {
+		if stdout, stderr, code := runCLI(t, nil, args...); code != 0 || !strings.Contains(stdout, "OK") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the directory validated", args, code, stdout, stderr)
+		}
+	}
+	version, _, _ := runCLI(t, nil, "version")
+	if stdout, _, code := runCLI(t, nil, "--version"); code != 0 || stdout != version || !strings.HasPrefix(stdout, "envoy-rls "+testVersion) {
+		t.Errorf("--version: exit %d, %q; want %q, as version prints", code, stdout, version)
+	}
+	for shell, want := range map[string]string{"bash": "__start_envoy-rls", "zsh": "#compdef envoy-rls", "fish": "complete -c envoy-rls"} {
+		if stdout, _, code := runCLI(t, nil, "completion", shell); code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("completion %s: exit %d, no %q", shell, code, want)
+		}
+	}
+	stdout, _, code := runCLI(t, nil, "inspect", "--help")
+	if code != 0 || !strings.Contains(stdout, "[env ENVOY_RLS_REDIS_URL; envoyproxy/ratelimit: ") || !strings.Contains(stdout, "Examples:") {
+		t.Errorf("inspect --help: exit %d, stdout %q; want the twins and examples", code, stdout)
 	}
 }

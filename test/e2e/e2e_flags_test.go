@@ -52,7 +52,7 @@ func TestBadFlagsAndEnv(t *testing.T) {
 		{"negative memstore bound", nil, []string{"--config-dir", dir, "--memstore-max-keys", "-1"}, []string{"--memstore-max-keys", "-1"}},
 		{"negative memstore bound from env", []string{"ENVOY_RLS_MEMSTORE_MAX_KEYS=-5"}, []string{"--config-dir", dir}, []string{"--memstore-max-keys", "-5"}},
 		{"near-limit ratio above 1 from env", []string{"ENVOY_RLS_NEAR_LIMIT_RATIO=1.5"}, []string{"--config-dir", dir}, []string{"--near-limit-ratio", "1.5"}},
-		{"unknown flag", nil, []string{"--config-dir", dir, "--colour", "blue"}, []string{"flag provided but not defined: -colour"}},
+		{"unknown flag", nil, []string{"--config-dir", dir, "--colour", "blue"}, []string{"unknown flag: --colour"}},
 		{"missing config dir", nil, []string{"--config-dir", filepath.Join(dir, "missing")}, []string{"missing"}},
 		{"config dir from env, missing", []string{"ENVOY_RLS_CONFIG_DIR=" + filepath.Join(dir, "gone")}, nil, []string{"gone"}},
 		{"client CA without a certificate", nil, []string{"--config-dir", dir, "--grpc-tls-client-ca", filepath.Join(dir, "shop.yaml")},

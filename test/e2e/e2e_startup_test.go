@@ -25,7 +25,7 @@ func TestStartErrorsAreHumanLines(t *testing.T) {
 		want   []string // one error line each, in order
 	}{
 		{"unknown flag", []string{"--config-dir", shopDir(t), "--colour", "blue"}, "envoy-rls serve: ",
-			[]string{"flag provided but not defined: -colour"}},
+			[]string{"unknown flag: --colour"}},
 		{"bad flag value", []string{"--config-dir", shopDir(t), "--grpc-max-connection-age", "soon"}, "envoy-rls serve: ",
 			[]string{`invalid value "soon" for flag -grpc-max-connection-age`}},
 		{"missing rules directory", []string{"--config-dir", filepath.Join(bad, "missing")}, "envoy-rls serve: cannot start: ",

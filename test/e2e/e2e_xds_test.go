@@ -298,45 +298,25 @@ func TestXDSReferenceEnv(t *testing.T) {
 	}
 }
 
-// docProgram returns the Go program of docs/xds.md's "A minimal
-// management server".
-func docProgram(t *testing.T) string {
-	t.Helper()
-	doc, err := os.ReadFile("../../docs/xds.md")
+// TestXDSQuickstart runs docs/xds.md's quickstart: the example control
+// plane of examples/xds-control-plane, built as go run builds it, serves
+// its rules file; envoy-rls pointed at it decides by those rules, and by
+// the new ones once the file changes and the control plane pushes them.
+func TestXDSQuickstart(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "xds-control-plane")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/xds-control-plane").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/xds-control-plane: %v\n%s", err, out)
+	}
+	shipped, err := os.ReadFile("../../examples/xds-control-plane/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(doc), "## A minimal management server")
-	if !ok {
-		t.Fatal("docs/xds.md has no section \"A minimal management server\"")
-	}
-	_, rest, ok = strings.Cut(rest, "```go\n")
-	prog, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/xds.md: no Go block in \"A minimal management server\"")
-	}
-	return prog
-}
-
-// TestXDSDocExample builds and runs docs/xds.md's management server and
-// serves its rules: the documented program is the one that works.
-func TestXDSDocExample(t *testing.T) {
-	// Inside the module, so the build uses its go.mod; a dot directory, so
-	// ./... never sees it.
-	src, err := os.MkdirTemp(".", ".xdsdoc-")
-	if err != nil {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, shipped, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(src) })
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(docProgram(t)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "xds-example")
-	if out, err := exec.Command("go", "build", "-o", bin, "./"+src).CombinedOutput(); err != nil {
-		t.Fatalf("go build the docs/xds.md program: %v\n%s", err, out)
-	}
 
-	cp := exec.Command(bin, "-addr", "127.0.0.1:0")
+	cp := exec.Command(bin, "-addr", "127.0.0.1:0", "-rules", rules, "-poll", "50ms")
 	cp.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cp.StderrPipe()
 	if err != nil {
@@ -359,13 +339,30 @@ func TestXDSDocExample(t *testing.T) {
 	select {
 	case cpAddr = <-addr:
 	case <-time.After(startTimeout):
-		t.Fatalf("the docs/xds.md program did not log its address within %v", startTimeout)
+		t.Fatalf("the example control plane did not log its address within %v", startTimeout)
 	}
 
 	s := startServer(t, serveOpts{Args: []string{"--config-source=xds", "--xds-server", cpAddr}})
+	// The shipped rules: 3 logins a minute.
 	for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
 		if got := s.ask("api", desc("path", "/login")).GetOverallCode(); got != want {
 			t.Errorf("login %d: %v, want %v", i+1, got, want)
 		}
+	}
+	// Push a rule for a path the first version did not limit: 0 requests.
+	edited := strings.Replace(string(shipped), "value: /login", "value: /signup", 1)
+	edited = strings.Replace(edited, "requests_per_unit: 3", "requests_per_unit: 0", 1)
+	if edited == string(shipped) {
+		t.Fatal("examples/xds-control-plane/rules.yaml no longer has the rule this test edits")
+	}
+	if err := os.WriteFile(rules, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "the pushed rule decides /signup", func() (bool, string) {
+		code := s.ask("api", desc("path", "/signup")).GetOverallCode()
+		return code == pb.RateLimitResponse_OVER_LIMIT, fmt.Sprintf("/signup: %v", code)
+	})
+	if got := s.ask("api", desc("path", "/login")).GetOverallCode(); got != pb.RateLimitResponse_OK {
+		t.Errorf("/login after the push: %v, want OK (version 2 has no rule for it)", got)
 	}
 }
