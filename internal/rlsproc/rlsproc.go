@@ -39,8 +39,7 @@ func Build(dir string) (string, error) {
 	if p := os.Getenv("E2E_ENVOY_RLS_BIN"); p != "" {
 		return p, nil
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := RepoPath(".")
 	bin := filepath.Join(dir, "envoy-rls")
 	cmd := exec.Command("go", "build", "-ldflags", "-X main.version=e2e-test", "-o", bin, "./cmd/envoy-rls")
 	cmd.Dir = root
@@ -242,4 +241,49 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// RepoPath is rel inside the repository this package was built from.
+func RepoPath(rel string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", rel)
+}
+
+// ReadRepoFile reads rel inside the repository, failing t when it cannot.
+func ReadRepoFile(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(RepoPath(rel))
+	if err != nil {
+		t.Fatalf("read %s: %v", rel, err)
+	}
+	return b
+}
+
+// Main is a test package's TestMain: it builds the binary into a
+// temporary directory and sets *bin to it, runs each check (a tool the
+// tests need, such as envoytest.Binary: a missing one fails the package
+// before any test runs, never skips it), runs the tests, removes the
+// directory and exits with the tests' code.
+func Main(m *testing.M, bin *string, checks ...func() error) {
+	os.Exit(mainCode(m, bin, checks))
+}
+
+func mainCode(m *testing.M, bin *string, checks []func() error) int {
+	dir, err := os.MkdirTemp("", "envoy-rls-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlsproc:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
 }

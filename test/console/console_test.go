@@ -37,6 +37,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
 )
 
 // Hang guards: they only bound how long a broken build can stall a test;
@@ -50,28 +51,11 @@ const (
 
 var binPath, chromiumPath string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	var err error
-	if chromiumPath, err = findChromium(); err != nil {
-		fmt.Fprintln(os.Stderr, "console:", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "envoy-rls-console-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "console:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "envoy-rls")
-	build := exec.Command("go", "build", "-o", binPath, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "console: go build ./cmd/envoy-rls:", err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	rlsproc.Main(m, &binPath, func() (err error) {
+		chromiumPath, err = findChromium()
+		return err
+	})
 }
 
 // findChromium finds Debian's chromium (make test-deps installs it), or

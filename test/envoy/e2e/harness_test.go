@@ -8,13 +8,11 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -28,39 +26,16 @@ import (
 // binPath is the envoy-rls binary TestMain built.
 var binPath string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "envoy-rls-envoy-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if binPath, err = rlsproc.Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if _, err := envoytest.Binary(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
 }
 
 // repoPath is a path inside the repository.
-func repoPath(rel string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", rel)
-}
+func repoPath(rel string) string { return rlsproc.RepoPath(rel) }
 
 func readRepoFile(t testing.TB, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(repoPath(rel))
-	if err != nil {
-		t.Fatalf("read %s: %v", rel, err)
-	}
-	return b
+	return rlsproc.ReadRepoFile(t, rel)
 }
 
 // Loopback stand-ins for the documentation addresses of the shipped rules
@@ -124,46 +99,10 @@ func writeRules(t testing.TB, dir string, files map[string]string) {
 	}
 }
 
-// upstream is the real HTTP server behind Envoy: it answers 200 "ok" and
-// records every request that reached it.
-type upstream struct {
-	Addr string
+// upstream is the real HTTP server behind Envoy (envoytest.Upstream).
+type upstream = envoytest.Upstream
 
-	mu   sync.Mutex
-	hits []upstreamHit
-}
-
-// upstreamHit is one request the upstream served.
-type upstreamHit struct {
-	At     time.Time
-	Path   string
-	Header http.Header
-}
-
-func startUpstream(t testing.TB) *upstream {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &upstream{Addr: l.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.hits = append(u.hits, upstreamHit{At: time.Now(), Path: r.URL.Path, Header: r.Header.Clone()})
-		u.mu.Unlock()
-		_, _ = io.WriteString(w, "ok")
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return u
-}
-
-// Hits returns a copy of the requests served so far.
-func (u *upstream) Hits() []upstreamHit {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]upstreamHit(nil), u.hits...)
-}
+func startUpstream(t testing.TB) *upstream { return envoytest.StartUpstream(t) }
 
 // store names the backend a stack's envoy-rls runs on.
 type store string

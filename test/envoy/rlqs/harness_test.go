@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,38 +30,13 @@ import (
 // binPath is the envoy-rls binary TestMain built.
 var binPath string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "envoy-rls-rlqs-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rlqs:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if binPath, err = rlsproc.Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if _, err := envoytest.Binary(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-func repoPath(rel string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", rel)
+func TestMain(m *testing.M) {
+	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
 }
 
 func readRepoFile(t testing.TB, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(repoPath(rel))
-	if err != nil {
-		t.Fatalf("read %s: %v", rel, err)
-	}
-	return b
+	return rlsproc.ReadRepoFile(t, rel)
 }
 
 // reportInterval is Envoy 1.40's fixed RLQS reporting interval.
@@ -74,42 +48,9 @@ const exampleInstance = "value: edge-1"
 
 // countingUpstream is a real HTTP server behind one Envoy that records
 // when each request reached it.
-type countingUpstream struct {
-	Addr string
-	mu   sync.Mutex
-	hits []time.Time
-}
+type countingUpstream = envoytest.Upstream
 
-func startUpstream(t *testing.T) *countingUpstream {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &countingUpstream{Addr: l.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.hits = append(u.hits, time.Now())
-		u.mu.Unlock()
-		_, _ = io.WriteString(w, "ok")
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return u
-}
-
-// Between counts the requests that reached the upstream in [from, to).
-func (u *countingUpstream) Between(from, to time.Time) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	n := 0
-	for _, at := range u.hits {
-		if !at.Before(from) && at.Before(to) {
-			n++
-		}
-	}
-	return n
-}
+func startUpstream(t *testing.T) *countingUpstream { return envoytest.StartUpstream(t) }
 
 // replica is one envoy-rls process serving RLQS.
 type replica struct {
