@@ -227,7 +227,7 @@ func TestStartWithoutRules(t *testing.T) {
 	tests := []struct {
 		name, dir, want string
 	}{
-		{"missing", filepath.Join(root, "missing"), "no such file or directory"},
+		{"missing", filepath.Join(root, "missing"), "no rule directory at"},
 		{"empty", empty, "no rule files (*.yaml, *.yml)"},
 		{"no rules", noRules, "no descriptor with rate_limit or rate_limits"},
 	}
