@@ -106,7 +106,7 @@ func hashLayoutMemory(tb testing.TB, n, buckets, listpackEntries int) (perCounte
 // It ignores b.N; run it with -benchtime=1x.
 func BenchmarkHashLayoutMemory(b *testing.B) {
 	const n = 100_000
-	for _, tc := range []struct{ buckets, listpackEntries int }{{6250, 128}, {2048, 128}, {1024, 128}, {256, 0}, {256, 128}, {16, 128}} {
+	for _, tc := range []struct{ buckets, listpackEntries int }{{100_000, 128}, {6250, 128}, {2048, 128}, {1024, 128}, {256, 0}, {256, 128}, {16, 128}} {
 		b.Run(fmt.Sprintf("buckets_%d_listpack_%d", tc.buckets, tc.listpackEntries), func(b *testing.B) {
 			buckets := tc.buckets
 			per, largest, enc := hashLayoutMemory(b, n, buckets, tc.listpackEntries)
