@@ -81,7 +81,42 @@ return c`)
 		}},
 		hashIncr("HINCRBY into ~100-field listpack hashes (issue 33's candidate)", 1000),
 		hashIncr("HINCRBY into ~1600-field hashtable hashes", 64),
+		hashWindow("HINCRBY, per-second hashes, PEXPIRE … NX once per hash and second (64 hashes)", 64),
 	}, nil
+}
+
+// hashWindow is issue 33's candidate plain call whole, for one replica: a
+// per-second window's counters in buckets hashes named by the second, each
+// call one HINCRBY, and the first call of a second to a hash also its
+// PEXPIRE … NX in the same pipeline. Its commands per call show what the
+// expiry adds to one command per decision.
+func hashWindow(name string, buckets int) scriptCostOp {
+	var (
+		mu   sync.Mutex
+		sent = make([]int64, buckets) // the second each bucket's expiry was sent for
+	)
+	return scriptCostOp{
+		name: name,
+		do: func(ctx context.Context, c *redis.Client, key string) error {
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			b := int(h.Sum32() % uint32(buckets))
+			sec := time.Now().Unix()
+			hash := "w{" + strconv.Itoa(b) + "}" + strconv.FormatInt(sec, 36)
+			mu.Lock()
+			first := sent[b] != sec
+			sent[b] = sec
+			mu.Unlock()
+			if !first {
+				return c.HIncrBy(ctx, hash, key, 1).Err()
+			}
+			p := c.Pipeline()
+			p.HIncrBy(ctx, hash, key, 1)
+			p.Do(ctx, "pexpire", hash, 2000, "nx")
+			_, err := p.Exec(ctx)
+			return err
+		},
+	}
 }
 
 // hashIncr is issue 33's candidate plain call: HINCRBY of the key's field
@@ -144,6 +179,7 @@ type scriptCostRow struct {
 	calls    int
 	redisCPU float64            // µs per call
 	exec     map[string]float64 // commandstats µs per call of the op's commands
+	per      map[string]float64 // the op's commands per call
 }
 
 // runScriptCost measures every op at 1000 calls/s and in a closed loop of
@@ -253,10 +289,12 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 		return scriptCostRow{}, err
 	}
 	d := after.sub(before)
-	row := scriptCostRow{op: op.name, calls: calls, redisCPU: float64(d.cpu.Microseconds()) / float64(calls), exec: map[string]float64{}}
+	row := scriptCostRow{op: op.name, calls: calls, redisCPU: float64(d.cpu.Microseconds()) / float64(calls),
+		exec: map[string]float64{}, per: map[string]float64{}}
 	for name, n := range d.calls {
 		if n > 0 && name != "info" && name != "config|resetstat" {
 			row.exec[name] = float64(d.usec[name]) / float64(n)
+			row.per[name] = float64(n) / float64(calls)
 		}
 	}
 	return row, nil
@@ -264,15 +302,16 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 
 func writeScriptCost(w io.Writer, rows []scriptCostRow) {
 	tableHead(w, "What a call costs Redis: Redis CPU per call (INFO cpu) and execution µs per command (INFO commandstats; a script's includes the commands it runs)",
-		"call", "load", "calls", "Redis CPU µs/call", "execution µs per command")
+		"call", "load", "calls", "Redis CPU µs/call", "commands per call × execution µs per command")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %s |\n", r.op, r.load, r.calls, r.redisCPU, execMix(r.exec))
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %s |\n", r.op, r.load, r.calls, r.redisCPU, execMix(r.exec, r.per))
 	}
 	fmt.Fprintln(w)
 }
 
-// execMix formats commandstats µs per command, by name.
-func execMix(exec map[string]float64) string {
+// execMix formats commands per call and commandstats µs per command, by
+// name.
+func execMix(exec, per map[string]float64) string {
 	names := make([]string, 0, len(exec))
 	for n := range exec {
 		names = append(names, n)
@@ -283,7 +322,7 @@ func execMix(exec map[string]float64) string {
 		if i > 0 {
 			s += ", "
 		}
-		s += fmt.Sprintf("%s %.1f", n, exec[n])
+		s += fmt.Sprintf("%s %.3f × %.1f", n, per[n], exec[n])
 	}
 	return s
 }
