@@ -45,9 +45,9 @@ func hashLayoutBucket(i, buckets int) int {
 // expiry once (PEXPIRE … NX, as a replica would send it once per hash and
 // window), on a fresh server, and the largest hash's field count and
 // encoding. listpackEntries, when above 0, is set as the server's
-// hash-max-listpack-entries first (the installed 7.0.15 defaults to 512;
-// Redis's shipped redis.conf and many managed services say 128). It fails
-// unless the hashes hold exactly n fields.
+// hash-max-listpack-entries first (Redis's default is 512; 128 leaves
+// room for an operator's lower bound and keeps a listpack scan short). It
+// fails unless the hashes hold exactly n fields.
 func hashLayoutMemory(tb testing.TB, n, buckets, listpackEntries int) (perCounter float64, largest int64, encoding string) {
 	tb.Helper()
 	client := redistest.Standalone(tb).Client(tb)
@@ -101,8 +101,9 @@ func hashLayoutMemory(tb testing.TB, n, buckets, listpackEntries int) (perCounte
 // BenchmarkHashLayoutMemory measures the candidate layout's memory per
 // counter beside BenchmarkKeyMemory's figures for today's layout and the
 // reference: 100 000 counters of the rule in one window, in as
-// many hashes as keep each within Redis's default listpack bound
-// (hash-max-listpack-entries 128) and in fewer, larger hashes that are not.
+// many hashes as keep each within a listpack bound of 128 entries, in
+// fewer, larger hashes under Redis's default bound (512) and under 128,
+// where they are hashtables, and in so many that most hold one counter.
 // It ignores b.N; run it with -benchtime=1x.
 func BenchmarkHashLayoutMemory(b *testing.B) {
 	const n = 100_000
