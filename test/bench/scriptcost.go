@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -28,6 +29,9 @@ import (
 type scriptCostOp struct {
 	name string
 	do   func(ctx context.Context, c *redis.Client, key string) error
+	// setup, when set, runs before the op is measured (unmeasured): it
+	// fills what the op's steady state needs.
+	setup func(ctx context.Context, c *redis.Client) error
 }
 
 // scriptCostOps returns the calls measured; envoy-rls's scripts are read
@@ -65,15 +69,92 @@ return c`)
 		}
 	}
 	return []scriptCostOp{
-		{"PING (a round trip, no work)", func(ctx context.Context, c *redis.Client, _ string) error { return c.Ping(ctx).Err() }},
-		{"INCRBY + EXPIRE (envoyproxy/ratelimit's pipeline)", incrExpire("expire")},
-		{"INCRBY + PEXPIRE (envoy-rls's plain call)", incrExpire("pexpire")},
-		{"EVALSHA `return 1`", script(tiny)},
-		{"EVALSHA INCRBY + first-hit PEXPIRE", script(minimal, 1000)},
-		{"EVALSHA lean.lua, one fixed window", script(lean, args...)},
-		{"EVALSHA apply.lua, one fixed window", script(apply, args...)},
+		{name: "PING (a round trip, no work)", do: func(ctx context.Context, c *redis.Client, _ string) error { return c.Ping(ctx).Err() }},
+		{name: "INCRBY + EXPIRE (envoyproxy/ratelimit's pipeline)", do: incrExpire("expire")},
+		{name: "INCRBY + PEXPIRE (envoy-rls's plain call)", do: incrExpire("pexpire")},
+		{name: "EVALSHA `return 1`", do: script(tiny)},
+		{name: "EVALSHA INCRBY + first-hit PEXPIRE", do: script(minimal, 1000)},
+		{name: "EVALSHA lean.lua, one fixed window", do: script(lean, args...)},
+		{name: "EVALSHA apply.lua, one fixed window", do: script(apply, args...)},
+		{name: "INCRBY alone (an expiry set once per key, elsewhere)", do: func(ctx context.Context, c *redis.Client, key string) error {
+			return c.IncrBy(ctx, key, 1).Err()
+		}},
+		hashIncr("HINCRBY into ~100-field listpack hashes (issue 33's candidate)", 1000),
+		hashIncr("HINCRBY into ~1600-field hashtable hashes", 64),
+		hashWindow("HINCRBY, per-second hashes, PEXPIRE … NX once per hash and second (64 hashes)", 64),
 	}, nil
 }
+
+// hashWindow is issue 33's candidate plain call whole, for one replica: a
+// per-second window's counters in buckets hashes named by the second, each
+// call one HINCRBY, and the first call of a second to a hash also its
+// PEXPIRE … NX in the same pipeline. Its commands per call show what the
+// expiry adds to one command per decision.
+func hashWindow(name string, buckets int) scriptCostOp {
+	var (
+		mu   sync.Mutex
+		sent = make([]int64, buckets) // the second each bucket's expiry was sent for
+	)
+	return scriptCostOp{
+		name: name,
+		do: func(ctx context.Context, c *redis.Client, key string) error {
+			h := fnv.New32a()
+			h.Write([]byte(key))
+			b := int(h.Sum32() % uint32(buckets))
+			sec := time.Now().Unix()
+			hash := "w{" + strconv.Itoa(b) + "}" + strconv.FormatInt(sec, 36)
+			mu.Lock()
+			first := sent[b] != sec
+			sent[b] = sec
+			mu.Unlock()
+			if !first {
+				return c.HIncrBy(ctx, hash, key, 1).Err()
+			}
+			p := c.Pipeline()
+			p.HIncrBy(ctx, hash, key, 1)
+			p.Do(ctx, "pexpire", hash, 2000, "nx")
+			_, err := p.Exec(ctx)
+			return err
+		},
+	}
+}
+
+// hashIncr is issue 33's candidate plain call: HINCRBY of the key's field
+// in one of buckets hashes, the expiry set once per hash and window
+// elsewhere (not measured: a few per second per replica). Its setup fills
+// every hash with its share of the 100 000 keys, so each call meets a hash
+// of the size it would in a window where the keys are live.
+func hashIncr(name string, buckets int) scriptCostOp {
+	hash := func(key string) string {
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		return "h{" + strconv.Itoa(int(h.Sum32()%uint32(buckets))) + "}"
+	}
+	return scriptCostOp{
+		name: name,
+		do: func(ctx context.Context, c *redis.Client, key string) error {
+			return c.HIncrBy(ctx, hash(key), key, 1).Err()
+		},
+		setup: func(ctx context.Context, c *redis.Client) error {
+			for from := 0; from < scriptCostKeys; from += 1000 {
+				p := c.Pipeline()
+				for i := from; i < from+1000; i++ {
+					p.HIncrBy(ctx, hash(scriptCostKey(i)), scriptCostKey(i), 1)
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					return fmt.Errorf("filling the hashes: %w", err)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// scriptCostKeys is how many keys the calls spread over.
+const scriptCostKeys = 100_000
+
+// scriptCostKey is the i-th call's key.
+func scriptCostKey(i int) string { return "{u" + strconv.Itoa(i%scriptCostKeys) + "}" }
 
 // incrExpire is a pipeline of INCRBY key 1 and expire (EXPIRE key 1 or
 // PEXPIRE key 1000): envoyproxy/ratelimit's call and envoy-rls's plain
@@ -98,6 +179,7 @@ type scriptCostRow struct {
 	calls    int
 	redisCPU float64            // µs per call
 	exec     map[string]float64 // commandstats µs per call of the op's commands
+	per      map[string]float64 // the op's commands per call
 }
 
 // runScriptCost measures every op at 1000 calls/s and in a closed loop of
@@ -152,6 +234,11 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		return scriptCostRow{}, err
 	}
+	if op.setup != nil {
+		if err := op.setup(ctx, c); err != nil {
+			return scriptCostRow{}, err
+		}
+	}
 	// A first call loads the script (Run falls back to EVAL on NOSCRIPT).
 	if err := op.do(ctx, c, "warm"); err != nil {
 		return scriptCostRow{}, err
@@ -160,7 +247,7 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 	if err != nil {
 		return scriptCostRow{}, err
 	}
-	key := func(i int) string { return "{u" + strconv.Itoa(i%100_000) + "}" }
+	key := scriptCostKey
 	var errs []error
 	if rate > 0 {
 		tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -202,10 +289,12 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 		return scriptCostRow{}, err
 	}
 	d := after.sub(before)
-	row := scriptCostRow{op: op.name, calls: calls, redisCPU: float64(d.cpu.Microseconds()) / float64(calls), exec: map[string]float64{}}
+	row := scriptCostRow{op: op.name, calls: calls, redisCPU: float64(d.cpu.Microseconds()) / float64(calls),
+		exec: map[string]float64{}, per: map[string]float64{}}
 	for name, n := range d.calls {
 		if n > 0 && name != "info" && name != "config|resetstat" {
 			row.exec[name] = float64(d.usec[name]) / float64(n)
+			row.per[name] = float64(n) / float64(calls)
 		}
 	}
 	return row, nil
@@ -213,15 +302,16 @@ func scriptCostRun(ctx context.Context, c *redis.Client, rd *redisServer, op scr
 
 func writeScriptCost(w io.Writer, rows []scriptCostRow) {
 	tableHead(w, "What a call costs Redis: Redis CPU per call (INFO cpu) and execution µs per command (INFO commandstats; a script's includes the commands it runs)",
-		"call", "load", "calls", "Redis CPU µs/call", "execution µs per command")
+		"call", "load", "calls", "Redis CPU µs/call", "commands per call × execution µs per command")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %s |\n", r.op, r.load, r.calls, r.redisCPU, execMix(r.exec))
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %s |\n", r.op, r.load, r.calls, r.redisCPU, execMix(r.exec, r.per))
 	}
 	fmt.Fprintln(w)
 }
 
-// execMix formats commandstats µs per command, by name.
-func execMix(exec map[string]float64) string {
+// execMix formats commands per call and commandstats µs per command, by
+// name.
+func execMix(exec, per map[string]float64) string {
 	names := make([]string, 0, len(exec))
 	for n := range exec {
 		names = append(names, n)
@@ -232,7 +322,7 @@ func execMix(exec map[string]float64) string {
 		if i > 0 {
 			s += ", "
 		}
-		s += fmt.Sprintf("%s %.1f", n, exec[n])
+		s += fmt.Sprintf("%s %.3f × %.1f", n, per[n], exec[n])
 	}
 	return s
 }
