@@ -117,21 +117,3 @@ func BenchmarkHashLayoutMemory(b *testing.B) {
 		})
 	}
 }
-
-// TestHashLayoutMemory holds issue 33's memory target against the
-// candidate layout it is to be built on: at most 0.6× the reference's
-// bytes per live counter for the issue's descriptor, with hashes kept
-// listpack-encoded.
-func TestHashLayoutMemory(t *testing.T) {
-	const n, buckets = 20_000, 256
-	ours, largest, enc := hashLayoutMemory(t, n, buckets, 128)
-	ref, _ := referenceMemory(t, n, false)
-	t.Logf("hash layout: %.1f bytes/counter (largest hash %d fields, %s); reference: %.1f bytes/counter; ratio %.2f",
-		ours, largest, enc, ref, ours/ref)
-	if enc != "listpack" {
-		t.Errorf("largest hash (%d fields) is %s, want listpack: the bucket count no longer keeps hashes small", largest, enc)
-	}
-	if ours > 0.6*ref {
-		t.Errorf("hash layout costs %.1f bytes/counter, more than 0.6× the reference's %.1f", ours, ref)
-	}
-}
