@@ -29,7 +29,10 @@ import (
 // fixed windows); envoy-rls runs with --default-algorithm fixed_window.
 const (
 	cmpDomain = "bench-cmp"
-	cmpRule   = "domain: " + cmpDomain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000%s}\n"
+	// cmpLimit is cmpRule's requests_per_unit (per second), which the
+	// RLQS configuration sizes its token bucket from (quotaSizing).
+	cmpLimit = 1_000_000_000
+	cmpRule  = "domain: " + cmpDomain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000%s}\n"
 )
 
 // cmpLoad is a load shape: paced to rate calls/s, or a closed loop of
