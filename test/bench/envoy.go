@@ -333,7 +333,11 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 		maxRequests: b.opts.maxRequests, rate: load.rate,
 	}
 	before, after, snapErr := snapEdges(&cfg, func(start bool) (envoySnap, error) { return snapEnvoy(ctx, st, start) })
-	res, err := runHTTP(ctx, cfg, "http://"+st.addr+"/", uniformKeySet())
+	keys := uniformKeySet()
+	if st.quota && b.opts.rlqsUsers > 0 {
+		keys = cmpKeys{name: "rlqs", newValue: uniformUsers(b.opts.rlqsUsers)}
+	}
+	res, err := runHTTP(ctx, cfg, "http://"+st.addr+"/", keys)
 	if err != nil {
 		return envoySample{}, err
 	}
@@ -836,6 +840,14 @@ func envoyMachineLine(o options) string {
 	return fmt.Sprintf("Machine: %d CPUs, shared by the driver (load generator), Envoy %s (--concurrency 1), the upstream, the services and their Redis servers; load average at start %s. "+
 		"%d interleaved rounds, each %v warmup + %v measured per configuration and load; HTTP/1.1 keep-alive, %d callers (open loop: paced to the rate); "+
 		"header %s drawn uniformly from %d users; rule: per-user fixed window of 10⁹/s (never denies). "+
-		"(d): rate_limit_quota, one bucket per user, each assigned a token bucket of 10⁹/s; its Envoy is started fresh for each interval (warmup included), and reports every 5 s and once per new bucket.",
-		numCPU(), envoytest.Version, loadAverage(), o.rounds, o.warmup, o.duration, o.concurrency, userHeader, uniformKeys)
+		"(d): rate_limit_quota, one bucket per user (%s), each assigned a token bucket of 10⁹/s; its Envoy is started fresh for each interval (warmup included), and reports every 5 s and once per new bucket; its service CPU is envoy-rls's CPU over the interval / requests.",
+		numCPU(), envoytest.Version, loadAverage(), o.rounds, o.warmup, o.duration, o.concurrency, userHeader, uniformKeys, rlqsUsersLine(o.rlqsUsers))
+}
+
+// rlqsUsersLine says which users (d) draws from.
+func rlqsUsersLine(n int) string {
+	if n == 0 {
+		return "the same users as (b) and (c)"
+	}
+	return fmt.Sprintf("--rlqs-users: %d users drawn uniformly", n)
 }
