@@ -110,8 +110,9 @@ type envoySample struct {
 	// (ratelimit.ok + over_limit + error) and failed calls (error: the
 	// service's error or the filter's timeout).
 	rlCalls, rlErrors int64
-	// With RLQS, from envoy-rls's metrics: requests Envoy reported, and
-	// token-bucket assignments sent.
+	// With RLQS, from envoy-rls's metrics: requests Envoy reported in the
+	// interval, token-bucket assignments sent since the interval's Envoy
+	// started (warmup included), usage store failures in the interval.
 	quota                               bool
 	reported, tokenBuckets, usageErrors int64
 }
@@ -322,7 +323,15 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 			return envoySample{}, err
 		}
 	}
+	// (d): envoy-rls's counters before its fresh Envoy asks anything, so
+	// that the token buckets counted are those this Envoy holds (assigned
+	// in the warmup, when the buckets are few, or in the interval).
+	var quota0 quotaCounts
 	if st.quota {
+		var err error
+		if quota0, err = quotaCounters(ctx, "http://"+st.svc.httpAddr+"/metrics"); err != nil {
+			return envoySample{}, err
+		}
 		if err := b.upEnvoy(st); err != nil {
 			return envoySample{}, err
 		}
@@ -331,6 +340,9 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 	cfg := loadConfig{
 		concurrency: b.opts.concurrency, warmup: b.opts.warmup, duration: b.opts.duration,
 		maxRequests: b.opts.maxRequests, rate: load.rate,
+	}
+	if st.quota {
+		cfg.duration = b.opts.rlqsDuration
 	}
 	before, after, snapErr := snapEdges(&cfg, func(start bool) (envoySnap, error) { return snapEnvoy(ctx, st, start) })
 	keys := uniformKeySet()
@@ -356,7 +368,7 @@ func (b *bench) measureEnvoy(ctx context.Context, st *envoyStack, load cmpLoad, 
 	if st.quota {
 		s.quota = true
 		s.reported = after.quota.reported - before.quota.reported
-		s.tokenBuckets = after.quota.tokenBuckets - before.quota.tokenBuckets
+		s.tokenBuckets = after.quota.tokenBuckets - quota0.tokenBuckets
 		s.usageErrors = after.quota.usageErrors - before.quota.usageErrors
 	}
 	return s, s.problem(st.svc != nil)
@@ -763,7 +775,7 @@ func writeEnvoy(w io.Writer, o options, cells map[envoyCellKey]*envoyCell) {
 	}
 	writeEnvoyTargets(w, o, cells)
 	tableHead(w, "Through Envoy, details (medians; counts summed over the rounds)", "load", "configuration", "requests measured",
-		"filter calls/request (Envoy's count; (d): requests reported to RLQS/request, token buckets assigned)", "denied", "upstream CPU µs/request", "driver CPU µs/request (generator)")
+		"filter calls/request (Envoy's count; (d): requests reported to RLQS in the interval/request, token buckets assigned to its Envoys)", "denied", "upstream CPU µs/request", "driver CPU µs/request (generator)")
 	for _, load := range cmpLoads(o) {
 		for _, c := range envoyTableOrder {
 			f := envoyFiguresOf(cells[envoyCellKey{load.name, c}])
@@ -840,8 +852,8 @@ func envoyMachineLine(o options) string {
 	return fmt.Sprintf("Machine: %d CPUs, shared by the driver (load generator), Envoy %s (--concurrency 1), the upstream, the services and their Redis servers; load average at start %s. "+
 		"%d interleaved rounds, each %v warmup + %v measured per configuration and load; HTTP/1.1 keep-alive, %d callers (open loop: paced to the rate); "+
 		"header %s drawn uniformly from %d users; rule: per-user fixed window of 10⁹/s (never denies). "+
-		"(d): rate_limit_quota, one bucket per user (%s), each assigned a token bucket of 10⁹/s; its Envoy is started fresh for each interval (warmup included), and reports every 5 s and once per new bucket; its service CPU is envoy-rls's CPU over the interval / requests.",
-		numCPU(), envoytest.Version, loadAverage(), o.rounds, o.warmup, o.duration, o.concurrency, userHeader, uniformKeys, rlqsUsersLine(o.rlqsUsers))
+		"(d): rate_limit_quota, one bucket per user (%s), each assigned a token bucket of 10⁹/s; its Envoy is started fresh for each interval (warmup included), and reports usage every 5 s and once per new bucket; its interval is %v measured (--rlqs-duration), and its service CPU per request is envoy-rls's CPU over the interval / requests.",
+		numCPU(), envoytest.Version, loadAverage(), o.rounds, o.warmup, o.duration, o.concurrency, userHeader, uniformKeys, rlqsUsersLine(o.rlqsUsers), o.rlqsDuration)
 }
 
 // rlqsUsersLine says which users (d) draws from.

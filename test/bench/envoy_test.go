@@ -286,13 +286,13 @@ func TestParseOptionsEnvoy(t *testing.T) {
 	if err != nil || !o.envoy || o.duration != 6*time.Second || o.warmup != time.Second || o.envoyConfig != "envoy-config/envoy.yaml" {
 		t.Fatalf("--envoy: %+v, %v; want the phase with 6s + 1s intervals on envoy-config/envoy.yaml", o, err)
 	}
-	if o.rlqsUsers != 0 {
-		t.Errorf("--rlqs-users defaults to %d, want 0 (the same users as (b) and (c))", o.rlqsUsers)
+	if o.rlqsUsers != 0 || o.rlqsDuration != 10*time.Second {
+		t.Errorf("--rlqs-users %d, --rlqs-duration %v by default, want 0 (the same users as (b) and (c)) and 10s (two reports)", o.rlqsUsers, o.rlqsDuration)
 	}
 	if o, err := parseOptions([]string{"--envoy", "--rlqs-users", "100"}, io.Discard); err != nil || o.rlqsUsers != 100 {
 		t.Errorf("--rlqs-users 100: %d, %v", o.rlqsUsers, err)
 	}
-	for _, args := range [][]string{{"--envoy", "--compare"}, {"--envoy", "--script-cost"}, {"--envoy", "--rlqs-users", "-1"}} {
+	for _, args := range [][]string{{"--envoy", "--compare"}, {"--envoy", "--script-cost"}, {"--envoy", "--rlqs-users", "-1"}, {"--envoy", "--rlqs-duration", "0s"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("%v: accepted, want an error", args)
 		}

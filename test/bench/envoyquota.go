@@ -104,8 +104,9 @@ func quotaSizing(limit, maxRequests int64) error {
 // quotaProblem is problem for (d): no request answered, HTTP errors above
 // 1%, any request denied (the token bucket ran dry or an assignment
 // denied: the rule never denies, so every request must be admitted), no
-// token bucket assigned in the interval (RLQS was not in play: Envoy
-// admitted on its no-assignment fallback alone), or a usage store error.
+// token bucket assigned to this interval's Envoy (RLQS was not in play:
+// Envoy admitted on its no-assignment fallback alone), or a usage store
+// error.
 func (s envoySample) quotaProblem() error {
 	switch {
 	case s.requests == 0:
@@ -115,7 +116,7 @@ func (s envoySample) quotaProblem() error {
 	case s.denied > 0:
 		return fmt.Errorf("bench: rlqs: Envoy answered %d of %d requests 429: the token bucket ran dry or an assignment denied", s.denied, s.requests)
 	case s.tokenBuckets == 0:
-		return fmt.Errorf("bench: rlqs: envoy-rls sent no token-bucket assignment in the interval (%d requests): RLQS was not in play", s.requests)
+		return fmt.Errorf("bench: rlqs: envoy-rls sent this Envoy no token-bucket assignment (%d requests): RLQS was not in play", s.requests)
 	case s.usageErrors > 0:
 		return fmt.Errorf("bench: rlqs: envoy-rls counted %d usage store failures", s.usageErrors)
 	}
