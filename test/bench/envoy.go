@@ -808,6 +808,7 @@ func writeEnvoyTargets(w io.Writer, o options, cells map[envoyCellKey]*envoyCell
 		cols = append(cols, fmt.Sprintf("round %d", r+1))
 	}
 	cols = append(cols, "median of the rounds", "")
+	under := false
 	tableHead(w, "Through Envoy, targets (issue 29: (b) envoy-rls; issue 31: (d) RLQS): ratio to the reference (c) per round (added: less (a) of the same round); reported, not asserted", cols...)
 	for _, load := range cmpLoads(o) {
 		samples := func(c envoyConfig) []envoySample {
@@ -830,11 +831,31 @@ func writeEnvoyTargets(w io.Writer, o options, cells map[envoyCellKey]*envoyCell
 			if ok {
 				med = fmtRatio(m)
 			}
-			row = append(row, med, t.verdict(m, ok))
+			verdict := t.verdict(m, ok)
+			if t.cfg == cfgQuota && quotaUnderReported(envoyFiguresOf(cells[envoyCellKey{load.name, cfgQuota}])) {
+				verdict += " ‡"
+				under = true
+			}
+			row = append(row, med, verdict)
 			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 		}
 	}
 	fmt.Fprintln(w)
+	if under {
+		fmt.Fprintf(w, "‡ (d)'s Envoy reported under %.0f%% of the interval's requests to RLQS (details below): its reports lagged (Envoy saturated), so the service's CPU per request leaves out work it was not yet sent, and the figure flatters RLQS.\n\n", 100*quotaReportedFloor)
+	}
+}
+
+// quotaReportedFloor is the share of an interval's requests that (d)'s
+// Envoy reports to RLQS when it keeps up: --rlqs-duration lands two of its
+// 5 s reports, which cover about the interval, so about 1; well under it,
+// reports lagged.
+const quotaReportedFloor = 0.5
+
+// quotaUnderReported reports whether (d)'s median interval had its usage
+// reports lag (see quotaReportedFloor).
+func quotaUnderReported(f envoyFigures) bool {
+	return f.ok && f.reportedPerReq < quotaReportedFloor
 }
 
 // rateNotHeld reports whether an open loop's measured rate fell under 95%

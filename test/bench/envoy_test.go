@@ -626,3 +626,23 @@ func TestCmpRuleLimit(t *testing.T) {
 		t.Fatalf("cmpRule %q does not say %q per second", cmpRule, want)
 	}
 }
+
+func TestQuotaUnderReported(t *testing.T) {
+	tests := []struct {
+		name string
+		f    envoyFigures
+		want bool
+	}{
+		{name: "two reports landed", f: envoyFigures{ok: true, reportedPerReq: 0.99}, want: false},
+		{name: "at the floor", f: envoyFigures{ok: true, reportedPerReq: quotaReportedFloor}, want: false},
+		{name: "reports lagged", f: envoyFigures{ok: true, reportedPerReq: 0.024}, want: true},
+		{name: "no sample", f: envoyFigures{}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := quotaUnderReported(tt.f); got != tt.want {
+				t.Fatalf("quotaUnderReported(%+v) = %v, want %v", tt.f, got, tt.want)
+			}
+		})
+	}
+}
