@@ -646,3 +646,62 @@ func TestQuotaUnderReported(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteEnvoy renders the phase's tables from one round of made-up
+// samples and checks (d)'s rows: its ratios to the reference, the issue
+// 31 verdicts, and the lagging-report mark.
+func TestWriteEnvoy(t *testing.T) {
+	mk := func(p50, svc float64, reported int64) envoySample {
+		return envoySample{requests: 1000, rps: 1000, p50: p50, p99: 2 * p50, envoyCPU: 50, svcCPU: svc, rlCalls: 1000, reported: reported}
+	}
+	tests := []struct {
+		name     string
+		quota    envoySample
+		want     []string
+		unwanted []string
+	}{
+		{
+			name:  "RLQS meets both targets",
+			quota: func() envoySample { s := mk(110, 1, 990); s.quota, s.tokenBuckets = true, 100; return s }(),
+			want: []string{
+				"| (d) Envoy RLQS → envoy-rls | 1000 (1.00×) | 110 (0.18×) | 220 (0.18×) | 10 (0.02×) | 20 (0.02×) | 50.0 (1.00×) | 1.00 (0.01×) |",
+				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 0.02× | 0.02× | met |",
+				"| open loop 1000/s | (d) service CPU/request | ≤ 0.1× | 0.01× | 0.01× | met |",
+				"0.990 reported, 100 token buckets",
+			},
+			unwanted: []string{"‡"},
+		},
+		{
+			name:  "reports lagged",
+			quota: func() envoySample { s := mk(600, 5, 24); s.quota, s.tokenBuckets = true, 9; return s }(),
+			want: []string{
+				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 1.00× | 1.00× | missed ‡ |",
+				"| open loop 1000/s | (d) service CPU/request | ≤ 0.1× | 0.05× | 0.05× | met ‡ |",
+				"‡ (d)'s Envoy reported under 50%",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := options{rounds: 1, concurrency: 32, cmpOnly: []string{"1000"}}
+			cells := map[envoyCellKey]*envoyCell{
+				{"1000", cfgFloor}: {samples: []envoySample{mk(100, 0, 0)}},
+				{"1000", cfgRLS}:   {samples: []envoySample{mk(400, 80, 0)}},
+				{"1000", cfgRef}:   {samples: []envoySample{mk(600, 100, 0)}},
+				{"1000", cfgQuota}: {samples: []envoySample{tt.quota}},
+			}
+			var out strings.Builder
+			writeEnvoy(&out, o, cells)
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			for _, u := range tt.unwanted {
+				if strings.Contains(out.String(), u) {
+					t.Errorf("output has %q:\n%s", u, out.String())
+				}
+			}
+		})
+	}
+}
