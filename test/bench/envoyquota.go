@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 )
@@ -30,58 +27,39 @@ type quotaCounts struct {
 
 // quotaCounters scrapes envoy-rls's /metrics for its RLQS counters.
 func quotaCounters(ctx context.Context, url string) (quotaCounts, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return quotaCounts{}, fmt.Errorf("bench: rlqs metrics: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return quotaCounts{}, fmt.Errorf("bench: rlqs metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	return parseQuotaCounters(resp.Body)
+	var q quotaCounts
+	err := fetchMetrics(ctx, url, q.add)
+	return q, err
 }
 
 // parseQuotaCounters reads the RLQS counters from Prometheus text.
 func parseQuotaCounters(r io.Reader) (quotaCounts, error) {
 	var q quotaCounts
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		series := line[:sp]
-		var dst *int64
-		switch {
-		case strings.HasPrefix(series, "envoy_rls_rlqs_reported_requests_total{") && strings.Contains(series, `outcome="allowed"`):
-			dst = &q.reported
-		case strings.HasPrefix(series, "envoy_rls_rlqs_reported_requests_total{") && strings.Contains(series, `outcome="denied"`):
-			dst = &q.denied
-		case strings.HasPrefix(series, "envoy_rls_rlqs_assignments_sent_total{") && strings.Contains(series, `kind="token_bucket"`):
-			dst = &q.tokenBuckets
-		case series == "envoy_rls_rlqs_usage_errors_total":
-			dst = &q.usageErrors
-		default:
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			return q, fmt.Errorf("bench: rlqs metrics: %q: %w", line, err)
-		}
-		*dst += int64(v)
+	err := eachSample(r, q.add)
+	return q, err
+}
+
+// add counts one sample into q when it is one of its counters.
+func (q *quotaCounts) add(series, value string) error {
+	var dst *int64
+	switch {
+	case strings.HasPrefix(series, "envoy_rls_rlqs_reported_requests_total{") && strings.Contains(series, `outcome="allowed"`):
+		dst = &q.reported
+	case strings.HasPrefix(series, "envoy_rls_rlqs_reported_requests_total{") && strings.Contains(series, `outcome="denied"`):
+		dst = &q.denied
+	case strings.HasPrefix(series, "envoy_rls_rlqs_assignments_sent_total{") && strings.Contains(series, `kind="token_bucket"`):
+		dst = &q.tokenBuckets
+	case series == "envoy_rls_rlqs_usage_errors_total":
+		dst = &q.usageErrors
+	default:
+		return nil
 	}
-	if err := sc.Err(); err != nil {
-		return q, fmt.Errorf("bench: rlqs metrics: %w", err)
+	v, err := strconv.ParseFloat(value, 64)
+	if err != nil {
+		return fmt.Errorf("bench: rlqs metrics: %s %q: %w", series, value, err)
 	}
-	return q, nil
+	*dst += int64(v)
+	return nil
 }
 
 // quotaSizing checks, before the run, that the token bucket envoy-rls
