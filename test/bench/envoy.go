@@ -844,7 +844,9 @@ func writeEnvoyTargets(w io.Writer, o options, cells map[envoyCellKey]*envoyCell
 				med = fmtRatio(m)
 			}
 			verdict := t.verdict(m, ok)
-			if t.cfg == cfgQuota && quotaUnderReported(envoyFiguresOf(cells[envoyCellKey{load.name, cfgQuota}])) {
+			// Lagging reports leave work out of the service's CPU, not
+			// out of the latency.
+			if t.cfg == cfgQuota && !t.added && quotaUnderReported(envoyFiguresOf(cells[envoyCellKey{load.name, cfgQuota}])) {
 				verdict += " ‡"
 				under = true
 			}

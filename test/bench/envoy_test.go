@@ -675,7 +675,7 @@ func TestWriteEnvoy(t *testing.T) {
 			name:  "reports lagged",
 			quota: func() envoySample { s := mk(600, 5, 24); s.quota, s.tokenBuckets = true, 9; return s }(),
 			want: []string{
-				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 1.00× | 1.00× | missed ‡ |",
+				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 1.00× | 1.00× | missed |",
 				"| open loop 1000/s | (d) service CPU/request | ≤ 0.1× | 0.05× | 0.05× | met ‡ |",
 				"‡ (d)'s Envoy reported under 50%",
 			},
