@@ -148,7 +148,7 @@ bench: test-deps build $(REF_BIN)
 bench-compare: test-deps build $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
 
-## bench-envoy: only the latency a user sees through Envoy: no filter, envoy-rls, envoyproxy/ratelimit (~5 minutes)
+## bench-envoy: only the latency a user sees through Envoy: no filter, envoy-rls, envoyproxy/ratelimit, RLQS on envoy-rls (~7 minutes)
 bench-envoy: test-deps build $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 

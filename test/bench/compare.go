@@ -29,7 +29,10 @@ import (
 // fixed windows); envoy-rls runs with --default-algorithm fixed_window.
 const (
 	cmpDomain = "bench-cmp"
-	cmpRule   = "domain: " + cmpDomain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000%s}\n"
+	// cmpLimit is cmpRule's requests_per_unit (per second), which the
+	// RLQS configuration sizes its token bucket from (quotaSizing).
+	cmpLimit = 1_000_000_000
+	cmpRule  = "domain: " + cmpDomain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000%s}\n"
 )
 
 // cmpLoad is a load shape: paced to rate calls/s, or a closed loop of
@@ -82,16 +85,21 @@ const (
 	zipfS       = 1.1
 )
 
+// uniformUsers makes value sources that draw one of n users uniformly.
+func uniformUsers(n int) func() func(*rand.Rand, int64) string {
+	return func() func(*rand.Rand, int64) string {
+		buf := make([]byte, 0, 16)
+		return func(rnd *rand.Rand, _ int64) string {
+			buf = strconv.AppendInt(append(buf[:0], 'u'), int64(rnd.IntN(n)), 10)
+			return string(buf)
+		}
+	}
+}
+
 // cmpKeySets lists the key sets, filtered by --compare-only.
 func cmpKeySets(o options) []cmpKeys {
 	return onlyNamed(o.cmpOnly, []cmpKeys{
-		{name: "uniform", title: "uniform, 100 k keys", newValue: func() func(*rand.Rand, int64) string {
-			buf := make([]byte, 0, 16)
-			return func(rnd *rand.Rand, _ int64) string {
-				buf = strconv.AppendInt(append(buf[:0], 'u'), int64(rnd.IntN(uniformKeys)), 10)
-				return string(buf)
-			}
-		}},
+		{name: "uniform", title: "uniform, 100 k keys", newValue: uniformUsers(uniformKeys)},
 		{name: "zipf", title: "Zipf s=1.1, 1 M keys", newValue: func() func(*rand.Rand, int64) string {
 			buf := make([]byte, 0, 16)
 			var z *rand.Zipf // made on first use: it needs the worker's source

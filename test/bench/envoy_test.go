@@ -10,15 +10,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/envoytest"
@@ -150,16 +155,19 @@ func TestEnvoyTargetVerdict(t *testing.T) {
 	}
 }
 
-// TestEnvoyTargetsList pins the issue's four targets: a changed bound is a
-// changed issue, not a tuning knob.
+// TestEnvoyTargetsList pins the issues' targets (29's four for (b), 31's
+// two for (d)): a changed bound is a changed issue, not a tuning knob.
 func TestEnvoyTargetsList(t *testing.T) {
-	want := map[string]string{"added p50": "≤ 0.8×", "added p99": "≤ 0.8×", "Envoy + service + Redis CPU/request": "≤ 0.9×", "requests/s": "≥ 1.1×"}
+	want := map[string]string{
+		"(b) added p50": "≤ 0.8×", "(b) added p99": "≤ 0.8×", "(b) Envoy + service + Redis CPU/request": "≤ 0.9×", "(b) requests/s": "≥ 1.1×",
+		"(d) added p50": "≤ 0.2×", "(d) service CPU/request": "≤ 0.1×",
+	}
 	if len(envoyTargets) != len(want) {
 		t.Fatalf("%d targets, want %d", len(envoyTargets), len(want))
 	}
 	for _, tg := range envoyTargets {
-		if want[tg.figure] != tg.bound() {
-			t.Errorf("%s: %s, want %s", tg.figure, tg.bound(), want[tg.figure])
+		if want[tg.name()] != tg.bound() {
+			t.Errorf("%s: %s, want %s", tg.name(), tg.bound(), want[tg.name()])
 		}
 		if tg.closed != (tg.figure == "requests/s") || tg.added != strings.HasPrefix(tg.figure, "added") {
 			t.Errorf("%s: closed %v, added %v", tg.figure, tg.closed, tg.added)
@@ -182,6 +190,12 @@ func TestEnvoySampleProblem(t *testing.T) {
 		{name: "failed rate-limit calls over 1%", s: envoySample{requests: 1000, rlCalls: 1000, rlErrors: 11}, withFilter: true, want: "failed rate-limit calls"},
 		{name: "filter did not call the service", s: envoySample{requests: 1000, rlCalls: 10}, withFilter: true, want: "made 10 calls for 1000 requests"},
 		{name: "floor has no filter counters", s: envoySample{requests: 1000, rlCalls: 0}, withFilter: false},
+		{name: "RLQS: good, no calls to count", s: envoySample{quota: true, requests: 1000, tokenBuckets: 3}, withFilter: true},
+		{name: "RLQS: a request denied", s: envoySample{quota: true, requests: 1000, tokenBuckets: 3, denied: 1}, withFilter: true, want: "token bucket ran dry"},
+		{name: "RLQS: no token bucket assigned", s: envoySample{quota: true, requests: 1000}, withFilter: true, want: "RLQS was not in play"},
+		{name: "RLQS: usage store failed", s: envoySample{quota: true, requests: 1000, tokenBuckets: 3, usageErrors: 2}, withFilter: true, want: "2 usage store failures"},
+		{name: "RLQS: HTTP errors over 1%", s: envoySample{quota: true, requests: 1000, tokenBuckets: 3, httpErrors: 11}, withFilter: true, want: "HTTP errors"},
+		{name: "RLQS: nothing answered", s: envoySample{quota: true, httpErrors: 5}, withFilter: true, want: "no request answered"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,9 +286,15 @@ func TestParseOptionsEnvoy(t *testing.T) {
 	if err != nil || !o.envoy || o.duration != 6*time.Second || o.warmup != time.Second || o.envoyConfig != "envoy-config/envoy.yaml" {
 		t.Fatalf("--envoy: %+v, %v; want the phase with 6s + 1s intervals on envoy-config/envoy.yaml", o, err)
 	}
-	for _, args := range [][]string{{"--envoy", "--compare"}, {"--envoy", "--script-cost"}} {
+	if o.rlqsUsers != 0 || o.rlqsDuration != 10*time.Second {
+		t.Errorf("--rlqs-users %d, --rlqs-duration %v by default, want 0 (the same users as (b) and (c)) and 10s (two reports)", o.rlqsUsers, o.rlqsDuration)
+	}
+	if o, err := parseOptions([]string{"--envoy", "--rlqs-users", "100"}, io.Discard); err != nil || o.rlqsUsers != 100 {
+		t.Errorf("--rlqs-users 100: %d, %v", o.rlqsUsers, err)
+	}
+	for _, args := range [][]string{{"--envoy", "--compare"}, {"--envoy", "--script-cost"}, {"--envoy", "--rlqs-users", "-1"}, {"--envoy", "--rlqs-duration", "0s"}} {
 		if _, err := parseOptions(args, io.Discard); err == nil {
-			t.Errorf("%v: accepted, want an error (each runs alone)", args)
+			t.Errorf("%v: accepted, want an error", args)
 		}
 	}
 }
@@ -298,12 +318,14 @@ func TestBenchBootstrap(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		rls  string
+		mode filterMode
 	}{
-		{name: "floor", rls: ""},
-		{name: "with the filter", rls: "127.0.0.1:2345"},
+		{name: "floor", rls: "", mode: noFilter},
+		{name: "with the filter", rls: "127.0.0.1:2345", mode: shouldLimit},
+		{name: "RLQS", rls: "127.0.0.1:2345", mode: quotaBuckets},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			out, target, err := benchBootstrap(shipped, "127.0.0.1:1234", tt.rls)
+			out, target, err := benchBootstrap(shipped, "127.0.0.1:1234", tt.rls, tt.mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,6 +362,9 @@ func TestBenchBootstrap(t *testing.T) {
 			var names []string
 			for _, f := range hcm.GetHttpFilters() {
 				names = append(names, f.GetName())
+				if f.GetName() == quotaName {
+					checkQuotaFilter(t, f.GetTypedConfig())
+				}
 				if f.GetName() != rateLimitName {
 					continue
 				}
@@ -357,14 +382,17 @@ func TestBenchBootstrap(t *testing.T) {
 				}
 			}
 			wantFilters := []string{rateLimitName, "envoy.filters.http.router"}
-			if tt.rls == "" {
+			switch tt.mode {
+			case noFilter:
 				wantFilters = wantFilters[1:]
+			case quotaBuckets:
+				wantFilters[0] = quotaName
 			}
 			if strings.Join(names, ",") != strings.Join(wantFilters, ",") {
 				t.Errorf("filters %v, want %v", names, wantFilters)
 			}
 			wantClusters := map[string]string{"echo": "127.0.0.1:1234"}
-			if tt.rls != "" {
+			if tt.mode != noFilter {
 				wantClusters["envoy_rls"] = tt.rls
 			}
 			if !maps.Equal(clusters, wantClusters) {
@@ -374,6 +402,38 @@ func TestBenchBootstrap(t *testing.T) {
 				t.Fatalf("Envoy rejects the bench bootstrap: %v", err)
 			}
 		})
+	}
+}
+
+// checkQuotaFilter checks the RLQS filter: cmpDomain, the shipped
+// rate-limit cluster, the instance name, and one bucket per user built
+// from userHeader.
+func checkQuotaFilter(t *testing.T, a *anypb.Any) {
+	t.Helper()
+	var q rlqfv3.RateLimitQuotaFilterConfig
+	if err := a.UnmarshalTo(&q); err != nil {
+		t.Fatal(err)
+	}
+	if q.GetDomain() != cmpDomain {
+		t.Errorf("RLQS domain %q, want %q", q.GetDomain(), cmpDomain)
+	}
+	if c := q.GetRlqsServer().GetEnvoyGrpc().GetClusterName(); c != "envoy_rls" {
+		t.Errorf("RLQS cluster %q, want envoy_rls", c)
+	}
+	if md := q.GetRlqsServer().GetInitialMetadata(); len(md) != 1 || md[0].GetKey() != "x-rlqs-instance" || md[0].GetValue() != rlqsInstance {
+		t.Errorf("RLQS initial metadata %v, want x-rlqs-instance: %s", md, rlqsInstance)
+	}
+	var bs rlqfv3.RateLimitQuotaBucketSettings
+	if err := q.GetBucketMatchers().GetOnNoMatch().GetAction().GetTypedConfig().UnmarshalTo(&bs); err != nil {
+		t.Fatal(err)
+	}
+	ids := bs.GetBucketIdBuilder().GetBucketIdBuilder()
+	var in matcherv3.HttpRequestHeaderMatchInput
+	if len(ids) != 1 || ids["user"].GetCustomValue().GetTypedConfig().UnmarshalTo(&in) != nil || in.GetHeaderName() != userHeader {
+		t.Errorf("bucket id builder %v, want {user: header %s}", ids, userHeader)
+	}
+	if bs.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Errorf("no-assignment behavior %v, want allow all", bs.GetNoAssignmentBehavior())
 	}
 }
 
@@ -427,7 +487,11 @@ func TestBenchBootstrapRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := benchBootstrap([]byte(tt.shipped), tt.upstream, tt.rls)
+			mode := shouldLimit
+			if tt.rls == "" {
+				mode = noFilter
+			}
+			_, _, err := benchBootstrap([]byte(tt.shipped), tt.upstream, tt.rls, mode)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("benchBootstrap = %v, want an error with %q", err, tt.want)
 			}
@@ -469,5 +533,175 @@ func TestRunHTTP(t *testing.T) {
 	}
 	if !res.capped {
 		t.Error("the run did not end on the request cap")
+	}
+}
+
+// TestEnvoyOrder checks that every round measures the floor first, then
+// each service once, and that the services rotate: over three rounds each
+// takes each place once.
+func TestEnvoyOrder(t *testing.T) {
+	tests := []struct {
+		round int
+		want  []envoyConfig
+	}{
+		{0, []envoyConfig{cfgFloor, cfgRLS, cfgRef, cfgQuota}},
+		{1, []envoyConfig{cfgFloor, cfgRef, cfgQuota, cfgRLS}},
+		{2, []envoyConfig{cfgFloor, cfgQuota, cfgRLS, cfgRef}},
+		{3, []envoyConfig{cfgFloor, cfgRLS, cfgRef, cfgQuota}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.round), func(t *testing.T) {
+			if got := envoyOrder(tt.round); !slices.Equal(got, tt.want) {
+				t.Fatalf("envoyOrder(%d) = %v, want %v", tt.round, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseQuotaCounters(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       quotaCounts
+		err        string
+	}{
+		{name: "empty", text: ""},
+		{name: "summed over labels", text: `# HELP envoy_rls_rlqs_reported_requests_total x
+# TYPE envoy_rls_rlqs_reported_requests_total counter
+envoy_rls_rlqs_reported_requests_total{domain="bench-cmp",outcome="allowed",rule="a"} 100
+envoy_rls_rlqs_reported_requests_total{domain="bench-cmp",outcome="allowed",rule="b"} 20
+envoy_rls_rlqs_reported_requests_total{domain="bench-cmp",outcome="denied",rule="a"} 3
+envoy_rls_rlqs_assignments_sent_total{domain="bench-cmp",kind="token_bucket",rule="a"} 7
+envoy_rls_rlqs_assignments_sent_total{domain="bench-cmp",kind="allow_all",rule="a"} 9
+envoy_rls_rlqs_usage_errors_total 2
+envoy_rls_rlqs_streams 1
+envoy_rls_requests_total{outcome="allowed"} 5000
+`, want: quotaCounts{reported: 120, denied: 3, tokenBuckets: 7, usageErrors: 2}},
+		{name: "float notation", text: "envoy_rls_rlqs_reported_requests_total{outcome=\"allowed\"} 1.5e+06\n", want: quotaCounts{reported: 1_500_000}},
+		{name: "bad value", text: "envoy_rls_rlqs_usage_errors_total x\n", err: "rlqs metrics"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseQuotaCounters(strings.NewReader(tt.text))
+			switch {
+			case tt.err != "":
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("parseQuotaCounters = %v, want an error with %q", err, tt.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case got != tt.want:
+				t.Fatalf("parseQuotaCounters = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestQuotaSizing checks the pre-run check that (d)'s token bucket, as
+// envoy-rls sizes it from the rule, holds a whole interval's requests.
+func TestQuotaSizing(t *testing.T) {
+	tests := []struct {
+		name               string
+		limit, maxRequests int64
+		wantErr            bool
+	}{
+		{name: "the bench's rule and default cap", limit: cmpLimit, maxRequests: 2_000_000},
+		{name: "exactly enough", limit: 2_000_000, maxRequests: 2_000_000},
+		{name: "one token short", limit: 1_999_999, maxRequests: 2_000_000, wantErr: true},
+		{name: "a real-world limit", limit: 100, maxRequests: 2_000_000, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := quotaSizing(tt.limit, tt.maxRequests)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("quotaSizing(%d, %d) = %v, want error %v", tt.limit, tt.maxRequests, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestCmpRuleLimit ties cmpLimit, which (d) is sized from, to the rule
+// file both services load.
+func TestCmpRuleLimit(t *testing.T) {
+	if want := fmt.Sprintf("requests_per_unit: %d", cmpLimit); !strings.Contains(cmpRule, want) || !strings.Contains(cmpRule, "unit: second") {
+		t.Fatalf("cmpRule %q does not say %q per second", cmpRule, want)
+	}
+}
+
+func TestQuotaUnderReported(t *testing.T) {
+	tests := []struct {
+		name string
+		f    envoyFigures
+		want bool
+	}{
+		{name: "two reports landed", f: envoyFigures{ok: true, reportedPerReq: 0.99}, want: false},
+		{name: "at the floor", f: envoyFigures{ok: true, reportedPerReq: quotaReportedFloor}, want: false},
+		{name: "reports lagged", f: envoyFigures{ok: true, reportedPerReq: 0.024}, want: true},
+		{name: "no sample", f: envoyFigures{}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := quotaUnderReported(tt.f); got != tt.want {
+				t.Fatalf("quotaUnderReported(%+v) = %v, want %v", tt.f, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWriteEnvoy renders the phase's tables from one round of made-up
+// samples and checks (d)'s rows: its ratios to the reference, the issue
+// 31 verdicts, and the lagging-report mark.
+func TestWriteEnvoy(t *testing.T) {
+	mk := func(p50, svc float64, reported int64) envoySample {
+		return envoySample{requests: 1000, rps: 1000, p50: p50, p99: 2 * p50, envoyCPU: 50, svcCPU: svc, rlCalls: 1000, reported: reported}
+	}
+	tests := []struct {
+		name     string
+		quota    envoySample
+		want     []string
+		unwanted []string
+	}{
+		{
+			name:  "RLQS meets both targets",
+			quota: func() envoySample { s := mk(110, 1, 990); s.quota, s.tokenBuckets = true, 100; return s }(),
+			want: []string{
+				"| (d) Envoy RLQS → envoy-rls | 1000 (1.00×) | 110 (0.18×) | 220 (0.18×) | 10 (0.02×) | 20 (0.02×) | 50.0 (1.00×) | 1.00 (0.01×) |",
+				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 0.02× | 0.02× | met |",
+				"| open loop 1000/s | (d) service CPU/request | ≤ 0.1× | 0.01× | 0.01× | met |",
+				"0.990 reported, 100 token buckets",
+			},
+			unwanted: []string{"‡"},
+		},
+		{
+			name:  "reports lagged",
+			quota: func() envoySample { s := mk(600, 5, 24); s.quota, s.tokenBuckets = true, 9; return s }(),
+			want: []string{
+				"| open loop 1000/s | (d) added p50 | ≤ 0.2× | 1.00× | 1.00× | missed |",
+				"| open loop 1000/s | (d) service CPU/request | ≤ 0.1× | 0.05× | 0.05× | met ‡ |",
+				"‡ (d)'s Envoy reported under 50%",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := options{rounds: 1, concurrency: 32, cmpOnly: []string{"1000"}}
+			cells := map[envoyCellKey]*envoyCell{
+				{"1000", cfgFloor}: {samples: []envoySample{mk(100, 0, 0)}},
+				{"1000", cfgRLS}:   {samples: []envoySample{mk(400, 80, 0)}},
+				{"1000", cfgRef}:   {samples: []envoySample{mk(600, 100, 0)}},
+				{"1000", cfgQuota}: {samples: []envoySample{tt.quota}},
+			}
+			var out strings.Builder
+			writeEnvoy(&out, o, cells)
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			for _, u := range tt.unwanted {
+				if strings.Contains(out.String(), u) {
+					t.Errorf("output has %q:\n%s", u, out.String())
+				}
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -23,6 +24,8 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	// The bucket id builder's input, inside the RLQS filter's Any.
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 // The bootstrap of the phase through Envoy (envoy.go) is the shipped
@@ -41,7 +44,9 @@ import (
 //     of examples/config/edge.yaml that only envoy-rls can read, and the
 //     comparison needs one rule file both services load (cmpRule);
 //   - the rate-limit filter's domain set to cmpDomain, or the filter
-//     removed for the floor;
+//     removed for the floor, or, for RLQS, replaced in place by a
+//     rate_limit_quota filter (rlqsFilter: examples/rlqs/envoy.yaml's
+//     settings, one bucket per user) on the same gRPC cluster;
 //   - the upstream cluster and the rate-limit cluster pointed at loopback
 //     addresses (their compose host names do not resolve here); every other
 //     cluster dropped.
@@ -56,15 +61,31 @@ const userHeader = "x-user-id"
 const (
 	hcmName       = "envoy.filters.network.http_connection_manager"
 	rateLimitName = "envoy.filters.http.ratelimit"
+	quotaName     = "envoy.filters.http.rate_limit_quota"
+)
+
+// rlqsInstance names the bench's Envoy to envoy-rls (x-rlqs-instance), so
+// that every interval's fresh Envoy is the same instance.
+const rlqsInstance = "bench-envoy"
+
+// filterMode is what a configuration puts where the shipped rate-limit
+// filter is.
+type filterMode int
+
+const (
+	noFilter     filterMode = iota // the floor
+	shouldLimit                    // the shipped filter: a ShouldRateLimit call per request
+	quotaBuckets                   // rate_limit_quota: RLQS, decided inside Envoy
 )
 
 // benchBootstrap returns the bootstrap, as JSON (which Envoy reads as
 // YAML), for one configuration of the phase: shipped is the content of
 // envoy-config/envoy.yaml, upstream the loopback host:port of the HTTP
-// upstream, rls that of the rate-limit service, or "" for no rate-limit
-// filter at all. It also returns the name of the route's target cluster,
-// under which Envoy keeps the filter's stats (cluster.<name>.ratelimit.*).
-func benchBootstrap(shipped []byte, upstream, rls string) ([]byte, string, error) {
+// upstream, rls that of the rate-limit service (ignored with noFilter),
+// mode the filter. It also returns the name of the route's target cluster,
+// under which Envoy keeps the ShouldRateLimit filter's stats
+// (cluster.<name>.ratelimit.*).
+func benchBootstrap(shipped []byte, upstream, rls string, mode filterMode) ([]byte, string, error) {
 	js, err := yaml.YAMLToJSON(shipped)
 	if err != nil {
 		return nil, "", fmt.Errorf("bench: envoy bootstrap: %w", err)
@@ -120,7 +141,7 @@ func benchBootstrap(shipped []byte, upstream, rls string) ([]byte, string, error
 			continue
 		}
 		found = true
-		if rls == "" {
+		if mode == noFilter {
 			continue
 		}
 		var rl ratelimitv3.RateLimit
@@ -133,6 +154,18 @@ func benchBootstrap(shipped []byte, upstream, rls string) ([]byte, string, error
 			return nil, "", fmt.Errorf("bench: envoy bootstrap: %s names no envoy_grpc cluster", rateLimitName)
 		}
 		keep[svc] = rls
+		if mode == quotaBuckets {
+			q, err := rlqsFilter(svc)
+			if err != nil {
+				return nil, "", err
+			}
+			f.Name = quotaName
+			if err := f.GetTypedConfig().MarshalFrom(q); err != nil {
+				return nil, "", fmt.Errorf("bench: envoy bootstrap: %s: %w", quotaName, err)
+			}
+			filters = append(filters, f)
+			continue
+		}
 		if err := f.GetTypedConfig().MarshalFrom(&rl); err != nil {
 			return nil, "", fmt.Errorf("bench: envoy bootstrap: %s: %w", rateLimitName, err)
 		}
@@ -168,6 +201,53 @@ func benchBootstrap(shipped []byte, upstream, rls string) ([]byte, string, error
 		return nil, "", fmt.Errorf("bench: envoy bootstrap: %w", err)
 	}
 	return out, target, nil
+}
+
+// rlqsFilterYAML is the bench's rate_limit_quota filter: the settings of
+// examples/rlqs/envoy.yaml's catch-all bucket, with the bucket id
+// {user: <x-user-id>} (the header (b) and (c) send as their descriptor) in
+// cmpDomain, so that envoy-rls matches it to cmpRule (key user, per value)
+// and assigns each user's bucket a token bucket of the rule's limit.
+// Format verbs: the gRPC cluster, the instance name, the header.
+const rlqsFilterYAML = `
+domain: ` + cmpDomain + `
+rlqs_server:
+  envoy_grpc: {cluster_name: %q}
+  initial_metadata: [{key: x-rlqs-instance, value: %q}]
+bucket_matchers:
+  on_no_match:
+    action:
+      name: user
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+        bucket_id_builder:
+          bucket_id_builder:
+            user:
+              custom_value:
+                name: user
+                typed_config:
+                  "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                  header_name: %q
+        reporting_interval: 5s
+        no_assignment_behavior:
+          fallback_rate_limit: {blanket_rule: ALLOW_ALL}
+        expired_assignment_behavior:
+          expired_assignment_behavior_timeout: 60s
+          fallback_rate_limit: {blanket_rule: ALLOW_ALL}
+`
+
+// rlqsFilter is the rate_limit_quota filter's config, on the gRPC cluster
+// named cluster.
+func rlqsFilter(cluster string) (*rlqfv3.RateLimitQuotaFilterConfig, error) {
+	js, err := yaml.YAMLToJSON([]byte(fmt.Sprintf(rlqsFilterYAML, cluster, rlqsInstance, userHeader)))
+	if err != nil {
+		return nil, fmt.Errorf("bench: envoy bootstrap: %s: %w", quotaName, err)
+	}
+	var q rlqfv3.RateLimitQuotaFilterConfig
+	if err := protojson.Unmarshal(js, &q); err != nil {
+		return nil, fmt.Errorf("bench: envoy bootstrap: %s: %w", quotaName, err)
+	}
+	return &q, nil
 }
 
 // catchAllCluster returns the cluster of the shipped route table's

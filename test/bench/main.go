@@ -61,6 +61,12 @@ type options struct {
 	// bootstrap envoyConfig.
 	envoy       bool
 	envoyConfig string
+	// rlqsUsers is how many users (d), RLQS, draws from; 0: the 100 k
+	// of (b) and (c).
+	rlqsUsers int
+	// rlqsDuration is (d)'s measured interval: long enough for two of
+	// Envoy's 5 s usage reports to land in it.
+	rlqsDuration time.Duration
 }
 
 func main() {
@@ -127,9 +133,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.scriptsDir, "scripts-dir", "pkg/redisalgo/lua", "envoy-rls's Lua scripts, for --script-cost")
 	fs.BoolVar(&o.scriptCost, "script-cost", false, "run only the script-cost measurement: Redis CPU per call of plain commands and of scripts, at 1000/s and in a closed loop, on a redis-server of its own")
 	fs.BoolVar(&o.envoy, "envoy", false, "run only the phase through Envoy: HTTP through a real Envoy (--concurrency 1) with no rate-limit filter, "+
-		"with the filter on envoy-rls, and with it on the reference (--ref-bin), each service on its own Redis; --rounds interleaved rounds, medians; "+
+		"with the filter on envoy-rls, with it on the reference (--ref-bin), and with the rate_limit_quota filter (RLQS) on envoy-rls, each service on its own Redis; --rounds interleaved rounds, medians; "+
 		"--duration and --warmup default to 6s and 1s there; --compare-only picks its loads")
 	fs.StringVar(&o.envoyConfig, "envoy-config", "envoy-config/envoy.yaml", "the shipped Envoy bootstrap the phase through Envoy derives its own from")
+	fs.IntVar(&o.rlqsUsers, "rlqs-users", 0, "--envoy: users the RLQS configuration (d) draws from, one bucket each; 0: the same 100 k users as the others (most requests open a new bucket); a few hundred: buckets that repeat, RLQS's steady state")
+	fs.DurationVar(&o.rlqsDuration, "rlqs-duration", 10*time.Second, "--envoy: measured interval of the RLQS configuration (d); Envoy 1.40 reports usage every 5 s from its start, so 10s (after the warmup) lands two reports")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -178,6 +186,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("bench: --concurrency, --workers-per-conn and --max-requests must be positive")
 	case o.rounds < 1:
 		return o, errors.New("bench: --rounds must be positive")
+	case o.rlqsUsers < 0 || o.rlqsDuration <= 0:
+		return o, errors.New("bench: --rlqs-users must not be negative, --rlqs-duration must be positive")
 	case o.users < 1 || o.keys < 0 || o.keysPerRequest < 1:
 		return o, errors.New("bench: --users and --keys-per-request must be positive, --keys not negative")
 	}

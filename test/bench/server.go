@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -215,39 +216,18 @@ type metricSums map[string][2]float64
 // summary whose name mentions "batch", so the report can show the mean
 // batch size without depending on the exact metric name.
 func scrapeBatch(ctx context.Context, url string) (metricSums, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, fmt.Errorf("bench: metrics: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("bench: metrics: %w", err)
-	}
-	defer resp.Body.Close()
 	out := metricSums{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		name := line[:sp]
+	err := fetchMetrics(ctx, url, func(series, value string) error {
+		name := series
 		if i := strings.IndexByte(name, '{'); i >= 0 {
 			name = name[:i]
 		}
 		if !strings.Contains(name, "batch") {
-			continue
+			return nil
 		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
-			continue
+			return nil
 		}
 		if base, ok := strings.CutSuffix(name, "_sum"); ok {
 			e := out[base]
@@ -258,11 +238,54 @@ func scrapeBatch(ctx context.Context, url string) (metricSums, error) {
 			e[1] += v
 			out[base] = e
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("bench: metrics: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// fetchMetrics GETs a Prometheus text endpoint and calls each for every
+// sample line (eachSample).
+func fetchMetrics(ctx context.Context, url string, each func(series, value string) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("bench: metrics: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	return eachSample(resp.Body, each)
+}
+
+// eachSample calls each with the series (name and labels) and the value
+// of every sample line of Prometheus text, skipping comments; it stops at
+// each's first error.
+func eachSample(r io.Reader, each func(series, value string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		if err := each(line[:sp], line[sp+1:]); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("bench: metrics: %w", err)
+	}
+	return nil
 }
 
 // meanBatch returns the mean observation of the batch-size histogram
