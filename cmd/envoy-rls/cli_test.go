@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,4 +187,9 @@ func TestDescriptorFlagNames(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serve runs `envoy-rls serve args`, its standard output discarded.
+func serve(env environment, args []string, stderr io.Writer) int {
+	return runIn(env, append([]string{"serve"}, args...), io.Discard, stderr)
 }

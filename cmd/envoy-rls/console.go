@@ -50,7 +50,7 @@ type topFlags struct {
 func (c *cli) topCommand() *cobra.Command {
 	var f topFlags
 	fs := newFlagSet("top")
-	fs.StringVar(&f.addr, "addr", "127.0.0.1:6070", "the server's debug listener (--debug-addr), host:port")
+	fs.StringVar(&f.addr, "addr", defaultDebugAddr, "the server's debug listener (--debug-addr), host:port")
 	fs.StringVar(&f.window, "window", "1m", "window: 1m, 10m (at most 10m)")
 	fs.IntVar(&f.n, "n", 10, "values per list")
 	fs.DurationVar(&f.watch, "watch", 0, "print again at this interval until interrupted (0: once)")
@@ -71,14 +71,18 @@ replica keeps its own: point --addr at each one (kubectl port-forward pod/NAME
   # the last 10 minutes, 5 values a list, refreshed every 2s
   envoy-rls top --window 10m --n 5 --watch 2s`,
 		Args: maxArgs(0),
-		RunE: c.body(func([]string) int { return topParsed(&f, c.stdout, c.stderr) }),
+		RunE: c.body(func([]string) int { return topParsed(fs, &f, c.stdout, c.stderr) }),
 	}
 	addFlags(cmd, fs, false)
 	return cmd
 }
 
 // topParsed fetches and prints /debug/top, once or every f.watch.
-func topParsed(f *topFlags, stdout, stderr io.Writer) int {
+func topParsed(fs *flag.FlagSet, f *topFlags, stdout, stderr io.Writer) int {
+	if err := applyTwins(fs); err != nil {
+		fmt.Fprintln(stderr, "envoy-rls top:", err)
+		return 2
+	}
 	base, hc, err := debugClient(f.addr, f.tlsCA, f.tlsCert, f.tlsKey)
 	if err != nil {
 		fmt.Fprintln(stderr, "envoy-rls top:", err)

@@ -34,16 +34,22 @@ func TestTopCLI(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		env  map[string]string
 		code int
 		want string
 	}{
-		{"prints", []string{"--addr", addr, "--window", "10m", "--n", "3"}, 0, `denied  "user=bob"  4`},
-		{"server refuses", []string{"--addr", addr, "--window", "2h"}, 1, "unexpected"},
-		{"unknown flag", []string{"--bogus"}, 2, "bogus"},
-		{"argument", []string{"extra"}, 2, "extra"},
+		{"prints", []string{"--addr", addr, "--window", "10m", "--n", "3"}, nil, 0, `denied  "user=bob"  4`},
+		{"flags from their twins", nil, map[string]string{"ENVOY_RLS_ADDR": addr, "ENVOY_RLS_WINDOW": "10m", "ENVOY_RLS_N": "3"}, 0, `denied  "user=bob"  4`},
+		{"bad twin", []string{"--addr", addr}, map[string]string{"ENVOY_RLS_N": "many"}, 2, "ENVOY_RLS_N"},
+		{"server refuses", []string{"--addr", addr, "--window", "2h"}, nil, 1, "unexpected"},
+		{"unknown flag", []string{"--bogus"}, nil, 2, "bogus"},
+		{"argument", []string{"extra"}, nil, 2, "extra"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
 			var out, errOut bytes.Buffer
 			if code := run(append([]string{"top"}, tt.args...), &out, &errOut); code != tt.code {
 				t.Fatalf("exit %d, want %d; stdout %s stderr %s", code, tt.code, &out, &errOut)

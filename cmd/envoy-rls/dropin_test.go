@@ -25,9 +25,8 @@ func parseEnv(t *testing.T, name string, env map[string]string, args ...string) 
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	given := changedFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { // the ENVOY_RLS_* twins, as applyTwins reads them
-		if v, ok := env[envName(f.Name)]; ok && !given[f.Name] {
+		if v, ok := env[envName(f.Name)]; ok && !f.Changed {
 			if err := f.Value.Set(v); err != nil {
 				t.Fatalf("%s=%q: %v", envName(f.Name), v, err)
 			}

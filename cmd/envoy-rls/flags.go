@@ -17,27 +17,15 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// changedFlags is the set of flags of fs given on the command line. It
-// reads each flag's Changed mark rather than fs.Visit, because cobra
-// parses a command's own flag set, which shares the flags of fs but not
-// its record of which were set.
-func changedFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Changed {
-			set[f.Name] = true
-		}
-	})
-	return set
-}
-
 // applyTwins fills every flag of fs not given on the command line from
-// its environment twin, so the command line always wins.
+// its environment twin, so the command line always wins. It reads each
+// flag's Changed mark: cobra parses a command's own flag set, which shares
+// the flags of fs (and so their marks) but not fs's record of which were
+// set.
 func applyTwins(fs *flag.FlagSet) error {
-	set := changedFlags(fs)
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if f.Changed || err != nil {
 			return
 		}
 		name := envName(f.Name)

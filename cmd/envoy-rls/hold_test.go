@@ -30,7 +30,7 @@ func TestValidateMaxDelay(t *testing.T) {
 				t.Setenv("ENVOY_RLS_MAX_DELAY", tc.env)
 			}
 			var stdout, stderr bytes.Buffer
-			code := validate(processEnv("envoy-rls"), append(tc.args, oneLimitDir(t, rl)), &stdout, &stderr)
+			code := runValidate(append(tc.args, oneLimitDir(t, rl)), &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()

@@ -131,5 +131,5 @@ func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) err
 // through its environment twin.
 func flagGiven(fs *flag.FlagSet, name string) bool {
 	_, env := os.LookupEnv(envName(name))
-	return changedFlags(fs)[name] || env
+	return fs.Changed(name) || env
 }

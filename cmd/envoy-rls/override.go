@@ -68,11 +68,6 @@ func debugClient(addr, caFile, certFile, keyFile string) (string, *http.Client, 
 	return "https://" + addr, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, ForceAttemptHTTP2: true}}, nil
 }
 
-// overrideCmd runs the override command line args (after "override").
-func overrideCmd(args []string, stdout, stderr io.Writer) int {
-	return runIn(processEnv("envoy-rls"), append([]string{"override"}, args...), stdout, stderr)
-}
-
 // overrideCommand is `envoy-rls override set|list|clear`: the admin API's
 // client.
 func (c *cli) overrideCommand() *cobra.Command {

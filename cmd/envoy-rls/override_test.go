@@ -52,7 +52,7 @@ func TestOverrideCLIRefusesBadInput(t *testing.T) {
 				// 127.0.0.1:1 refuses connections: a call that is made fails otherwise.
 				args = append(args, "--addr=127.0.0.1:1")
 			}
-			code := overrideCmd(args, &stdout, &stderr)
+			code := run(append([]string{"override"}, args...), &stdout, &stderr)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("exit %d, stderr %q; want %d with %q", code, stderr.String(), tc.code, tc.want)
 			}

@@ -475,9 +475,8 @@ func redisURL(p, enable string) func(lookupFunc) (string, bool, error) {
 // ourFlagGiven returns whether a flag of fs was set by us: on the command
 // line (visited by Parse) or by its ENVOY_RLS_* twin.
 func ourFlagGiven(fs *flag.FlagSet, get lookupFunc) func(string) bool {
-	visited := changedFlags(fs)
 	return func(name string) bool {
-		if visited[name] {
+		if fs.Changed(name) {
 			return true
 		}
 		_, ok := get(envName(name))

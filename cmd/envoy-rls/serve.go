@@ -151,11 +151,6 @@ func (c *cli) serveCommand(use string) *cobra.Command {
 	return cmd
 }
 
-// serve runs the serve command line args (the flags after "serve").
-func serve(env environment, args []string, stderr io.Writer) int {
-	return runIn(env, append([]string{"serve"}, args...), io.Discard, stderr)
-}
-
 // serveParsed serves with the flags cobra parsed into cfg.
 func serveParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, stderr io.Writer) int {
 	if err := cfg.finish(fs, env); err != nil {

@@ -10,19 +10,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
-// validate checks a rules directory the way serve would load it and lists
-// every problem, so users can run it in their own CI. It parses exactly
-// what serve parses (serveConfig.parse: serve's flags, their ENVOY_RLS_*
-// twins, envoyproxy/ratelimit's variables and drop-in mode), so a
-// Deployment's command line and environment validate as they serve; of
-// those, the rule settings matter (--config-dir or RUNTIME_*, the default
-// algorithm, --sliding-log-cap, --merge-domain-config or
-// MERGE_DOMAIN_CONFIG, --drop-in), and the directory is the argument or
-// else --config-dir.
-func validate(env environment, args []string, stdout, stderr io.Writer) int {
-	return runIn(env, append([]string{"validate"}, args...), stdout, stderr)
-}
-
 const validateExample = `  # the shipped example rules
   envoy-rls validate examples/config
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 				t.Setenv("ENVOY_RLS_SLIDING_LOG_CAP", tc.env)
 			}
 			var stdout, stderr bytes.Buffer
-			code := validate(processEnv("envoy-rls"), append(tc.args, logRulesDir(t)), &stdout, &stderr)
+			code := runValidate(append(tc.args, logRulesDir(t)), &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()
@@ -65,7 +66,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 
 func TestValidateHelpListsAlgorithms(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := validate(processEnv("envoy-rls"), []string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), algo.AlgorithmNames()) {
+	if code := runValidate([]string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), algo.AlgorithmNames()) {
 		t.Errorf("validate -h: exit %d, want 0 and help listing %s:\n%s", code, algo.AlgorithmNames(), &stderr)
 	}
 }
@@ -93,7 +94,7 @@ func TestValidateTakesServeFlags(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var stdout, stderr bytes.Buffer
-			if code := validate(processEnv("envoy-rls"), tc.args, &stdout, &stderr); code != tc.code {
+			if code := runValidate(tc.args, &stdout, &stderr); code != tc.code {
 				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, &stdout, &stderr)
 			}
 		})
@@ -130,7 +131,7 @@ func TestValidateMergeDomainConfig(t *testing.T) {
 				t.Setenv("ENVOY_RLS_MERGE_DOMAIN_CONFIG", tc.env)
 			}
 			var stdout, stderr bytes.Buffer
-			code := validate(processEnv("envoy-rls"), append(tc.args, dir), &stdout, &stderr)
+			code := runValidate(append(tc.args, dir), &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()
@@ -158,7 +159,7 @@ func TestValidateWarmup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := oneLimitDir(t, "{unit: second, requests_per_unit: 8, warmup: "+tc.warmup+"}")
 			var stdout, stderr bytes.Buffer
-			code := validate(processEnv("envoy-rls"), []string{dir}, &stdout, &stderr)
+			code := runValidate([]string{dir}, &stdout, &stderr)
 			out := stderr.String()
 			if tc.code == 0 {
 				out = stdout.String()
@@ -168,4 +169,9 @@ func TestValidateWarmup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runValidate runs `envoy-rls validate args`.
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	return run(append([]string{"validate"}, args...), stdout, stderr)
 }

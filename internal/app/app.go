@@ -117,8 +117,8 @@ type App struct {
 	console *consoleParts
 	// runs are the long-lived components besides the servers and the
 	// backend stack: the rule source, statsd, readiness, warm-up,
-	// overrides, adaptive controllers and the RLQS refresh. Each runs until the servers
-	// have drained (Run).
+	// overrides, adaptive controllers and the RLQS refresh. Each runs
+	// until the servers have drained (Run).
 	runs []func(context.Context) error
 }
 
@@ -182,13 +182,18 @@ func (a *App) Addrs() Addrs {
 	return out
 }
 
+// limitAdjusters is the one list both protocols adjust limits by
+// (ShouldRateLimit's service and the RLQS server): a warm-up ramp first,
+// then the overrides, so a factor scales the ramped limit and an absolute
+// value replaces whatever came before.
+func (a *App) limitAdjusters() []rls.LimitAdjuster {
+	return []rls.LimitAdjuster{a.backend.warmup, a.backend.overrides}
+}
+
 // newService builds the rate-limit service over the rules and backend.
 func (a *App) newService(cfg ServiceConfig) (*rls.Service, error) {
 	c := cfg.Service
-	// A warm-up ramp first, then the overrides: a factor scales the
-	// ramped limit, an absolute value replaces whatever came before.
-	// newRLQS gives the RLQS server the same list.
-	c.Adjust = []rls.LimitAdjuster{a.backend.warmup, a.backend.overrides}
+	c.Adjust = a.limitAdjusters()
 	c.Rules = a.rules.current
 	c.Backend = a.obs.wrapBackend(a.backend.stack, a.backend.stack.Name())
 	c.Tracer = a.obs.requestTracer()
@@ -249,9 +254,7 @@ func (a *App) Run(ctx context.Context) error {
 // with before then; serving goes on (see Run).
 func (a *App) runPart(ctx context.Context, run func(context.Context) error) error {
 	err := run(ctx)
-	if err != nil && ctx.Err() == nil {
-		a.log.Error("a component stopped; serving goes on without it", zap.Error(err))
-	}
+	_ = logStopped(ctx, a.log, "a component stopped; serving goes on without it", err)
 	return err
 }
 

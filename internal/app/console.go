@@ -13,7 +13,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/console"
-	"github.com/envoy-rls/envoy-rls/pkg/override"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
@@ -110,7 +109,7 @@ func (a *App) consoleHandler(cfg Config, debug admin.DebugOptions) http.Handler 
 		Source:  a.console.source.get,
 		Health:  console.NewHealth(console.HealthOptions{Store: store, Topology: topology, Gatherer: a.reg, Ping: ping}),
 		Explain: debug.Explain,
-		Admin:   admin.RequireToken(cfg.Servers.AdminTokenFile, override.Handler(a.backend.overrides, a.rules.current)),
+		Admin:   admin.RequireToken(debug.AdminTokenFile, debug.Admin),
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // RLQSConfig configures the Rate Limit Quota Service served beside
@@ -32,9 +31,8 @@ func (a *App) newRLQS(cfg RLQSConfig, keyPrefix string) (*rlqs.Server, error) {
 		usage = rlqs.NewRedisUsage(a.backend.redis.Universal(), keyPrefix, rlqs.UsageTTL(cfg.ReportInterval))
 	}
 	return rlqs.New(rlqs.Config{
-		Rules: a.rules.current,
-		// The same adjusters, in the same order, as newService's.
-		Adjust:         []rls.LimitAdjuster{a.backend.warmup, a.backend.overrides},
+		Rules:          a.rules.current,
+		Adjust:         a.limitAdjusters(),
 		Usage:          usage,
 		KeyOrder:       cfg.KeyOrder,
 		ReportInterval: cfg.ReportInterval,

@@ -61,6 +61,30 @@ func TestRates(t *testing.T) {
 	}
 }
 
+// TestRatesSumSeries: counters of one limit and code that differ in a
+// label the console drops (a reload changed the limit's algorithm or
+// shadow mode) add up, whatever order they are read in.
+func TestRatesSumSeries(t *testing.T) {
+	k := topk.Key{Domain: "d", Rule: "r", Limit: "l"}
+	var counts []Count
+	r := NewRates(func() []Count { return counts }, func() time.Time { return t0 })
+	for i, st := range []struct {
+		counts []Count
+		ok     uint32
+	}{
+		{counts: []Count{{k, "ok", 1000}}, ok: 1000},
+		{counts: []Count{{k, "ok", 1000}, {k, "ok", 5}}, ok: 5},
+		{counts: []Count{{k, "ok", 9}, {k, "ok", 1000}}, ok: 4},
+		{counts: []Count{{k, "ok", 1000}, {k, "ok", 12}}, ok: 3},
+	} {
+		counts = st.counts
+		r.Sample()
+		if got := r.View().Limits[0].OK[RatesSeconds-1]; got != st.ok {
+			t.Errorf("step %d: newest second ok %d, want %d", i, got, st.ok)
+		}
+	}
+}
+
 func newTestHandler(t *testing.T) (http.Handler, *topk.Set) {
 	t.Helper()
 	top, err := topk.New(topk.Options{})

@@ -76,47 +76,43 @@ func (r *Rates) Run(ctx context.Context) error {
 // become its newest second. The counters start with the process, as the
 // sampler does, so a series not seen before counts from 0.
 func (r *Rates) Sample() {
-	counts := r.read()
+	// One limit and code can have several counters (a reload changed the
+	// limit's algorithm or shadow mode): their sum is its count.
+	totals := map[rateKey]uint64{}
+	for _, c := range r.read() {
+		totals[rateKey{c.Key, c.Code}] += c.Total
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sampled = r.now()
-	type delta struct{ ok, over, notApplied uint64 }
-	d := map[topk.Key]*delta{}
-	for k := range r.series {
-		d[k] = &delta{}
-	}
-	for _, c := range counts {
-		rk := rateKey{c.Key, c.Code}
-		// A series the last sample did not have was made by its first
-		// decision since then: it counted up from 0.
-		prev := r.last[rk]
-		r.last[rk] = c.Total
-		x := d[c.Key]
-		if x == nil {
-			x = &delta{}
-			d[c.Key] = x
-		}
-		if c.Total < prev {
-			continue
-		}
-		switch c.Code {
-		case "ok":
-			x.ok += c.Total - prev
-		case "over_limit":
-			x.over += c.Total - prev
-		case "not_applied":
-			x.notApplied += c.Total - prev
+	for rk := range totals {
+		if r.series[rk.Key] == nil {
+			r.series[rk.Key] = &rateRing{}
 		}
 	}
-	for k, x := range d {
-		s := r.series[k]
-		if s == nil {
-			s = &rateRing{}
-			r.series[k] = s
-		}
-		s.ok[s.next], s.over[s.next], s.notApplied[s.next] = clamp(x.ok), clamp(x.over), clamp(x.notApplied)
+	for k, s := range r.series {
+		s.ok[s.next] = r.delta(totals, k, "ok")
+		s.over[s.next] = r.delta(totals, k, "over_limit")
+		s.notApplied[s.next] = r.delta(totals, k, "not_applied")
 		s.next = (s.next + 1) % RatesSeconds
 	}
+}
+
+// delta is k's count of code since the last sample, and keeps its total
+// for the next. A series the last sample did not have was made by its
+// first decision since then: it counted up from 0.
+func (r *Rates) delta(totals map[rateKey]uint64, k topk.Key, code string) uint32 {
+	rk := rateKey{k, code}
+	cur, ok := totals[rk]
+	if !ok {
+		return 0
+	}
+	prev := r.last[rk]
+	r.last[rk] = cur
+	if cur < prev {
+		return 0
+	}
+	return clamp(cur - prev)
 }
 
 func clamp(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }

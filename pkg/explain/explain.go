@@ -255,10 +255,11 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 			entries[i] = algo.Entry{Key: en.Key, Value: en.Value}
 		}
 		ex := snap.Explain(req.Domain, entries)
-		rep.Descriptors = append(rep.Descriptors, describe(d, ex))
+		desc := describe(d, ex)
 		if e.Quotas != nil {
-			rep.Descriptors[len(rep.Descriptors)-1].Quotas = e.Quotas(req.Domain, entries)
+			desc.Quotas = e.Quotas(req.Domain, entries)
 		}
+		rep.Descriptors = append(rep.Descriptors, desc)
 		if ex.Rule == nil || ex.Rule.Unlimited {
 			continue
 		}

@@ -306,9 +306,11 @@ type scratch struct {
 	slots  []int  // slots[i]: slot of check i
 	sorted []algo.Check
 	// nows[i]: the time check i is applied at (requestNows), 0 for the
-	// script's TIME; clocks pairs each master clock a request used with
-	// its time.
+	// script's TIME; nodes[i], when requestNows placed check i on its
+	// master's clock on a cluster, that master's node (else empty);
+	// clocks pairs each master clock a request used with its time.
 	nows   []int64
+	nodes  []*node
 	clocks []clockNow
 	out    []algo.Decision
 	calls  []call
@@ -334,6 +336,8 @@ func (s *scratch) reset(n int) {
 	s.order = s.order[:0]
 	s.slots = s.slots[:0]
 	s.nows = s.nows[:0]
+	clear(s.nodes)
+	s.nodes = s.nodes[:0]
 	clear(s.clocks)
 	s.clocks = s.clocks[:0]
 	clear(s.sorted)
@@ -440,7 +444,8 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 	b.useClocks()
 	sent := time.Now()
 	for i := range checks {
-		mc := b.topo.clockOf(b.keyPrefix, &checks[i])
+		mc, n := b.topo.clockOf(b.keyPrefix, &checks[i])
+		s.nodes = append(s.nodes, n)
 		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
 		if k < 0 {
 			now, err := mc.at(ctx, at, sent, period)
@@ -467,7 +472,8 @@ func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Ch
 	}
 	b.useClocks()
 	k := slices.IndexFunc(checks, func(c algo.Check) bool { return c.Policy.KeyedWindow() })
-	return b.topo.clockOf(b.keyPrefix, &checks[k]).at(ctx, at, time.Now(), period)
+	mc, _ := b.topo.clockOf(b.keyPrefix, &checks[k])
+	return mc.at(ctx, at, time.Now(), period)
 }
 
 // useClocks records that requests need the masters' clocks, from when
@@ -542,6 +548,9 @@ func (b *Backend) group(s *scratch, checks []algo.Check) {
 		}
 		c := call{checks: s.sorted[lo : j+1], out: s.out[lo : j+1]}
 		now := s.nows[s.order[lo]]
+		if len(s.nodes) > 0 {
+			c.node = s.nodes[s.order[lo]]
+		}
 		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
 		c.script.lean = leanChecks(c.checks)
 		if now != 0 && len(c.checks) == 1 && plainCheck(&c.checks[0]) {

@@ -223,11 +223,7 @@ func (c *redisClock) record(s clockSample, recv time.Time) {
 		cur = nil
 	}
 	if cur != nil {
-		d := s.offset(c.base) - cur.anchor.offset(c.base)
-		if d < 0 {
-			d = -d
-		}
-		if d > jumpSlack(s.rtt, cur.anchor.rtt) {
+		if absDiff(s.offset(c.base), cur.anchor.offset(c.base)) > jumpSlack(s.rtt, cur.anchor.rtt) {
 			if r := c.refused; r == nil || absDiff(s.offset(c.base), r.offset(c.base)) > jumpSlack(s.rtt, r.rtt) {
 				// A jump: refused until a second measurement agrees.
 				c.refused = &s

@@ -105,12 +105,13 @@ type merger struct {
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
 // merge returns the commands for calls: a giveBackLua call per give-back
-// and an INCRBY and a PEXPIRE per plain call (plain.go), then one script call per run of calls that share a
-// slot, the eval flag and the script (lean or apply), each carrying calls
-// whose summed cost stays within maxCost, so that no merged script holds
-// Redis much longer than one request may (a call above maxCost goes
-// alone). Calls keep their queue order within a command. After the round trip, split hands each
-// call its share of the reply; the merger must not be reused before.
+// and an INCRBY and a PEXPIRE per plain call (plain.go), then one script
+// call per run of calls that share a slot, the eval flag and the script
+// (lean or apply), each carrying calls whose summed cost stays within
+// maxCost, so that no merged script holds Redis much longer than one
+// request may (a call above maxCost goes alone). Calls keep their queue
+// order within a command. After the round trip, split hands each call its
+// share of the reply; the merger must not be reused before.
 func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) []redis.Cmder {
 	m.calls = append(m.calls[:0], calls...)
 	byCommand := func(x, y *scriptCall) int {

@@ -39,8 +39,9 @@ type topology interface {
 	shard(prefix string, c algo.Check) int
 	// shardName returns the address shard id names, or "".
 	shardName(id int) string
-	// clockOf returns the clock of the master of c's key, prefix first.
-	clockOf(prefix string, c *algo.Check) *masterClock
+	// clockOf returns the clock of the master of c's key, prefix first,
+	// and that master's node (nil unless cluster), which route keeps.
+	clockOf(prefix string, c *algo.Check) (*masterClock, *node)
 	// poster returns the batcher that carries give-backs to the master of
 	// a call routed to n (nil unless cluster): its request batcher, or
 	// one for give-backs alone under Options.NoBatch.
@@ -82,7 +83,7 @@ func (t *oneMaster) roundTrip(ctx context.Context, s *scratch, calls []*call) er
 	return t.b.roundTripVia(ctx, s, calls, t.batch, t.clock)
 }
 
-func (t *oneMaster) clockOf(string, *algo.Check) *masterClock { return t.clock }
+func (t *oneMaster) clockOf(string, *algo.Check) (*masterClock, *node) { return t.clock, nil }
 
 func (t *oneMaster) settle(_ []call, failed error) error { return failed }
 func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
@@ -126,9 +127,13 @@ func (t *cluster) forEachMaster(ctx context.Context, fn func(context.Context, ma
 
 func (t *cluster) loaded() { t.nodes.mapped.Store(true) }
 
+// route sets each call's node, unless requestNows found it already (with
+// the clock it placed the call on): a slot group's checks share a master.
 func (t *cluster) route(calls []call) {
 	for i := range calls {
-		calls[i].node = t.nodes.forKey(calls[i].script.keys[0])
+		if calls[i].node == nil {
+			calls[i].node = t.nodes.forKey(calls[i].script.keys[0])
+		}
 	}
 }
 
@@ -140,8 +145,9 @@ func (t *cluster) roundTrip(ctx context.Context, s *scratch, calls []*call) erro
 	return roundTripNodes(ctx, s, calls)
 }
 
-func (t *cluster) clockOf(prefix string, c *algo.Check) *masterClock {
-	return t.nodeOf(prefix, c).clock
+func (t *cluster) clockOf(prefix string, c *algo.Check) (*masterClock, *node) {
+	n := t.nodeOf(prefix, c)
+	return n.clock, n
 }
 
 func (t *cluster) settle(calls []call, failed error) error {

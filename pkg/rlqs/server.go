@@ -337,6 +337,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 	now := s.cfg.Now()
 	snap := s.cfg.Rules()
 	domain := m.GetDomain()
+	md := metricDomain(snap, domain)
 	brs := make([]bucketReport, 0, len(m.GetBucketQuotaUsages()))
 	var reps []Report
 	for _, u := range m.GetBucketQuotaUsages() {
@@ -350,7 +351,6 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		if br.rule != nil {
 			ruleID = br.rule.ID
 		}
-		md := metricDomain(snap, domain)
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "allowed").Add(float64(u.GetNumRequestsAllowed()))
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "denied").Add(float64(u.GetNumRequestsDenied()))
 		if br.lim != nil {
@@ -400,7 +400,7 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		}
 		ss.sent[br.key] = a
 		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
-		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(snap, domain), a.Rule, a.Kind).Inc()
+		s.cfg.Metrics.assignments.WithLabelValues(md, a.Rule, a.Kind).Inc()
 	}
 	if len(resp.BucketAction) == 0 {
 		return nil
@@ -505,7 +505,7 @@ func (s *Server) refresh(ctx context.Context) {
 			return
 		}
 	}
-	push := map[*streamState][]*Assignment{}
+	push := map[*streamState][]pushed{}
 	for i, h := range hs {
 		if h.last.failure {
 			continue // failure mode: the next report decides
@@ -520,28 +520,34 @@ func (s *Server) refresh(ctx context.Context) {
 			a.DemandPerSecond = h.last.DemandPerSecond
 		}
 		if !a.sameStrategy(&h.last) {
-			push[h.ss] = append(push[h.ss], a)
+			push[h.ss] = append(push[h.ss], pushed{key: h.key, a: a})
 		}
 	}
-	for ss, as := range push {
-		s.deliver(ss, as, now)
+	for ss, ps := range push {
+		s.deliver(ss, ps, now, snap)
 	}
 }
 
-// deliver records and sends as on ss, skipping buckets a report answered
+// pushed is an assignment refresh pushes, with its bucket key.
+type pushed struct {
+	key string
+	a   *Assignment
+}
+
+// deliver records and sends ps on ss, skipping buckets a report answered
 // since refresh read them.
-func (s *Server) deliver(ss *streamState, as []*Assignment, readAt time.Time) {
+func (s *Server) deliver(ss *streamState, ps []pushed, readAt time.Time, snap *rules.Snapshot) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	resp := &rlqspb.RateLimitQuotaResponse{}
-	for _, a := range as {
-		key := BucketKey(a.Domain, a.Bucket)
-		if cur := ss.sent[key]; cur == nil || cur.Sent.After(readAt) {
+	for _, p := range ps {
+		if cur := ss.sent[p.key]; cur == nil || cur.Sent.After(readAt) {
 			continue // answered by a report since refresh read it
 		}
-		ss.sent[key] = a
+		a := p.a
+		ss.sent[p.key] = a
 		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
-		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(s.cfg.Rules(), a.Domain), a.Rule, a.Kind).Inc()
+		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(snap, a.Domain), a.Rule, a.Kind).Inc()
 	}
 	if len(resp.BucketAction) > 0 {
 		if err := ss.send(resp); err != nil {
@@ -589,7 +595,8 @@ func (s *Server) resolve(now time.Time, snap *rules.Snapshot, domain string, b m
 		blanket(s.cfg.Unknown, "no rules loaded")
 		return
 	}
-	r := snap.Match(domain, Entries(b, s.cfg.KeyOrder))
+	entries := Entries(b, s.cfg.KeyOrder)
+	r := snap.Match(domain, entries)
 	br.rule = r
 	switch {
 	case r == nil:
@@ -623,7 +630,7 @@ func (s *Server) resolve(now time.Time, snap *rules.Snapshot, domain string, b m
 		return
 	}
 	br.lim = best
-	br.counter = CounterKey(domain, r, Entries(b, s.cfg.KeyOrder))
+	br.counter = CounterKey(domain, r, entries)
 }
 
 // assignShare makes a the instance's fair share of lim among ds.

@@ -201,7 +201,11 @@ func (s *Service) warnShortDeadline(ctx context.Context, p *plan) {
 			continue
 		}
 		m := &p.meta[i]
-		v, _ := s.held.warned.LoadOrStore(m.ruleID+"\x00"+m.limitLabel, new(atomic.Int64))
+		key := m.ruleID + "\x00" + m.limitLabel
+		v, ok := s.held.warned.Load(key)
+		if !ok {
+			v, _ = s.held.warned.LoadOrStore(key, new(atomic.Int64))
+		}
 		last, now := v.(*atomic.Int64), p.now.UnixNano()
 		prev := last.Load()
 		if prev != 0 && now-prev < int64(shortDeadlineWarnEvery) || !last.CompareAndSwap(prev, now) {

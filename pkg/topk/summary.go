@@ -187,12 +187,9 @@ func (s *summary) down(j int) {
 	}
 }
 
-// truncate cuts b to at most LabelBytes bytes at a UTF-8 boundary, ending
-// it with "…" when it cut, and returns the length kept.
-func truncate(dst *[LabelBytes]byte, n int, more bool) int {
-	if !more {
-		return n
-	}
+// truncate cuts dst's first n bytes, a label that did not fit, at a UTF-8
+// boundary, ends them with "…", and returns the length kept.
+func truncate(dst *[LabelBytes]byte, n int) int {
 	const ell = "…"
 	n = min(n, LabelBytes-len(ell))
 	for n > 0 && !utf8.RuneStart(dst[n]) {

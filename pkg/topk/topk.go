@@ -294,7 +294,7 @@ func (s *Set) label(dst *[LabelBytes]byte, entries []algo.Entry) int {
 	}
 	for i, e := range entries {
 		if (i > 0 && !put(", ")) || !put(e.Key) || !put("=") || !put(e.Value) {
-			return truncate(dst, n, true)
+			return truncate(dst, n)
 		}
 	}
 	return n
@@ -400,18 +400,19 @@ func (s *Set) Top(now time.Time, window time.Duration, n int) (Report, error) {
 
 // merged is summaries added bucket by bucket (read side; it allocates).
 type merged struct {
-	items map[uint64]*mergedItem
+	items        map[uint64]*mergedItem
+	total, bound uint64
 	// floors is the sum of the buckets' smallest counts: what a value a
 	// bucket does not hold may have had there.
-	total, bound uint64
-	floors       []uint64
+	floors uint64
 }
 
 type mergedItem struct {
 	label        string
 	count, lower uint64
-	// in marks the buckets (by their order of adding) that hold it.
-	in []bool
+	// floors is the sum of the smallest counts of the buckets that hold
+	// it: merged.floors minus this is what the others may add.
+	floors uint64
 }
 
 func (m *merged) add(s *summary) {
@@ -421,8 +422,8 @@ func (m *merged) add(s *summary) {
 	if m.items == nil {
 		m.items = map[uint64]*mergedItem{}
 	}
-	b := len(m.floors)
-	m.floors = append(m.floors, s.min())
+	floor := s.min()
+	m.floors += floor
 	m.total += s.total
 	m.bound += s.total / uint64(cap(s.slots))
 	for i := range s.slots {
@@ -432,10 +433,7 @@ func (m *merged) add(s *summary) {
 			it = &mergedItem{label: string(sl.label[:sl.n])}
 			m.items[sl.fp] = it
 		}
-		for len(it.in) < b {
-			it.in = append(it.in, false)
-		}
-		it.in = append(it.in, true)
+		it.floors += floor
 		c := s.count(i)
 		it.count += c
 		it.lower += c - sl.err
@@ -447,12 +445,7 @@ func (m *merged) add(s *summary) {
 func (m *merged) top(n int) []Item {
 	out := make([]Item, 0, len(m.items))
 	for _, it := range m.items {
-		c := it.count
-		for b, f := range m.floors {
-			if b >= len(it.in) || !it.in[b] {
-				c += f
-			}
-		}
+		c := it.count + m.floors - it.floors
 		out = append(out, Item{Value: it.label, Count: c, Lower: it.lower})
 	}
 	slices.SortFunc(out, func(a, b Item) int {

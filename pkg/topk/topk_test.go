@@ -248,6 +248,31 @@ func TestMergeBounds(t *testing.T) {
 	}
 }
 
+// TestMergeFloors: a value one bucket holds exactly and another bucket
+// evicted gets that bucket's smallest count as its possible share there,
+// so its Count stays at or above the truth (TestMergeBounds's values
+// carry overestimates large enough to hide a missing floor).
+func TestMergeFloors(t *testing.T) {
+	const k = 2
+	s := newSet(t, Options{K: k})
+	truth := map[string]uint64{}
+	rec := func(minute int, v string, n int) {
+		for range n {
+			s.Record(t0.Add(time.Duration(minute)*time.Minute), lim.Domain, lim.Rule, lim.Limit, user(v), false)
+			truth["user="+v]++
+		}
+	}
+	rec(0, "a", 10) // held alone: exact, bucket not full (floor 0)
+	rec(1, "a", 1)
+	rec(1, "b", 5)
+	rec(1, "c", 1) // evicts a (count 1): the bucket's floor is 2
+	lt := top(t, s, t0.Add(time.Minute), time.Minute, 10)
+	checkBounds(t, lt.TopSeen, truth, lt.Seen, k)
+	if a, ok := find(lt.TopSeen, "user=a"); !ok || a.Count != 12 || a.Lower != 10 {
+		t.Errorf("a: %+v (listed %v), want count 10 + floor 2, lower 10", a, ok)
+	}
+}
+
 func TestHashedLabels(t *testing.T) {
 	s := newSet(t, Options{Hash: true})
 	s.Record(t0, lim.Domain, lim.Rule, lim.Limit, user("10.1.2.3"), true)

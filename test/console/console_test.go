@@ -174,9 +174,12 @@ func (s *server) ask(t *testing.T, key, value string) pb.RateLimitResponse_Code 
 }
 
 // traffic sends at most max requests on the paths limit, one every 20 ms,
-// until stop; it returns how many it sent.
-func (s *server) traffic(stop <-chan struct{}, max int) (wait func() int64) {
-	var sent atomic.Int64
+// until stop; wait returns how many were answered and the calls that
+// failed.
+func (s *server) traffic(stop <-chan struct{}, max int) (wait func() (int64, []error)) {
+	// Written by the goroutine only, read after wg.Wait.
+	var sent int64
+	var errs []error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -191,12 +194,14 @@ func (s *server) traffic(stop <-chan struct{}, max int) (wait func() int64) {
 			_, err := s.rls.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{
 				{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "path", Value: fmt.Sprintf("/p%d", i%5)}}}}})
 			cancel()
-			if err == nil {
-				sent.Add(1)
+			if err != nil {
+				errs = append(errs, err)
+				continue
 			}
+			sent++
 		}
 	}()
-	return func() int64 { wg.Wait(); return sent.Load() }
+	return func() (int64, []error) { wg.Wait(); return sent, errs }
 }
 
 // browser starts headless Chromium with a new empty profile and the flags
@@ -309,8 +314,12 @@ func TestConsole(t *testing.T) {
 	sent := s.traffic(stop, 6000)
 	defer func() {
 		close(stop)
-		if n := sent(); n == 0 {
+		n, errs := sent()
+		if n == 0 {
 			t.Error("the background traffic sent nothing")
+		}
+		if len(errs) > 0 {
+			t.Errorf("%d background calls failed, the first: %v", len(errs), errs[0])
 		}
 	}()
 

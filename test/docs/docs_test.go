@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/envoytest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
 )
 
 // Bounds that only keep a broken build from hanging the test.
@@ -33,25 +34,14 @@ const (
 // binPath is the envoy-rls TestMain builds; repoRoot the checkout.
 var binPath, repoRoot string
 
+// TestMain builds envoy-rls once for the package (rlsproc.Main removes it
+// afterwards). The examples' Redis comes from redistest.Standalone, which
+// fails the test, never skips it, when redis-server is missing.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "envoy-rls-docs-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "envoy-rls")
-	build := exec.Command("go", "build", "-o", binPath, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "docs: go build ./cmd/envoy-rls:", err)
-		os.Exit(1)
-	}
-	if repoRoot, err = filepath.Abs("../.."); err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	redistest.Main(m)
+	rlsproc.Main(m, &binPath, func() (err error) {
+		repoRoot, err = filepath.Abs("../..")
+		return err
+	})
 }
 
 // example is one runnable block of a document.

@@ -15,18 +15,7 @@ import (
 // named limit and code (ok, over_limit, not_applied) over every other label.
 func (s *stack) limitDecisions(t testing.TB, limit, code string) float64 {
 	t.Helper()
-	fams := s.scrape(t)
-	var sum float64
-	for _, m := range fams["envoy_rls_limit_decisions_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["limit"] == limit && labels["code"] == code {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return s.rlsCounter(t, "envoy_rls_limit_decisions_total", map[string]string{"limit": limit, "code": code})
 }
 
 // scrape reads envoy-rls's /metrics.

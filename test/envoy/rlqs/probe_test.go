@@ -236,6 +236,7 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 
 	// No assignment yet: the fallback (allow all) applies.
 	got := burst(t, url, "a", 5)
+	passed := got[200] // every 200 is the upstream's answer
 	t.Logf("before any assignment: %v", got)
 	if got[200] != 5 {
 		t.Errorf("no assignment, allow all fallback: got %v, want 5x200", got)
@@ -253,6 +254,7 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 		got := burst(t, url, client, n)
+		passed += got[200]
 		t.Logf("%s: %v", what, got)
 		if !maps.Equal(got, want) {
 			t.Errorf("%s: got %v, want %v", what, got, want)
@@ -316,8 +318,16 @@ func TestProbeEnvoyRLQS(t *testing.T) {
 		t.Errorf("RLQS streams opened: %d, want 1 (one per Envoy)", st["cluster.rlqs.upstream_rq_total"])
 	}
 	ps.mu.Lock()
-	t.Logf("streams opened: %d, reports: %d, upstream hits: %d", ps.streams, len(ps.reports), upHits.Load())
+	streams, reports := ps.streams, len(ps.reports)
 	ps.mu.Unlock()
+	t.Logf("streams opened: %d, reports: %d, upstream hits: %d", streams, reports, upHits.Load())
+	if streams != 1 {
+		t.Errorf("the probe server saw %d RLQS streams, want 1", streams)
+	}
+	// A 429 never reaches the upstream; a 200 always does.
+	if hits := upHits.Load(); hits != int64(passed) {
+		t.Errorf("the upstream served %d requests, want the %d answered 200", hits, passed)
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
