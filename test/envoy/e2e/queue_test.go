@@ -227,9 +227,12 @@ func TestQueueModeShortFilterTimeout(t *testing.T) {
 		t.Fatal("envoy-config/envoy.yaml has no rate_limit filter timeout: 0.25s any more; update this test")
 	}
 	boot = strings.Replace(boot, "timeout: 0.25s", "timeout: 0.1s", 1)
-	// 10 a second and a burst of 1: of 3 at once, the second is held about
-	// 100ms and the third about 200ms, past Envoy's 0.1s.
-	rules := withLimits(t, exampleRules(t), map[string]limitSpec{"vip_per_second": {RPU: 10, Unit: "second", Burst: 1}})
+	// 15 a second and a burst of 1: of 3 at once, the second is held about
+	// 67ms and the third about 133ms, past Envoy's 0.1s but well within
+	// the rule's 200ms max_delay. (At 10 a second the third's delay was
+	// max_delay exactly, and a request stamped a moment before the one
+	// decided ahead of it needed a hair more, and was refused.)
+	rules := withLimits(t, exampleRules(t), map[string]limitSpec{"vip_per_second": {RPU: 15, Unit: "second", Burst: 1}})
 	const rounds = 5
 	for _, st := range stores {
 		t.Run(string(st), func(t *testing.T) {
