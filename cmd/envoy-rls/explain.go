@@ -136,7 +136,7 @@ func explainOffline(ctx context.Context, cfg *serveConfig, req explain.Request) 
 	if err := loader.Load(); err != nil {
 		return nil, fmt.Errorf("--config-dir: %w", err)
 	}
-	e := &explain.Explainer{Rules: loader.Current, KeyPrefix: cfg.redis.keyPrefix}
+	e := &explain.Explainer{Rules: loader.Current, KeyPrefix: cfg.redis.keyPrefix, CounterHashes: cfg.redis.counterHashes}
 	return e.Explain(ctx, req)
 }
 

@@ -31,6 +31,7 @@ type redisFlags struct {
 	denyCacheEntries int
 	perSecondURL     string
 	keyPrefix        string
+	counterHashes    int
 	batchLinger      time.Duration
 	lease            struct {
 		ttl         time.Duration
@@ -55,6 +56,7 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.StringVar(&r.perSecondURL, "redis-persecond-url", "", "a second Redis URL for the limits whose period is a second or less (envoyproxy/ratelimit's REDIS_PERSECOND); a request spanning both Redis stays all or nothing; empty keeps every limit on --redis-url")
 	fs.StringVar(&r.keyPrefix, "redis-key-prefix", "", "prefix of every Redis key (envoyproxy/ratelimit's CACHE_KEY_PREFIX), so deployments can share a Redis; must not contain '{' or '}'")
+	fs.IntVar(&r.counterHashes, "redis-counter-hashes", redisalgo.DefaultCounterHashes, fmt.Sprintf("hashes that one fixed-window policy's counters of a window spread over in Redis (1 to %d); size it so a hash holds at most about 128 counters at the peak (docs/redis.md); every replica must use the same value", redisalgo.MaxCounterHashes))
 	fs.DurationVar(&r.batchLinger, "redis-batch-linger", 0, fmt.Sprintf("how long a request that finds no Redis round trip in flight waits for others to share its script call (0 to %v); trades latency for Redis CPU at moderate load", redisalgo.MaxBatchLinger))
 	fs.DurationVar(&r.lease.ttl, "lease-ttl", lease.DefaultTTL, "how long a lease of hits on a hot counter (rules with lease: auto) lives before its unused hits go back to Redis; 0 turns leasing off")
 	fs.Float64Var(&r.lease.hotRPS, "lease-hot-rps", lease.DefaultHotRPS, "hits per second this replica must see on a counter before it leases; colder counters always go to Redis")
@@ -85,6 +87,12 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	}
 	if err := redisalgo.ValidateKeyPrefix(r.keyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
+	}
+	if err := redisalgo.ValidateCounterHashes(r.counterHashes); err != nil || r.counterHashes == 0 {
+		if err == nil {
+			err = fmt.Errorf("%d must be between 1 and %d", r.counterHashes, redisalgo.MaxCounterHashes)
+		}
+		errs = append(errs, fmt.Errorf("--redis-counter-hashes: %w", err))
 	}
 	if err := redisalgo.ValidateBatchLinger(r.batchLinger); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-batch-linger: %w", err))
@@ -168,6 +176,7 @@ func (r *redisFlags) stackConfig(mode failover.Mode) stack.Config {
 		},
 		DenyCacheEntries: r.denyCacheEntries,
 		KeyPrefix:        r.keyPrefix,
+		CounterHashes:    r.counterHashes,
 		BatchLinger:      r.batchLinger,
 		Lease:            lease.Options{TTL: r.lease.ttl, HotRPS: r.lease.hotRPS, MaxFraction: r.lease.maxFraction},
 	}

@@ -6,6 +6,9 @@ type Peeked struct {
 	// Key names the counter in its store: the Redis key, or "" for the
 	// in-process store, which keeps only a hash of the identity.
 	Key string
+	// Field is, for a fixed window in Redis, the counter's field in the
+	// hash Key names (its window's hash); else "".
+	Field string
 	// Exists reports whether the store held live state for the counter;
 	// State is the zero State when it did not.
 	Exists bool

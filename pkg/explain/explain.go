@@ -14,6 +14,7 @@
 package explain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,6 +70,9 @@ type Explainer struct {
 	Effective func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) rls.Effective
 	// KeyPrefix is the deployment's Redis key prefix (--redis-key-prefix).
 	KeyPrefix string
+	// CounterHashes is the deployment's --redis-counter-hashes, which
+	// says which hash a fixed window's counter is in.
+	CounterHashes int
 	// Peeker, when set, makes the explanation live: each counter's state
 	// is read from it.
 	Peeker Peeker
@@ -176,9 +180,11 @@ type Limit struct {
 	// ReplacedBy names the limit another descriptor's rule replaces this
 	// one with (replaces:); the request path then skips it.
 	ReplacedBy string `json:"replaced_by,omitempty"`
-	// Key is the counter's Redis key and Slot its Redis Cluster slot.
-	Key  string `json:"key"`
-	Slot int    `json:"slot"`
+	// Key is the counter's Redis key (a fixed window's: its window's hash,
+	// Field its field there) and Slot its Redis Cluster slot.
+	Key   string `json:"key"`
+	Field string `json:"field,omitempty"`
+	Slot  int    `json:"slot"`
 	// HashTag is the entry key whose value co-locates the rule's keys.
 	HashTag string `json:"hash_tag,omitempty"`
 	// State is the counter now; only live.
@@ -298,7 +304,7 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 		}
 		lim := &rep.Descriptors[where[i][0]].Limits[where[i][1]]
 		if p.Key != "" {
-			lim.Key = p.Key
+			lim.Key, lim.Field = p.Key, p.Field
 		}
 		lim.State = &State{
 			Exists: p.Exists, Allowed: d.Allowed, Remaining: d.Remaining,
@@ -318,15 +324,15 @@ func (e *Explainer) limit(now time.Time, domain string, r *rules.Rule, l *rules.
 		eff = rls.EffectiveLimit(nil, now, domain, r, l)
 	}
 	c := algo.Check{Domain: domain, Entries: keyEntries, HashTag: r.HashTag, Policy: eff.Policy}
-	// A fixed window's key names the window holding now; a live explain
+	// A fixed window's hash names the window holding now; a live explain
 	// shows the one the peek read, on Redis's clock.
-	key := redisalgo.AppendKeyAt([]byte(e.KeyPrefix), c, now.UnixMicro())
+	key, field := redisalgo.CounterAt(e.KeyPrefix, c, now.UnixMicro(), cmp.Or(e.CounterHashes, redisalgo.DefaultCounterHashes))
 	out := Limit{
 		Name: l.Name, Label: l.Label, Algorithm: l.Policy.Algorithm.String(),
 		Unit: l.Unit.String(), UnitMultiplier: l.UnitMultiplier, PeriodUS: l.Policy.Period,
 		RequestsPerUnit: l.RequestsPerUnit, Burst: l.Policy.Burst, SubWindows: l.Policy.SubWindows,
 		Effective: Effective{RequestsPerUnit: eff.RequestsPerUnit, Limit: eff.Policy.Limit, Burst: eff.Policy.Burst, Source: "config"},
-		Key:       string(key), Slot: redisalgo.KeySlot(key),
+		Key:       key, Field: field, Slot: redisalgo.KeySlot([]byte(key)),
 	}
 	out.OnLimit, out.MaxDelayMS = onLimit(l)
 	if t := c.TagIndex(); t >= 0 {

@@ -90,7 +90,7 @@ func TestExplainOffline(t *testing.T) {
 	}
 	l := alice.Limits[0]
 	check := algo.Check{Domain: "api", Entries: []algo.Entry{{Key: "user", Value: "alice"}}, HashTag: -1, Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 4, Period: algo.Minute, Burst: 4}}
-	wantKey := "pre:" + string(redisalgo.AppendKey(nil, check))
+	wantKey := "pre:" + string(redisalgo.AppendKey(nil, check, redisalgo.DefaultCounterHashes))
 	if l.Algorithm != "gcra" || l.Effective.Limit != 4 || l.Effective.Source != "config" || l.Key != wantKey || l.Slot != redisalgo.KeySlot([]byte(wantKey)) || l.State != nil {
 		t.Errorf("alice's limit %+v, want gcra 4 from config at key %q", l, wantKey)
 	}

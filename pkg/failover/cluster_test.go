@@ -238,7 +238,7 @@ func victimKeys(t *testing.T, cl *redistest.ClusterSet, master string, checks []
 	pipe := c.Pipeline()
 	cmds := make([]*redis.IntCmd, len(checks))
 	for i, ch := range checks {
-		cmds[i] = pipe.ClusterKeySlot(ctx, string(redisalgo.AppendKey(nil, ch)))
+		cmds[i] = pipe.ClusterKeySlot(ctx, string(redisalgo.AppendKey(nil, ch, redisalgo.DefaultCounterHashes)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func (s *MemStore) Lock(_ context.Context, name string, ttl time.Duration) (bool
 }
 
 // DefaultRedisKey is the Redis hash that holds the overrides. Its prefix is
-// not pkg/redisalgo's ("r2{"), so it never names a counter, and its hash
+// not pkg/redisalgo's ("r3{"), so it never names a counter, and its hash
 // tag puts it and the locks (DefaultRedisKey + ":lock:" + name) in one
 // Cluster slot.
 const DefaultRedisKey = "envoy-rls:override:v1:{overrides}"

@@ -73,6 +73,23 @@ type Options struct {
 	// {...} of a key, so a brace here would move every key's hash tag
 	// and split a limit's keys over slots.
 	KeyPrefix string
+	// CounterHashes is how many hashes the counters of one fixed-window
+	// policy (domain, algorithm and period) spread over in each window
+	// (AppendCounterHash); 0 means DefaultCounterHashes, at most
+	// MaxCounterHashes. Every replica of a deployment must use the same
+	// value: a counter's hash depends on it, so replicas with different
+	// values count a counter apart (docs/redis.md, "Sizing counter
+	// hashes").
+	CounterHashes int
+}
+
+// ValidateCounterHashes checks an Options.CounterHashes: nil, or an error
+// saying why it cannot be used.
+func ValidateCounterHashes(n int) error {
+	if n < 0 || n > MaxCounterHashes {
+		return fmt.Errorf("redisalgo: counter hashes %d must be between 1 and %d (0: the default, %d)", n, MaxCounterHashes, DefaultCounterHashes)
+	}
+	return nil
 }
 
 // Client is what a Backend needs of a client of standalone Redis or of a
@@ -120,6 +137,11 @@ type Backend struct {
 	maxCallCost int64
 	// keyPrefix is Options.KeyPrefix.
 	keyPrefix string
+	// counterHashes is Options.CounterHashes with its default.
+	counterHashes int
+	// expiries remembers which counter hashes this replica has set an
+	// expiry on (expire.go).
+	expiries expiries
 	// clockUsed is set once a request needed a master's clock (clock.go),
 	// from when pipelines keep their master's clock measured.
 	clockUsed atomic.Bool
@@ -192,7 +214,11 @@ func newBase(client sender, opts Options) (*Backend, error) {
 	if err := ValidateBatchLinger(opts.BatchLinger); err != nil {
 		return nil, err
 	}
-	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost), keyPrefix: opts.KeyPrefix}
+	if err := ValidateCounterHashes(opts.CounterHashes); err != nil {
+		return nil, err
+	}
+	b := &Backend{client: client, callerTime: opts.CallerTime, log: opts.Logger, maxCallCost: cmp.Or(opts.MaxCallCost, algo.DefaultMaxCost), keyPrefix: opts.KeyPrefix,
+		counterHashes: cmp.Or(opts.CounterHashes, DefaultCounterHashes)}
 	if b.log == nil {
 		b.log = zap.NewNop()
 	}
@@ -319,6 +345,9 @@ type scratch struct {
 	// merged command points into (merge.go) instead of boxing each value.
 	strs []string
 	ints []int64
+	// flds views the fields of fixed windows' counters (keyBuf.field),
+	// parallel to strs ("" for other algorithms).
+	flds []string
 	// sending holds the calls of one round trip; queued and runs carry
 	// them to the batchers (roundTrip, roundTripNodes).
 	sending []*call
@@ -347,6 +376,8 @@ func (s *scratch) reset(n int) {
 	s.calls = s.calls[:0]
 	clear(s.strs)
 	s.strs = s.strs[:0]
+	clear(s.flds)
+	s.flds = s.flds[:0]
 	s.ints = s.ints[:0]
 	clear(s.sending)
 	s.sending = s.sending[:0]
@@ -528,7 +559,7 @@ func ValidateKeyPrefix(p string) error {
 // group.
 func (b *Backend) group(s *scratch, checks []algo.Check) {
 	for i := range checks {
-		key := s.keys.add(b.keyPrefix, checks[i], s.nows[i])
+		key := s.keys.add(b.keyPrefix, checks[i], s.nows[i], b.counterHashes)
 		s.slots = append(s.slots, b.topo.slot(key))
 		s.order = append(s.order, i)
 	}
@@ -538,6 +569,7 @@ func (b *Backend) group(s *scratch, checks []algo.Check) {
 	// flusher may read them (keyBuf).
 	for _, i := range s.order {
 		s.strs = append(s.strs, s.keys.view(i))
+		s.flds = append(s.flds, s.keys.field(i))
 		s.sorted = append(s.sorted, checks[i])
 	}
 	queueInOneSlot(s)
@@ -551,10 +583,12 @@ func (b *Backend) group(s *scratch, checks []algo.Check) {
 		if len(s.nodes) > 0 {
 			c.node = s.nodes[s.order[lo]]
 		}
-		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], now, c.checks)
+		s.ints = c.script.set(s.ints, s.slots[i], s.strs[lo:j+1], s.flds[lo:j+1], now, c.checks)
 		c.script.lean = leanChecks(c.checks)
 		if now != 0 && len(c.checks) == 1 && plainCheck(&c.checks[0]) {
-			c.script.plain, c.script.ttl = true, windowTTL(c.checks[0].Policy.Period, now)
+			period := c.checks[0].Policy.Period
+			c.script.plain, c.script.ttl = true, windowTTL(period, now)
+			c.script.expire = b.expiries.need(c.script.keys[0], now+windowLeft(period, now), now)
 		}
 		s.calls = append(s.calls, c)
 		lo = j + 1
@@ -571,7 +605,14 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 	for i := range calls {
 		s.sending = append(s.sending, &calls[i])
 	}
-	if err := b.roundTrip(ctx, s, s.sending); err != nil {
+	err := b.roundTrip(ctx, s, s.sending)
+	for i := range calls {
+		if sc := &calls[i].script; sc.expire && (err != nil || !sc.expired) {
+			// Not known to have been applied: the next call sends it.
+			b.expiries.forget(sc.keys[0])
+		}
+	}
+	if err != nil {
 		for i := range calls {
 			calls[i].err = fmt.Errorf("redisalgo: apply script: %w", err)
 		}
@@ -677,7 +718,7 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 			continue
 		}
 		r := call{node: c.node}
-		var keys []string
+		var keys, fields []string
 		var idx []int
 		for j, ch := range c.checks {
 			if ch.Refund || ch.Hits <= 0 {
@@ -697,12 +738,13 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 			}
 			r.checks = append(r.checks, ch)
 			keys = append(keys, c.script.keys[j])
+			fields = append(fields, c.script.fields[j])
 			idx = append(idx, j)
 		}
 		if len(idx) == 0 {
 			continue
 		}
-		s.ints = r.script.set(s.ints, c.script.slot, keys, c.evalNow, r.checks)
+		s.ints = r.script.set(s.ints, c.script.slot, keys, fields, c.evalNow, r.checks)
 		r.out = make([]algo.Decision, len(idx))
 		refunds = append(refunds, r)
 		from = append(from, idx)

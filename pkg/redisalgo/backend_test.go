@@ -160,7 +160,7 @@ func TestApplySpreadsOverSlots(t *testing.T) {
 	for i := range 40 {
 		c := backendtest.UserCheck(dom, fmt.Sprint("user", i), backendtest.PerMinute(algo.Algorithms[i%len(algo.Algorithms)], 2), 1)
 		checks = append(checks, c)
-		slot := keySlot(AppendKey(nil, c))
+		slot := keySlot(keyOf(c))
 		slots[slot] = true
 		masters[cl.MasterForSlot(t, slot).Addr] = true
 	}
@@ -227,7 +227,7 @@ func TestClusterRefund(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			wide := backendtest.UserCheck(dom, "wide-"+a.String(), backendtest.PerMinute(a, 10), 2)
 			narrow := backendtest.UserCheck(dom, "narrow-"+a.String(), backendtest.PerMinute(a, 1), 1)
-			if keySlot(AppendKey(nil, wide)) == keySlot(AppendKey(nil, narrow)) {
+			if keySlot(keyOf(wide)) == keySlot(keyOf(narrow)) {
 				t.Fatal("test limits share a slot; pick other names")
 			}
 			if d := backendtest.Apply(t, b, t0.UnixMicro(), wide, narrow); !d[0].Allowed || !d[1].Allowed {
@@ -270,7 +270,7 @@ func TestApplyScriptError(t *testing.T) {
 		b := newBackend(t, client, newClock().opts())
 		c := backendtest.UserCheck(redistest.KeyPrefix(t), "u", backendtest.PerMinute(algo.TokenBucket, 3), 1)
 		// A key of the wrong type makes the script fail inside Redis.
-		if err := client.LPush(context.Background(), string(AppendKey(nil, c)), "x").Err(); err != nil {
+		if err := client.LPush(context.Background(), string(keyOf(c)), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 		_, err := b.Apply(context.Background(), t0, []algo.Check{c})
@@ -394,7 +394,7 @@ func spread(t *testing.T, dom string, n int) []algo.Check {
 	slots := map[int]bool{}
 	for i := 0; len(slots) < n; i++ {
 		c := backendtest.UserCheck(dom, fmt.Sprint("user", i), backendtest.PerMinute(algo.FixedWindow, 2), 1)
-		if slot := keySlot(AppendKey(nil, c)); !slots[slot] {
+		if slot := keySlot(keyOf(c)); !slots[slot] {
 			slots[slot] = true
 			checks = append(checks, c)
 		}
@@ -507,7 +507,7 @@ func TestClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	cl, b, dom := onSharedCluster(t)
 	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
-	slot := keySlot(AppendKey(nil, probe))
+	slot := keySlot(keyOf(probe))
 	replica := cl.ReplicaOf(t, cl.MasterForSlot(t, slot))
 	if err := replica.Client(t).ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -538,7 +538,7 @@ func TestClusterFailover(t *testing.T) {
 func TestClusterKillMaster(t *testing.T) {
 	cl, b, dom := onSharedCluster(t)
 	probe := backendtest.UserCheck(dom, "probe", backendtest.PerMinute(algo.TokenBucket, 3), 1)
-	slot := keySlot(AppendKey(nil, probe))
+	slot := keySlot(keyOf(probe))
 
 	stop := make(chan struct{})
 	wait := load(t, b, dom+"load", stop, 4, 2000)
@@ -568,7 +568,7 @@ func TestSentinelFailover(t *testing.T) {
 	ok, failed := wait()
 	t.Logf("load during sentinel failover: %d ok, %d failed", ok, failed)
 	// The counter lives on the new master.
-	key := string(AppendKey(nil, backendtest.UserCheck(dom, "after", backendtest.PerMinute(algo.TokenBucket, 3), 1)))
+	key := string(keyOf(backendtest.UserCheck(dom, "after", backendtest.PerMinute(algo.TokenBucket, 3), 1)))
 	if n, err := promoted.Client(t).Exists(context.Background(), key).Result(); err != nil || n != 1 {
 		t.Errorf("EXISTS on promoted master %s = %d, %v; want the limit's key", promoted.Addr, n, err)
 	}
@@ -722,7 +722,7 @@ func scriptLoad(b *testing.B, client *redis.Client, p algo.Policy, perCall, user
 					var args []any
 					for k := range keys {
 						c := backendtest.UserCheck(dom, strconv.Itoa(r.IntN(users)), p, 1)
-						keys[k] = string(AppendKey(nil, c))
+						keys[k] = string(keyOf(c))
 						args = appendApplyArgs(args, 0, []algo.Check{c})
 					}
 					applyScript.EvalSha(ctx, pipe, keys, args...)

@@ -477,7 +477,7 @@ func TestAbandonedJobNotReused(t *testing.T) {
 	if n, sum := batchStats(t, reg); n != 2 || sum != 2 {
 		t.Errorf("%d pipelines carrying %v calls, want 2 carrying 1 each", n, sum)
 	}
-	if got, err := client.Exists(ctx, string(AppendKey(nil, abandoned))).Result(); err != nil || got != 0 {
+	if got, err := client.Exists(ctx, string(keyOf(abandoned))).Result(); err != nil || got != 0 {
 		t.Errorf("the abandoned call ran: EXISTS = %d, %v", got, err)
 	}
 }
@@ -498,7 +498,7 @@ func TestBatchMergesScriptCalls(t *testing.T) {
 	dom := redistest.KeyPrefix(t)
 	pol := backendtest.PerMinute(algo.TokenBucket, 3)
 	bad := backendtest.UserCheck(dom, "bad", pol, 1)
-	if err := client.LPush(ctx, string(AppendKey(nil, bad)), "x").Err(); err != nil {
+	if err := client.LPush(ctx, string(keyOf(bad)), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	before := evalshaCalls(t, client)
@@ -555,14 +555,14 @@ func TestBatchMergesPerSlot(t *testing.T) {
 	// Not a fixed window, whose one-hit checks go as plain commands.
 	pol := backendtest.PerMinute(algo.TokenBucket, 2)
 	firstCheck := backendtest.UserCheck(dom, "first", pol, 1)
-	master := cl.MasterForSlot(t, keySlot(AppendKey(nil, firstCheck)))
+	master := cl.MasterForSlot(t, keySlot(keyOf(firstCheck)))
 	// Four users on the master of "first", three requests each; slots
 	// counts the distinct slots of their keys, one merged call each.
 	var users []string
 	slots := map[int]bool{}
 	for i := 0; len(users) < 4; i++ {
 		u := fmt.Sprint("u", i)
-		slot := keySlot(AppendKey(nil, backendtest.UserCheck(dom, u, pol, 1)))
+		slot := keySlot(keyOf(backendtest.UserCheck(dom, u, pol, 1)))
 		if cl.MasterForSlot(t, slot).Addr == master.Addr {
 			users = append(users, u)
 			slots[slot] = true

@@ -84,7 +84,8 @@ func TestClockPerMasterStoppedMaster(t *testing.T) {
 			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 1 << 40, Period: algo.Second}, Hits: 1}
 	}
 	master := func(c algo.Check) *redistest.Server {
-		return cs.MasterForSlot(t, keySlot(AppendKeyAt(nil, c, 0)))
+		key, _ := counter(c, 0)
+		return cs.MasterForSlot(t, keySlot([]byte(key)))
 	}
 	stopped := master(check(0))
 	var others []algo.Check

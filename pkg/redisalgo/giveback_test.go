@@ -60,27 +60,30 @@ func countTrips(b *Backend) *atomic.Int64 {
 func TestGiveBackRaces(t *testing.T) {
 	type race struct {
 		name string
+		// gone: the race removes the window's hash behind the
+		// replica's back (giveBackRace's evicts).
+		gone bool
 		// do races the held give-back; it returns the hits the window
 		// holds afterwards, as the scripts read them.
-		do func(t *testing.T, ctx context.Context, b *Backend, client redis.UniversalClient, key string, c algo.Check) int64
+		do func(t *testing.T, ctx context.Context, b *Backend, client redis.UniversalClient, key, field string, c algo.Check) int64
 	}
 	const limit = 3
 	races := []race{
-		{"expiry", func(t *testing.T, ctx context.Context, _ *Backend, client redis.UniversalClient, key string, _ algo.Check) int64 {
+		{"expiry", true, func(t *testing.T, ctx context.Context, _ *Backend, client redis.UniversalClient, key, _ string, _ algo.Check) int64 {
 			if err := client.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 				t.Fatal(err)
 			}
 			eventually.Holds(t, "the key expired", func() bool { return client.Exists(ctx, key).Val() == 0 })
 			return 0
 		}},
-		{"refund one", func(t *testing.T, ctx context.Context, b *Backend, _ redis.UniversalClient, _ string, c algo.Check) int64 {
+		{"refund one", false, func(t *testing.T, ctx context.Context, b *Backend, _ redis.UniversalClient, _, _ string, c algo.Check) int64 {
 			c.Refund = true
 			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
 				t.Fatal(err)
 			}
 			return limit - 1
 		}},
-		{"refund all", func(t *testing.T, ctx context.Context, b *Backend, _ redis.UniversalClient, _ string, c algo.Check) int64 {
+		{"refund all", false, func(t *testing.T, ctx context.Context, b *Backend, _ redis.UniversalClient, _, _ string, c algo.Check) int64 {
 			c.Refund, c.Hits = true, 2*limit
 			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
 				t.Fatal(err)
@@ -91,14 +94,14 @@ func TestGiveBackRaces(t *testing.T) {
 	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
 		for _, r := range races {
 			t.Run(r.name, func(t *testing.T) {
-				giveBackRace(t, client, limit, r.do)
+				giveBackRace(t, client, limit, r.gone, r.do)
 			})
 		}
 	})
 	t.Run("eviction", func(t *testing.T) {
 		srv := redistest.Standalone(t)
 		client := srv.Client(t)
-		giveBackRace(t, client, limit, func(t *testing.T, ctx context.Context, _ *Backend, _ redis.UniversalClient, key string, _ algo.Check) int64 {
+		giveBackRace(t, client, limit, true, func(t *testing.T, ctx context.Context, _ *Backend, _ redis.UniversalClient, key, _ string, _ algo.Check) int64 {
 			evict(t, ctx, client, key)
 			return 0
 		})
@@ -107,8 +110,11 @@ func TestGiveBackRaces(t *testing.T) {
 
 // giveBackRace fills a window to limit, has one more hit denied with its
 // give-back held, runs race, lets the give-back land, and checks the key
-// and what the window admits next.
-func giveBackRace(t *testing.T, client redis.UniversalClient, limit int64, race func(t *testing.T, ctx context.Context, b *Backend, client redis.UniversalClient, key string, c algo.Check) int64) {
+// and what the window admits next. evicts says that race deletes the
+// hash behind the replica's back: the hits after it recreate the hash
+// without an expiry, which the replica's resent PEXPIRE … NX restores
+// within resendExpiry of its calls (expire.go).
+func giveBackRace(t *testing.T, client redis.UniversalClient, limit int64, evicts bool, race func(t *testing.T, ctx context.Context, b *Backend, client redis.UniversalClient, key, field string, c algo.Check) int64) {
 	t.Helper()
 	ctx := context.Background()
 	b := newBackend(t, client, Options{CallerTime: true})
@@ -119,7 +125,7 @@ func giveBackRace(t *testing.T, client redis.UniversalClient, limit int64, race 
 	if !plainCheck(&c) {
 		t.Fatal("the check is no plain call")
 	}
-	key := string(AppendKeyAt(nil, c, t0.UnixMicro()))
+	key, field := counter(c, t0.UnixMicro())
 	for i := range limit {
 		if d, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil || !d[0].Allowed {
 			t.Fatalf("hit %d: %+v, %v", i, d, err)
@@ -134,16 +140,16 @@ func giveBackRace(t *testing.T, client redis.UniversalClient, limit int64, race 
 		t.Fatalf("the denied request waited for %d round trips, want 1", n)
 	}
 	<-held // the give-back is posted, and the request was answered before it
-	if v := client.Get(ctx, key).Val(); v != strconv.FormatInt(limit+1, 10) {
-		t.Fatalf("before the give-back %s holds %q, want %d", key, v, limit+1)
+	if v := client.HGet(ctx, key, field).Val(); v != strconv.FormatInt(limit+1, 10) {
+		t.Fatalf("before the give-back %s %s holds %q, want %d", key, field, v, limit+1)
 	}
 	// Another replica races: this one's batcher holds the give-back,
 	// and its requests would queue behind it.
-	left := race(t, ctx, newBackend(t, client, Options{CallerTime: true}), client, key, c)
+	left := race(t, ctx, newBackend(t, client, Options{CallerTime: true}), client, key, field, c)
 	release()
 	b.giveBacks.Wait()
 
-	checkCountKey(t, ctx, client, key, left)
+	checkCountKey(t, ctx, client, key, field, left, true)
 	admitted := int64(0)
 	for i := range limit + 2 {
 		d, err := b.Apply(ctx, t0, []algo.Check{c})
@@ -157,21 +163,31 @@ func giveBackRace(t *testing.T, client redis.UniversalClient, limit int64, race 
 			admitted++
 		}
 		b.giveBacks.Wait()
-		checkCountKey(t, ctx, client, key, -1)
+		checkCountKey(t, ctx, client, key, field, -1, !evicts)
 	}
 	if admitted != limit-left {
 		t.Fatalf("after the race the window admitted %d hits, want %d (limit %d, %d held)", admitted, limit-left, limit, left)
 	}
+	if evicts {
+		for i := range resendExpiry {
+			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
+				t.Fatalf("hit %d after the eviction: %v", i, err)
+			}
+		}
+		b.giveBacks.Wait()
+		checkCountKey(t, ctx, client, key, field, limit, true)
+	}
 }
 
-// checkCountKey fails unless key is missing or holds a count ≥ 0 with a
-// TTL; and, when want ≥ 0, unless it holds want (missing for 0).
-func checkCountKey(t *testing.T, ctx context.Context, client redis.UniversalClient, key string, want int64) {
+// checkCountKey fails unless field of hash key is missing or holds a
+// count ≥ 0, in a hash with a TTL when needTTL; and, when want ≥ 0, unless
+// it holds want (missing for 0).
+func checkCountKey(t *testing.T, ctx context.Context, client redis.UniversalClient, key, field string, want int64, needTTL bool) {
 	t.Helper()
-	v, err := client.Get(ctx, key).Result()
+	v, err := client.HGet(ctx, key, field).Result()
 	if err == redis.Nil {
 		if want > 0 {
-			t.Fatalf("%s is missing, want %d", key, want)
+			t.Fatalf("%s %s is missing, want %d", key, field, want)
 		}
 		return
 	}
@@ -185,7 +201,7 @@ func checkCountKey(t *testing.T, ctx context.Context, client redis.UniversalClie
 	if want >= 0 && n != want {
 		t.Fatalf("%s holds %d, want %d", key, n, want)
 	}
-	if ttl := client.PTTL(ctx, key).Val(); ttl <= 0 {
+	if ttl := client.PTTL(ctx, key).Val(); needTTL && ttl <= 0 {
 		t.Fatalf("%s has no TTL (PTTL %v)", key, ttl)
 	}
 }
@@ -236,8 +252,11 @@ func TestPlainReadsNonPositiveCount(t *testing.T) {
 		trips := countTrips(b)
 		c := algo.Check{Domain: redistest.KeyPrefix(t), Entries: []algo.Entry{{Key: "k", Value: "v"}}, HashTag: -1,
 			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 3, Period: algo.Hour}, Hits: 1}
-		key := string(AppendKeyAt(nil, c, t0.UnixMicro()))
-		if err := client.Set(ctx, key, "-5", time.Hour).Err(); err != nil {
+		key, field := counter(c, t0.UnixMicro())
+		if err := client.HSet(ctx, key, field, "-5").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.PExpire(ctx, key, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i, want := range []int64{2, 1, 0} {
@@ -245,7 +264,7 @@ func TestPlainReadsNonPositiveCount(t *testing.T) {
 			if err != nil || !d[0].Allowed || d[0].Remaining != want {
 				t.Fatalf("hit %d: %+v, %v; want allowed with %d remaining", i, d, err, want)
 			}
-			checkCountKey(t, ctx, client, key, int64(i+1))
+			checkCountKey(t, ctx, client, key, field, int64(i+1), true)
 		}
 		if d, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil || d[0].Allowed {
 			t.Fatalf("the hit over the limit: %+v, %v", d, err)

@@ -15,12 +15,14 @@ import (
 // LayoutVersion starts every key envoy-rls writes, after the deployment's
 // own prefix (Options.KeyPrefix). The version changes whenever
 // the encoding or a script's state layout does, so old and new replicas
-// never read each other's state: "r2" (the second layout) shares no prefix
-// with the first layout's "rls:v1:", so during a rolling upgrade the two
-// versions count apart rather than misread each other's values, and the old
-// keys expire on their TTL. It is short because every key pays for it in
-// Redis memory (see AppendKey).
-const LayoutVersion = "r2"
+// never read each other's state: "r3" (the third layout, where fixed
+// windows are fields of per-window hashes, AppendCounter) shares no key
+// with "r2" (one key per counter) nor with the first layout's "rls:v1:",
+// so during a rolling upgrade the versions count apart rather than
+// misread each other's values, and the old keys expire on their TTL
+// (docs/redis.md, "Rolling upgrades"). It is short because every key pays
+// for it in Redis memory (see AppendKey).
+const LayoutVersion = "r3"
 
 // AnchorPrefix starts the key of a warm-up ramp's anchor (pkg/warmup),
 // after the deployment's key prefix. A counter key has '{' where this has
@@ -58,30 +60,34 @@ const maxPart = 64
 const digestBytes = 16
 
 // AppendKey appends the Redis key of c's limit to dst and returns the
-// extended slice. It allocates nothing when dst has room (a few hundred bytes
-// cover typical descriptors).
+// extended slice, for every algorithm but the fixed window, whose counter
+// is a field of its window's hash (AppendCounterHash). hashes is the
+// deployment's bucket count (Options.CounterHashes), which places a
+// hash-tagged key. It allocates nothing when dst has room (a few hundred
+// bytes cover typical descriptors).
 //
 // Layout, where every client-supplied part is escaped (appendPart) and
 // <ap> is the algorithm's one-letter code followed by the period
 // (appendPolicy):
 //
-//	default:  r2{<domain>:<k1>:<v1>:<k2>:<v2>:<ap>}
-//	hash tag: r2{<domain>:<kt>:<vt>}<k1>:<v1>:#:<k3>:<v3>:<ap>
+//	default:  r3{<domain>:<k1>:<v1>:<k2>:<v2>:<ap>}
+//	hash tag: r3{<domain>:#<n>}<kt>:<vt>:<k1>:<v1>:#:<k3>:<v3>:<ap>
 //
-// for example r2{perf:key:user-4480405:f1o} (fixed_window, 60 s), or, with
-// the hash tag on entry 0, r2{api:user:alice}#:path:/a:g2s0. In the
-// hash-tag layout the tagged entry is written once, in the tag, and a '#'
-// stands in its place among the entries (the second above, the first in
-// the example).
+// for example r3{perf:key:user-4480405:t1o} (token_bucket, 60 s), or, with
+// the hash tag on entry 0, r3{api:#3}user:alice:#:path:/a:g2s0. In the
+// hash-tag layout the tagged entry is written first, and a '#' stands in
+// its place among the entries; <n> is its bucket (tagBucket) in base 36.
 //
 // The default tag is the limit's whole identity, so limits spread evenly over
 // cluster slots while each limit's key (and anything a script derives from it
 // by appending) stays in one slot. With c.HashTag ≥ 0 the tag is the domain
-// plus the entry Entries[HashTag], so every limit keyed on the same value of
-// that entry shares a slot and is evaluated in one script. The limit's
-// numbers (Limit, Burst) are not part of the key: raising a limit mid-window
-// keeps the counts. The algorithm and period are, because they change what
-// the state means.
+// plus the bucket of the entry Entries[HashTag], so every limit keyed on the
+// same value of that entry shares a slot and is evaluated in one script,
+// a fixed window's among them: its hash (AppendCounterHash) holds the
+// counters of every tagged value of that bucket, which is what makes it
+// small. The limit's numbers (Limit, Burst) are not part of the key:
+// raising a limit mid-window keeps the counts. The algorithm and period
+// are, because they change what the state means.
 //
 // Escaped parts contain none of ':', '{', '}' and '#', so the layout parses
 // back uniquely: the fields between ':' are the domain, then key and value
@@ -95,32 +101,16 @@ const digestBytes = 16
 // jemalloc size class (16, 32, 48, 64, 80 … bytes), so a name of up to 30
 // bytes costs 32 and one of 31 to 44 costs 48. The layout spends one
 // separator per part and nothing else (BENCHMARKS.md has the figures).
-func AppendKey(dst []byte, c algo.Check) []byte {
+func AppendKey(dst []byte, c algo.Check, hashes int) []byte {
 	dst = append(dst, LayoutVersion...)
-	dst = append(dst, '{')
-	dst = appendPart(dst, c.Domain)
-	if t := c.TagIndex(); t >= 0 {
-		e := c.Entries[t]
+	if c.TagIndex() >= 0 {
+		dst = appendTag(dst, c, hashes)
+		dst = appendTagged(dst, c)
 		dst = append(dst, ':')
-		dst = appendPart(dst, e.Key)
-		dst = append(dst, ':')
-		dst = appendPart(dst, e.Value)
-		dst = append(dst, '}')
-		for i, e := range c.Entries {
-			if i == t {
-				// The tag holds this entry already; '#' alone is no
-				// part (a digest is '#' and 32 hex digits), so it says
-				// where the entry goes in one byte.
-				dst = append(dst, '#', ':')
-				continue
-			}
-			dst = appendPart(dst, e.Key)
-			dst = append(dst, ':')
-			dst = appendPart(dst, e.Value)
-			dst = append(dst, ':')
-		}
 		return appendPolicy(dst, c.Policy)
 	}
+	dst = append(dst, '{')
+	dst = appendPart(dst, c.Domain)
 	for _, e := range c.Entries {
 		dst = append(dst, ':')
 		dst = appendPart(dst, e.Key)
@@ -132,56 +122,213 @@ func AppendKey(dst []byte, c algo.Check) []byte {
 	return append(dst, '}')
 }
 
-// windowLetters is how many windows a fixed_window's key tells apart: its
-// last two bytes are the window's index modulo windowLetters, as two
-// uppercase letters (AppendKeyAt).
-const windowLetters = 26 * 26
+// appendTag appends the hash tag of hash-tagged c: "{<domain>:#<n>}".
+func appendTag(dst []byte, c algo.Check, hashes int) []byte {
+	dst = append(dst, '{')
+	dst = appendPart(dst, c.Domain)
+	dst = append(dst, ':', '#')
+	dst = strconv.AppendInt(dst, tagBucket(c, hashes), 36)
+	return append(dst, '}')
+}
 
-// AppendKeyAt appends the key that holds c's state at now (Unix µs): the
-// limit's key (AppendKey), then for a fixed_window (algo.Policy.KeyedWindow)
-// two uppercase letters naming the window that holds now, its index modulo
-// 676 in base 26 ('A' = 0), so that each window has a key of its own whose
-// value is the count alone:
+// appendTagged appends what follows a hash-tagged key's tag, but its
+// policy: the tagged entry, then the entries with '#' in its place.
+func appendTagged(dst []byte, c algo.Check) []byte {
+	t := c.TagIndex()
+	dst = appendPart(dst, c.Entries[t].Key)
+	dst = append(dst, ':')
+	dst = appendPart(dst, c.Entries[t].Value)
+	for i, e := range c.Entries {
+		dst = append(dst, ':')
+		if i == t {
+			// '#' alone is no part (a digest is '#' and 32 hex
+			// digits), so it says where the entry goes in one byte.
+			dst = append(dst, '#')
+			continue
+		}
+		dst = appendPart(dst, e.Key)
+		dst = append(dst, ':')
+		dst = appendPart(dst, e.Value)
+	}
+	return dst
+}
+
+// tagBucket is hash-tagged c's bucket: FNV-1a of its tagged entry's key
+// and value, raw, modulo hashes. Every limit keyed on one tagged value
+// gets the same bucket, and so the same slot, whatever its algorithm.
+func tagBucket(c algo.Check, hashes int) int64 {
+	e := c.Entries[c.TagIndex()]
+	h := newFNV().add(e.Key).addByte(0).add(e.Value)
+	return h.mod(hashes)
+}
+
+// A fixed window's counter is not a key of its own but a field of a hash
+// that holds the counters of one window (AppendCounterHash): Redis pays for
+// a key's object, name and expiry once per hash instead of once per
+// counter, and a lone hit is one HINCRBY (plain.go). BENCHMARKS.md
+// ("issue 33") has the measurements this layout was chosen by.
 //
-//	r2{perf:key:user-4480405:f1o}QK
-//	r2{api:user:alice}#:path:/a:f1oBC
+//	untagged:  r3{<domain>:<ap>:<n>}<wwww>   field <k1>:<v1>:<k2>:<v2>
+//	hash tag:  r3{<domain>:#<n>}<ap>:<wwww>  field <kt>:<vt>:<k1>:<v1>:#:<k3>:<v3>
 //
-// Redis's INCRBY and PEXPIRE then apply a lone hit exactly (plain calls,
-// plain.go). A window's key expires windowMargin (at most 5 s) after the
-// window's end, so by the time
-// its letters come round again, 676 windows later (11 minutes at a period
-// of a second), the key they named is long gone; only a key whose expiry
-// was never set (an INCRBY whose PEXPIRE, sent in the same write, never
-// ran) could be read again, and its count then only denies, for one
-// window, after which the PEXPIRE of that window's first call expires it.
-// Two bytes keep the name no longer than envoyproxy/ratelimit's, whose
-// names carry the window's start in seconds (TestKeyNameMemory); the
-// letters follow the policy field, whose period is lowercase base 36, or
-// the hash tag's '}', so they parse back uniquely and leave the hash tag,
-// and so the slot, unchanged.
-func AppendKeyAt(dst []byte, c algo.Check, now int64) []byte {
-	dst = AppendKey(dst, c)
+// for example r3{perf:f1o:b}va53 with field key:user-4480405. <ap> is the
+// policy (appendPolicy), <wwww> the window (appendWindow) and <n> the
+// bucket in base 36 among the deployment's bucket count
+// (Options.CounterHashes): for an untagged counter the hash of its field
+// (bucketOf), so that one policy's counters of a window spread over that
+// many hashes, and so over that many Cluster slots; for a hash-tagged one
+// its tag's (tagBucket), so that it shares a slot with every other limit
+// keyed on the tagged value.
+//
+// The field is the entries as AppendKey writes them, or, when that is
+// longer than maxField, '#' and the hex of a truncated SHA-256 of it: a
+// longer field would turn its whole hash from Redis's compact listpack into
+// a hashtable, which costs every counter in it about three times the
+// memory.
+
+// DefaultCounterHashes is Options.CounterHashes's default: the number of
+// hashes one fixed-window policy's counters of one window spread over.
+// docs/redis.md ("Sizing counter hashes") has the trade-off: each hash
+// costs each replica one PEXPIRE per window, and a hash should stay
+// within about 128 fields at the rule's peak.
+const DefaultCounterHashes = 16
+
+// MaxCounterHashes bounds Options.CounterHashes: a bucket number is at
+// most three base-36 digits.
+const MaxCounterHashes = 36 * 36 * 36
+
+// maxField is the longest field kept verbatim: Redis keeps a hash compact
+// (listpack) while every field and value is at most
+// hash-max-listpack-value bytes, 64 by default.
+const maxField = 64
+
+// windowDigits is how many base-36 digits name a fixed window in its hash
+// name (appendWindow), and windowCount how many windows they tell apart:
+// 36⁴, 19 days of one-second windows. A window's hash expires a margin
+// after the window's end, so its name is long gone before it comes round
+// again; only a hash that lost its expiry (recreated by a hit after
+// eviction; docs/redis.md, "Eviction") could be, and only after that long.
+const (
+	windowDigits = 4
+	windowCount  = 36 * 36 * 36 * 36
+)
+
+// AppendField appends the field of c's counter in its window's hash (see
+// above), digested when longer than maxField. c must be a fixed window's
+// (algo.Policy.KeyedWindow).
+func AppendField(dst []byte, c algo.Check) []byte {
+	start := len(dst)
+	if c.TagIndex() >= 0 {
+		dst = appendTagged(dst, c)
+	} else {
+		for i, e := range c.Entries {
+			if i > 0 {
+				dst = append(dst, ':')
+			}
+			dst = appendPart(dst, e.Key)
+			dst = append(dst, ':')
+			dst = appendPart(dst, e.Value)
+		}
+	}
+	if len(dst)-start > maxField {
+		sum := sha256.Sum256(dst[start:])
+		dst = append(dst[:start], '#')
+		dst = hex.AppendEncode(dst, sum[:digestBytes])
+	}
+	return dst
+}
+
+// fnv is 64-bit FNV-1a, written out so that hashing a request's parts
+// allocates nothing.
+type fnv uint64
+
+func newFNV() fnv { return 14695981039346656037 }
+
+func (h fnv) add(s string) fnv {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ fnv(s[i])) * 1099511628211
+	}
+	return h
+}
+
+func (h fnv) addByte(b byte) fnv { return (h ^ fnv(b)) * 1099511628211 }
+
+// mod is h modulo hashes, 0 when hashes is at most 1.
+func (h fnv) mod(hashes int) int64 {
+	if hashes <= 1 {
+		return 0
+	}
+	return int64(uint64(h) % uint64(hashes))
+}
+
+// bucketOf is the bucket of an untagged counter whose field is field,
+// among hashes.
+func bucketOf(field []byte, hashes int) int64 {
+	h := newFNV()
+	for _, b := range field {
+		h = h.addByte(b)
+	}
+	return h.mod(hashes)
+}
+
+// AppendCounterHash appends the name of the hash that holds, at now (Unix
+// µs), the counter of c whose field (AppendField) is field, with the
+// deployment's hashes (Options.CounterHashes) buckets. c must be a fixed
+// window's.
+func AppendCounterHash(dst []byte, c algo.Check, now int64, field []byte, hashes int) []byte {
+	dst = append(dst, LayoutVersion...)
+	if c.TagIndex() >= 0 {
+		dst = appendTag(dst, c, hashes)
+		dst = appendPolicy(dst, c.Policy)
+		dst = append(dst, ':')
+		return appendWindow(dst, c.Policy, now)
+	}
+	dst = append(dst, '{')
+	dst = appendPart(dst, c.Domain)
+	dst = append(dst, ':')
+	dst = appendPolicy(dst, c.Policy)
+	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, bucketOf(field, hashes), 36)
+	dst = append(dst, '}')
 	return appendWindow(dst, c.Policy, now)
 }
 
-// appendWindow appends the window letters of AppendKeyAt for policy p at
-// now: nothing unless p.KeyedWindow().
-func appendWindow(dst []byte, p algo.Policy, now int64) []byte {
-	if !p.KeyedWindow() {
-		return dst
+// CounterAt returns where c's state is at now, after prefix: for a fixed
+// window the hash and the field in it (AppendCounterHash, AppendField),
+// for every other algorithm its key (AppendKey) and "". It is for tools
+// and tests; the request path builds the same names without allocating
+// (keyBuf).
+func CounterAt(prefix string, c algo.Check, now int64, hashes int) (key, field string) {
+	if !c.Policy.KeyedWindow() {
+		return string(AppendKey([]byte(prefix), c, hashes)), ""
 	}
-	w := windowOf(p.Period, now)
-	return append(dst, byte('A'+w/26), byte('A'+w%26))
+	f := AppendField(nil, c)
+	return string(AppendCounterHash([]byte(prefix), c, now, f, hashes)), string(f)
 }
 
-// windowOf is the index modulo windowLetters of the window of period
-// holding now: 0 for a period that is not positive (such a policy blocks
-// every hit and stores nothing).
+// appendWindow appends the window of policy p holding now: its index
+// modulo windowCount in windowDigits base-36 digits (zero-padded); for a
+// period that is not positive (such a policy blocks every hit and stores
+// nothing), "0000".
+func appendWindow(dst []byte, p algo.Policy, now int64) []byte {
+	w := windowOf(p.Period, now)
+	var d [windowDigits]byte
+	for i := windowDigits - 1; i >= 0; i-- {
+		d[i] = digits36[w%36]
+		w /= 36
+	}
+	return append(dst, d[:]...)
+}
+
+const digits36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+// windowOf is the index modulo windowCount of the window of period
+// holding now: 0 for a period that is not positive.
 func windowOf(period, now int64) int64 {
 	if period <= 0 {
 		return 0
 	}
-	_, r := divmod(algo.WindowIndex(now, period), windowLetters)
+	_, r := divmod(algo.WindowIndex(now, period), windowCount)
 	return r
 }
 
@@ -333,7 +480,8 @@ func (p Part) String() string {
 // KeyEntry is one descriptor entry read back from a key.
 type KeyEntry struct{ Key, Value Part }
 
-// Key is what a key names, read back from its name by ParseKey: AppendKey's
+// Key is what a key names, read back from its name by ParseKey (or, for a
+// fixed window, from its hash and field by ParseCounter): AppendKey's
 // arguments, but for the numbers a key leaves out (Limit, Burst) and the
 // text of the parts replaced by their digest.
 type Key struct {
@@ -347,21 +495,28 @@ type Key struct {
 	// SubWindows is a sliding_window's sub-window count when above 1,
 	// else 0 (algo.Policy.SubWindows).
 	SubWindows int64
-	// Window is what a fixed_window key's letters say (AppendKeyAt): the
-	// index of the window it counts modulo 676; 0 for other algorithms.
+	// Window is what a fixed window's hash name says (appendWindow): the
+	// index of the window it counts modulo 36⁴; 0 for other algorithms.
 	Window int64
+	// Bucket is an untagged fixed window's hash number (bucketOf), else 0.
+	Bucket int64
+	// FieldDigest is, for a fixed window whose field was longer than 64
+	// bytes, the hex digest that stands for it (AppendField); Entries
+	// then holds only the hash-tagged entry, if any, since the others
+	// are in the digest.
+	FieldDigest string
 }
 
 // WindowStart is the start (Unix µs) of the latest window at or before now
-// that k, a fixed_window's key, can name: the window it counts when its
-// state is alive at now (a window's key expires windowMargin after the
-// window's end, long before its letters come round).
+// that k, a fixed window's counter, can name: the window it counts when
+// its state is alive at now (a window's hash expires windowMargin after
+// the window's end, long before its name comes round).
 func (k Key) WindowStart(now int64) int64 {
 	if k.Period <= 0 {
 		return 0
 	}
 	i := algo.WindowIndex(now, k.Period)
-	_, r := divmod(i-k.Window, windowLetters)
+	_, r := divmod(i-k.Window, windowCount)
 	return (i - r) * k.Period
 }
 
@@ -369,19 +524,191 @@ func (k Key) WindowStart(now int64) int64 {
 // AppendKey (after the deployment's prefix) writes.
 var ErrNotOurs = errors.New("not an envoy-rls key")
 
+// ErrCounterHash is wrapped by ParseKey's error for the name of a hash of
+// fixed-window counters: read its fields with ParseCounter.
+var ErrCounterHash = errors.New("a hash of fixed-window counters")
+
 // ParseKey reads a key name back into what it names: the inverse of
-// AppendKeyAt after prefix (Options.KeyPrefix): a fixed_window's key
-// must end in its window's letters, no other key may. It accepts only the one
+// AppendKey after prefix (Options.KeyPrefix). It accepts only the one
 // spelling AppendKey writes, so every name it accepts names one counter,
 // and it accepts every name AppendKey writes (the key tests and a fuzz
-// target hold both directions). Any other name is refused with an error
-// wrapping ErrNotOurs that says why.
+// target hold both directions). A fixed window's hash (AppendCounterHash)
+// is refused with an error wrapping ErrCounterHash; any other name with
+// an error wrapping ErrNotOurs that says why.
 func ParseKey(name, prefix string) (Key, error) {
+	if IsCounterHash(name, prefix) {
+		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %q is %w: read its fields with ParseCounter", name, ErrCounterHash)
+	}
 	k, err := parseKey(name, prefix)
+	if err == nil && k.Algorithm == algo.FixedWindow {
+		err = errors.New("a fixed window's state is a field of a hash, not a key")
+	}
 	if err != nil {
 		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %w: %w", ErrNotOurs, err)
 	}
 	return k, nil
+}
+
+// IsCounterHash reports whether name, after prefix, has the shape of a
+// fixed window's hash (AppendCounterHash): text after the hash tag that
+// is a fixed window's policy and a window, or a window alone. It decides
+// which parser a name goes to; ParseCounter checks the rest.
+func IsCounterHash(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix+LayoutVersion+"{")
+	if !ok {
+		return false
+	}
+	_, after, ok := strings.Cut(rest, "}")
+	if !ok {
+		return false
+	}
+	if isWindow(after) {
+		return true
+	}
+	ap, w, ok := strings.Cut(after, ":")
+	return ok && isWindow(w) && strings.HasPrefix(ap, string(fixedWindowLetter()))
+}
+
+// fixedWindowLetter is the fixed window's algorithm letter in names.
+func fixedWindowLetter() byte {
+	s, _ := algo.FixedWindow.Spec()
+	return s.Letter
+}
+
+// isWindow reports whether s is a window as appendWindow writes it.
+func isWindow(s string) bool {
+	if len(s) != windowDigits {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(digits36, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseCounter reads a fixed window's counter back from the name of its
+// hash and its field: the inverse of AppendCounterHash and AppendField
+// after prefix. Like ParseKey it accepts exactly what they write, and
+// refuses anything else with an error wrapping ErrNotOurs that says why.
+// The bucket is checked against the field only when hashes is positive
+// (the deployment's Options.CounterHashes; a tool that does not know it
+// passes 0).
+func ParseCounter(hash, field, prefix string, hashes int) (Key, error) {
+	k, err := parseCounter(hash, field, prefix, hashes)
+	if err != nil {
+		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %w: %w", ErrNotOurs, err)
+	}
+	return k, nil
+}
+
+func parseCounter(hash, field, prefix string, hashes int) (Key, error) {
+	k := Key{HashTag: -1}
+	if !IsCounterHash(hash, prefix) {
+		return k, fmt.Errorf("%q is no fixed window's hash (want %s{<domain>:<policy>:<bucket>}<window> or %s{<domain>:#<bucket>}<policy>:<window>)", hash, prefix+LayoutVersion, prefix+LayoutVersion)
+	}
+	if strings.IndexByte(hash, '{') != len(prefix)+len(LayoutVersion) {
+		return k, errors.New("the first '{' is not the hash tag's")
+	}
+	rest := hash[len(prefix)+len(LayoutVersion)+1:]
+	tag, after, _ := strings.Cut(rest, "}")
+	f := strings.Split(tag, ":")
+	var err error
+	if k.Domain, err = parsePart(f[0]); err != nil {
+		return k, fmt.Errorf("domain: %w", err)
+	}
+	var window, bucket string
+	tagged := !isWindow(after)
+	if tagged {
+		if len(f) != 2 || !strings.HasPrefix(f[1], "#") {
+			return k, fmt.Errorf("hash tag %q (want the domain and '#' and the bucket)", tag)
+		}
+		var ap string
+		ap, window, _ = strings.Cut(after, ":")
+		if err := k.parsePolicy(ap); err != nil {
+			return k, err
+		}
+		bucket = f[1][1:]
+	} else {
+		if len(f) != 3 {
+			return k, fmt.Errorf("%d fields in the hash tag (want the domain, the policy and the bucket)", len(f))
+		}
+		if err := k.parsePolicy(f[1]); err != nil {
+			return k, err
+		}
+		bucket, window = f[2], after
+	}
+	if k.Bucket, err = parseBucket(bucket); err != nil {
+		return k, err
+	}
+	if k.Algorithm != algo.FixedWindow {
+		return k, fmt.Errorf("a %s policy in a fixed window's hash name", k.Algorithm)
+	}
+	w, _ := strconv.ParseInt(window, 36, 64)
+	if k.Period <= 0 && w != 0 {
+		return k, fmt.Errorf("window %q for a period of %dµs (want \"0000\")", window, k.Period)
+	}
+	k.Window = w
+	if err := k.parseField(field, tagged); err != nil {
+		return k, fmt.Errorf("field %q: %w", field, err)
+	}
+	if hashes <= 0 || k.FieldDigest != "" && tagged {
+		// The bucket cannot be checked: the count is unknown, or the
+		// tagged entry is in the digest.
+		return k, nil
+	}
+	want := bucketOf([]byte(field), hashes)
+	if tagged {
+		e := k.Entries[k.HashTag]
+		want = newFNV().add(e.Key.Text).addByte(0).add(e.Value.Text).mod(hashes)
+		if e.Key.Digest || e.Value.Digest {
+			return k, nil
+		}
+	}
+	if want != k.Bucket {
+		return k, fmt.Errorf("the counter belongs in bucket %s of %d, not %s", strconv.FormatInt(want, 36), hashes, bucket)
+	}
+	return k, nil
+}
+
+// parseBucket reads a bucket number as the names write it.
+func parseBucket(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 36, 64)
+	if err != nil || strconv.FormatInt(n, 36) != s || n >= MaxCounterHashes {
+		return 0, fmt.Errorf("bad bucket %q (want base 36 below %d)", s, MaxCounterHashes)
+	}
+	return n, nil
+}
+
+// parseField reads a fixed window's field (AppendField) into k's entries.
+func (k *Key) parseField(field string, tagged bool) error {
+	if d, ok := strings.CutPrefix(field, "#"); ok && len(d) == 2*digestBytes && !strings.Contains(d, ":") {
+		if strings.Trim(d, "0123456789abcdef") != "" {
+			return fmt.Errorf("bad digest (want '#' and %d lowercase hex digits)", 2*digestBytes)
+		}
+		k.FieldDigest = d
+		return nil
+	}
+	if len(field) > maxField {
+		return fmt.Errorf("%d bytes stored as is (AppendField writes a field over %d bytes as its digest)", len(field), maxField)
+	}
+	if tagged {
+		return k.parseTaggedEntries(strings.Split(field, ":"))
+	}
+	if field == "" {
+		return nil
+	}
+	f := strings.Split(field, ":")
+	if len(f)%2 != 0 {
+		return fmt.Errorf("%d fields (want key and value pairs)", len(f))
+	}
+	for i := 0; i < len(f); i += 2 {
+		if err := k.appendEntry(f[i], f[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func parseKey(name, prefix string) (Key, error) {
@@ -393,54 +720,18 @@ func parseKey(name, prefix string) (Key, error) {
 	if strings.IndexByte(name, '{') != len(prefix)+len(LayoutVersion) {
 		return k, errors.New("the first '{' is not the hash tag's")
 	}
-	rest, window, windowed := cutWindow(rest)
 	// Split where Redis does: at the first '}' after the first '{'.
 	tag, after, ok := strings.Cut(rest, "}")
 	if !ok || tag == "" {
 		return k, errors.New("no hash tag")
 	}
-	var err error
 	if after == "" {
-		err = k.parseDefault(strings.Split(tag, ":"))
-	} else {
-		err = k.parseTagged(strings.Split(tag, ":"), strings.Split(after, ":"))
+		return k, k.parseDefault(strings.Split(tag, ":"))
 	}
-	if err != nil {
-		return k, err
-	}
-	keyed := algo.Policy{Algorithm: k.Algorithm}.KeyedWindow()
-	switch {
-	case keyed && !windowed:
-		return k, fmt.Errorf("no window letters end the %s key", k.Algorithm)
-	case !keyed && windowed:
-		return k, fmt.Errorf("window letters %q end a %s key", window, k.Algorithm)
-	case keyed && k.Period <= 0 && window != "AA":
-		return k, fmt.Errorf("window letters %q for a period of %dµs (want \"AA\")", window, k.Period)
-	}
-	if keyed {
-		k.Window = int64(window[0]-'A')*26 + int64(window[1]-'A')
-	}
-	return k, nil
+	return k, k.parseTagged(strings.Split(tag, ":"), strings.Split(after, ":"))
 }
 
-// cutWindow cuts a fixed_window's window letters (appendWindow) off a key
-// name: two last bytes 'A'-'Z' that follow the policy field (in the
-// hash-tag layout; the field is lowercase base 36 with '.' and '/') or the
-// hash tag's '}' (in the default layout; text after '}' without ':' is
-// nothing else).
-func cutWindow(name string) (rest, window string, ok bool) {
-	n := len(name)
-	upper := func(b byte) bool { return b >= 'A' && b <= 'Z' }
-	if n < 3 || !upper(name[n-1]) || !upper(name[n-2]) {
-		return name, "", false
-	}
-	if name[n-3] == '}' || strings.LastIndexByte(name, ':') > strings.LastIndexByte(name, '}') {
-		return name[:n-2], name[n-2:], true
-	}
-	return name, "", false
-}
-
-// parseDefault reads the fields of r2{<domain>:<k1>:<v1>…:<ap>}.
+// parseDefault reads the fields of r3{<domain>:<k1>:<v1>…:<ap>}.
 func (k *Key) parseDefault(f []string) error {
 	if len(f) < 2 || len(f)%2 != 0 {
 		return fmt.Errorf("%d fields in the hash tag (want the domain, key and value pairs, and the policy)", len(f))
@@ -458,30 +749,47 @@ func (k *Key) parseDefault(f []string) error {
 	return k.parsePolicy(f[last])
 }
 
-// parseTagged reads r2{<domain>:<kt>:<vt>}<k1>:<v1>:#:…:<ap>.
+// parseTagged reads r3{<domain>:#<n>}<kt>:<vt>:<k1>:<v1>:#:…:<ap>.
 func (k *Key) parseTagged(tag, f []string) error {
-	if len(tag) != 3 {
-		return fmt.Errorf("%d fields in the hash tag (want the domain and the tagged entry)", len(tag))
+	if len(tag) != 2 || !strings.HasPrefix(tag[1], "#") {
+		return fmt.Errorf("hash tag %q (want the domain and '#' and the bucket)", strings.Join(tag, ":"))
 	}
 	var err error
 	if k.Domain, err = parsePart(tag[0]); err != nil {
 		return fmt.Errorf("domain: %w", err)
 	}
-	tagged, err := parseEntry(tag[1], tag[2])
+	if k.Bucket, err = parseBucket(tag[1][1:]); err != nil {
+		return err
+	}
+	if len(f) < 2 {
+		return errors.New("no policy after the tagged entries")
+	}
+	if err := k.parseTaggedEntries(f[:len(f)-1]); err != nil {
+		return err
+	}
+	return k.parsePolicy(f[len(f)-1])
+}
+
+// parseTaggedEntries reads <kt>:<vt>:<k1>:<v1>:#:…, the entries of a
+// hash-tagged counter (appendTagged), split at ':'.
+func (k *Key) parseTaggedEntries(f []string) error {
+	if len(f) < 3 {
+		return errors.New("no tagged entry and '#'")
+	}
+	tagged, err := parseEntry(f[0], f[1])
 	if err != nil {
 		return fmt.Errorf("tagged entry: %w", err)
 	}
-	last := len(f) - 1
-	for i := 0; i < last; i++ {
+	for i := 2; i < len(f); i++ {
 		if f[i] == "#" {
 			if k.HashTag >= 0 {
-				return errors.New("two '#' fields after the hash tag")
+				return errors.New("two '#' fields")
 			}
 			k.HashTag = len(k.Entries)
 			k.Entries = append(k.Entries, tagged)
 			continue
 		}
-		if i+1 >= last {
+		if i+1 >= len(f) {
 			return fmt.Errorf("entry key %q has no value", f[i])
 		}
 		if err := k.appendEntry(f[i], f[i+1]); err != nil {
@@ -492,7 +800,7 @@ func (k *Key) parseTagged(tag, f []string) error {
 	if k.HashTag < 0 {
 		return errors.New("no '#' field marks the tagged entry")
 	}
-	return k.parsePolicy(f[last])
+	return nil
 }
 
 func (k *Key) appendEntry(key, value string) error {

@@ -25,34 +25,66 @@ func wantPart(s string) Part {
 	return Part{Text: s}
 }
 
-// wantKey is what ParseKey must read back from c's key.
-// keyNow is the time the key tests build keys at (AppendKeyAt).
-const keyNow = 1_700_000_123_456_789
+// keyNow is the time the key tests build keys at (CounterAt), and
+// keyHashes the bucket count.
+const (
+	keyNow    = 1_700_000_123_456_789
+	keyHashes = 16
+)
 
-func wantKey(c algo.Check) Key {
+// wantKey is what ParseKey (ParseCounter for a fixed window, whose field
+// is field) must read back from c's key.
+func wantKey(c algo.Check, field string) Key {
 	k := Key{Domain: wantPart(c.Domain), HashTag: c.TagIndex(), Algorithm: c.Policy.Algorithm, Period: c.Policy.Period}
-	if c.Policy.KeyedWindow() {
-		k.Window = windowOf(c.Policy.Period, keyNow)
-	}
 	if n := c.Policy.Windows(); n > 1 {
 		k.SubWindows = n
 	}
 	for _, e := range c.Entries {
 		k.Entries = append(k.Entries, KeyEntry{Key: wantPart(e.Key), Value: wantPart(e.Value)})
 	}
+	if t := c.TagIndex(); t >= 0 {
+		// FNV-1a of the tagged entry's raw key and value, written out
+		// here apart from key.go.
+		h := uint64(14695981039346656037)
+		for _, b := range []byte(c.Entries[t].Key + "\x00" + c.Entries[t].Value) {
+			h = (h ^ uint64(b)) * 1099511628211
+		}
+		k.Bucket = int64(h % keyHashes)
+	}
+	if !c.Policy.KeyedWindow() {
+		return k
+	}
+	k.Window = windowOf(c.Policy.Period, keyNow)
+	if k.HashTag < 0 {
+		k.Bucket = bucketOf([]byte(field), keyHashes)
+	}
+	if len(field) == 1+2*digestBytes && field[0] == '#' && !strings.Contains(field, ":") {
+		// The entries are in the digest.
+		k.FieldDigest, k.Entries, k.HashTag = field[1:], nil, -1
+	}
 	return k
 }
 
-// checkKey proves that key, c's key, parses back to c's identity (so
-// distinct identities get distinct keys) and that its slot is its tag's.
-func checkKey(t *testing.T, c algo.Check, key []byte) {
+// counterAt is CounterAt at keyNow with keyHashes buckets.
+func counterAt(c algo.Check) (key, field string) { return CounterAt("", c, keyNow, keyHashes) }
+
+// checkKey proves that key (with field, for a fixed window), c's, parses
+// back to c's identity (so distinct identities get distinct keys) and that
+// its slot is its tag's.
+func checkKey(t *testing.T, c algo.Check, key []byte, field string) {
 	t.Helper()
-	got, err := ParseKey(string(key), "")
-	if err != nil {
-		t.Fatalf("key %q of %+v does not decode: %v", key, c, err)
+	var got Key
+	var err error
+	if c.Policy.KeyedWindow() {
+		got, err = ParseCounter(string(key), field, "", keyHashes)
+	} else {
+		got, err = ParseKey(string(key), "")
 	}
-	if want := wantKey(c); !reflect.DeepEqual(got, want) {
-		t.Fatalf("key %q of %+v decodes to %+v, want %+v", key, c, got, want)
+	if err != nil {
+		t.Fatalf("key %q %q of %+v does not decode: %v", key, field, c, err)
+	}
+	if want := wantKey(c, field); !reflect.DeepEqual(got, want) {
+		t.Fatalf("key %q %q of %+v decodes to %+v, want %+v", key, field, c, got, want)
 	}
 	start := len(LayoutVersion) + 1
 	end := start + strings.IndexByte(string(key[start:]), '}')
@@ -69,7 +101,10 @@ func entries(kv ...string) []algo.Entry {
 	return out
 }
 
-var tokenMinute = algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute}
+var (
+	tokenMinute = algo.Policy{Algorithm: algo.TokenBucket, Limit: 10, Period: algo.Minute}
+	fixedMinute = algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Minute}
+)
 
 // keyCases must all map to distinct keys; each pair exercises a confusion
 // an ad-hoc join would have.
@@ -123,6 +158,19 @@ var keyCases = []struct {
 	{"sliding window in sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 30}}},
 	{"sliding window in other sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 60}}},
 	{"sliding window in µs sub-windows", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: 0, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: 1_500_000, SubWindows: 7}}},
+	{"fixed window", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, other period", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Hour}}},
+	{"fixed window, two entries", algo.Check{Domain: "d", Entries: entries("a", "b", "c", "d"), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, no entries", algo.Check{Domain: "d", HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, entry that looks like two", algo.Check{Domain: "d", Entries: entries("a", "b%3Ac%3Ad"), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, hash tag", algo.Check{Domain: "d", Entries: entries("u", "x", "p", "/a"), HashTag: 0, Policy: fixedMinute}},
+	{"fixed window, hash tag on entry 1", algo.Check{Domain: "d", Entries: entries("u", "x", "p", "/a"), HashTag: 1, Policy: fixedMinute}},
+	{"fixed window, hash tag alone", algo.Check{Domain: "d", Entries: entries("u", "x"), HashTag: 0, Policy: fixedMinute}},
+	{"fixed window, field of 64 bytes", algo.Check{Domain: "d", Entries: entries("a", strings.Repeat("v", 62)), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, field of 65 bytes", algo.Check{Domain: "d", Entries: entries("a", strings.Repeat("v", 63)), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, long field with a hash tag", algo.Check{Domain: "d", Entries: entries("u", "x", "p", strings.Repeat("v", 80)), HashTag: 0, Policy: fixedMinute}},
+	{"fixed window, value like a field digest", algo.Check{Domain: "d", Entries: entries("a", "#"+strings.Repeat("0", 32)), HashTag: -1, Policy: fixedMinute}},
+	{"fixed window, zero period", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10}}},
 	{"sliding window in one sub-window", algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 10, Period: algo.Minute, SubWindows: 1}}},
 }
 
@@ -130,12 +178,12 @@ func TestAppendKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, tc := range keyCases {
 		t.Run(tc.name, func(t *testing.T) {
-			key := AppendKeyAt(nil, tc.check, keyNow)
-			checkKey(t, tc.check, key)
-			if other, dup := seen[string(key)]; dup {
-				t.Fatalf("key %q shared with case %q", key, other)
+			key, field := counterAt(tc.check)
+			checkKey(t, tc.check, []byte(key), field)
+			if other, dup := seen[key+" "+field]; dup {
+				t.Fatalf("key %q %q shared with case %q", key, field, other)
 			}
-			seen[string(key)] = tc.name
+			seen[key+" "+field] = tc.name
 			if len(key) > 512 {
 				t.Errorf("key is %d bytes, want bounded", len(key))
 			}
@@ -151,29 +199,54 @@ func TestKeyLayout(t *testing.T) {
 		check algo.Check
 		want  string
 	}{
-		{"fixed window per minute", algo.Check{Domain: "perf", Entries: entries("key", "user-4480405"), HashTag: -1,
-			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}}, "r2{perf:key:user-4480405:f1o}"},
 		{"two entries per day", algo.Check{Domain: "shop", Entries: entries("user", "a}b{c:d", "path", "/v1/x"), HashTag: -1,
-			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 5, Period: algo.Day}}, "r2{shop:user:a%7Db%7Bc%3Ad:path:/v1/x:s1uo0}"},
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 5, Period: algo.Day}}, "r3{shop:user:a%7Db%7Bc%3Ad:path:/v1/x:s1uo0}"},
 		{"hash tag", algo.Check{Domain: "api", Entries: entries("user", "alice", "path", "/a"), HashTag: 0,
-			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 5, Period: algo.Hour}}, "r2{api:user:alice}#:path:/a:g2s0"},
+			Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 5, Period: algo.Hour}}, "r3{api:#e}user:alice:#:path:/a:g2s0"},
 		{"sub-second period", algo.Check{Domain: "d", HashTag: -1,
-			Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 5, Period: 1_500_000}}, "r2{d:l.w5eo}"},
+			Policy: algo.Policy{Algorithm: algo.SlidingLog, Limit: 5, Period: 1_500_000}}, "r3{d:l.w5eo}"},
 		{"unknown algorithm", algo.Check{Domain: "d", HashTag: -1,
-			Policy: algo.Policy{Algorithm: 200, Period: algo.Second}}, "r2{d:xC81}"},
+			Policy: algo.Policy{Algorithm: 200, Period: algo.Second}}, "r3{d:xC81}"},
 		// The two-window estimate keeps the keys it always had (so its
 		// stored states read on); sub-windows name theirs.
 		{"sliding window, two windows", algo.Check{Domain: "d", HashTag: -1,
-			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 1}}, "r2{d:s1}"},
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 1}}, "r3{d:s1}"},
 		{"sliding window in 30 sub-windows", algo.Check{Domain: "d", HashTag: -1,
-			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 30}}, "r2{d:s1/30}"},
+			Policy: algo.Policy{Algorithm: algo.SlidingWindow, Period: algo.Second, SubWindows: 30}}, "r3{d:s1/30}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := string(AppendKey(nil, tc.check)); got != tc.want {
+			if got := string(AppendKey(nil, tc.check, keyHashes)); got != tc.want {
 				t.Errorf("AppendKey = %q, want %q", got, tc.want)
 			}
 		})
 	}
+	// A fixed window's counter: a field of its window's hash.
+	for _, tc := range []struct {
+		name        string
+		check       algo.Check
+		hash, field string
+	}{
+		{"fixed window per minute", algo.Check{Domain: "perf", Entries: entries("key", "user-4480405"), HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Minute}}, "r3{perf:f1o:b}va53", "key:user-4480405"},
+		{"fixed window with a hash tag", algo.Check{Domain: "api", Entries: entries("user", "alice", "path", "/a"), HashTag: 0,
+			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}}, "r3{api:#e}f1:4whn", "user:alice:#:path:/a"},
+		{"fixed window with a long field", algo.Check{Domain: "d", Entries: entries("a", strings.Repeat("v", 63)), HashTag: -1,
+			Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 5, Period: algo.Second}}, "", "#" + fieldDigest("a:"+strings.Repeat("v", 63))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hash, field := counterAt(tc.check)
+			if (tc.hash != "" && hash != tc.hash) || field != tc.field {
+				t.Errorf("CounterAt = %q %q, want %q %q", hash, field, tc.hash, tc.field)
+			}
+		})
+	}
+}
+
+// fieldDigest is the hex of a long field's truncated SHA-256, computed here
+// apart from key.go.
+func fieldDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:digestBytes])
 }
 
 // TestAppendKeyIgnoresNumbers pins what is not in the key: the limit's
@@ -182,21 +255,21 @@ func TestAppendKeyIgnoresNumbers(t *testing.T) {
 	a := algo.Check{Domain: "d", Entries: entries("a", "b"), HashTag: -1, Policy: tokenMinute, Hits: 1}
 	b := a
 	b.Policy.Limit, b.Policy.Burst, b.Hits, b.Refund = 1000, 2000, 7, true
-	if ka, kb := AppendKey(nil, a), AppendKey(nil, b); string(ka) != string(kb) {
+	if ka, kb := AppendKey(nil, a, keyHashes), AppendKey(nil, b, keyHashes); string(ka) != string(kb) {
 		t.Errorf("keys differ for the same limit: %q vs %q", ka, kb)
 	}
 	// Out-of-range hash tags fall back to the whole identity.
 	c := a
 	c.HashTag = 5
-	if ka, kc := AppendKey(nil, a), AppendKey(nil, c); string(ka) != string(kc) {
+	if ka, kc := AppendKey(nil, a, keyHashes), AppendKey(nil, c, keyHashes); string(ka) != string(kc) {
 		t.Errorf("HashTag out of range: %q, want %q", kc, ka)
 	}
 }
 
 func TestAppendKeyAppends(t *testing.T) {
 	c := keyCases[0].check
-	dst := AppendKey([]byte("xyz"), c)
-	if want := "xyz" + string(AppendKey(nil, c)); string(dst) != want {
+	dst := AppendKey([]byte("xyz"), c, keyHashes)
+	if want := "xyz" + string(AppendKey(nil, c, keyHashes)); string(dst) != want {
 		t.Errorf("AppendKey did not append: %q, want %q", dst, want)
 	}
 }
@@ -207,13 +280,13 @@ func TestHashTagColocates(t *testing.T) {
 	user := func(path string, p algo.Policy) algo.Check {
 		return algo.Check{Domain: "api", Entries: entries("user", "alice", "path", path), HashTag: 0, Policy: p}
 	}
-	a := keySlot(AppendKey(nil, user("/a", tokenMinute)))
+	a := keySlot(AppendKey(nil, user("/a", tokenMinute), keyHashes))
 	for _, c := range []algo.Check{
 		user("/b", tokenMinute),
 		user("/a", algo.Policy{Algorithm: algo.SlidingWindow, Limit: 1000, Period: algo.Day}),
 		{Domain: "api", Entries: entries("user", "alice"), HashTag: 0, Policy: tokenMinute},
 	} {
-		if s := keySlot(AppendKey(nil, c)); s != a {
+		if s := keySlot(AppendKey(nil, c, keyHashes)); s != a {
 			t.Errorf("slot of %+v = %d, want %d like the user's other limits", c, s, a)
 		}
 	}
@@ -253,7 +326,8 @@ func TestKeySlotMatchesCluster(t *testing.T) {
 	cc := cl.ClusterClient(t)
 	masters := map[string]bool{}
 	for i, tc := range keyCases {
-		key := AppendKeyAt(nil, tc.check, keyNow)
+		k0, _ := counterAt(tc.check)
+		key := []byte(k0)
 		for _, k := range []string{string(key), string(key) + ":prev", string(key) + "}{x}"} {
 			got, err := cc.ClusterKeySlot(ctx, k).Result()
 			if err != nil {
@@ -290,7 +364,8 @@ func FuzzKey(f *testing.F) {
 		}
 		// checkKey proves the key decodes back to c's identity (so distinct
 		// identities get distinct keys) and that the tag is intact.
-		checkKey(t, c, AppendKeyAt(nil, c, keyNow))
+		key, field := counterAt(c)
+		checkKey(t, c, []byte(key), field)
 	})
 }
 
@@ -306,9 +381,9 @@ func BenchmarkAppendKey(b *testing.B) {
 	buf := make([]byte, 0, 256)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = AppendKey(buf[:0], c)
+		buf = AppendKey(buf[:0], c, keyHashes)
 	}
-	if testing.AllocsPerRun(100, func() { buf = AppendKey(buf[:0], c) }) != 0 {
+	if testing.AllocsPerRun(100, func() { buf = AppendKey(buf[:0], c, keyHashes) }) != 0 {
 		b.Fatal("AppendKey allocates")
 	}
 }
@@ -316,7 +391,7 @@ func BenchmarkAppendKey(b *testing.B) {
 func TestAppendKeyAllocs(t *testing.T) {
 	buf := make([]byte, 0, 512)
 	for _, tc := range keyCases {
-		if n := testing.AllocsPerRun(20, func() { buf = AppendKey(buf[:0], tc.check) }); n != 0 {
+		if n := testing.AllocsPerRun(20, func() { buf = AppendKey(buf[:0], tc.check, keyHashes) }); n != 0 {
 			t.Errorf("%s: AppendKey allocates %v times", tc.name, n)
 		}
 	}
@@ -353,7 +428,9 @@ func TestKeyIsCounterIdentity(t *testing.T) {
 	}
 	for i := range vs {
 		for j := range vs {
-			sameKey := string(AppendKey(nil, vs[i])) == string(AppendKey(nil, vs[j]))
+			ki, fi := counterAt(vs[i])
+			kj, fj := counterAt(vs[j])
+			sameKey := ki == kj && fi == fj
 			if same := algo.SameCounter(&vs[i], &vs[j]); same != sameKey {
 				t.Errorf("variants %d and %d: SameCounter %v, same key %v", i, j, same, sameKey)
 			}
@@ -365,13 +442,13 @@ func TestKeyIsCounterIdentity(t *testing.T) {
 // AppendKey writes for what it read (one spelling per counter).
 func FuzzParseKey(f *testing.F) {
 	for _, tc := range keyCases {
-		f.Add(string(AppendKey([]byte("pre:"), tc.check)))
+		f.Add(string(AppendKey([]byte("pre:"), tc.check, keyHashes)))
 	}
-	f.Add("pre:r2{d:a:b:x0A1o}")
-	f.Add("pre:r2{d:a:%3a:f1o}")
-	f.Add("pre:r2{d:a:b:s1/30}")
-	f.Add("pre:r2{d:a:b:s1/1}")
-	f.Add("pre:r2{d:a:b:f1/30}")
+	f.Add("pre:r3{d:a:b:x0A1o}")
+	f.Add("pre:r3{d:a:%3a:f1o}")
+	f.Add("pre:r3{d:a:b:s1/30}")
+	f.Add("pre:r3{d:a:b:s1/1}")
+	f.Add("pre:r3{d:a:b:f1/30}")
 	f.Fuzz(func(t *testing.T, name string) {
 		k, err := ParseKey(name, "pre:")
 		if err != nil {
@@ -389,39 +466,87 @@ func FuzzParseKey(f *testing.F) {
 		if digest {
 			return // the text behind a digest is gone
 		}
-		if got := string(AppendKey([]byte("pre:"), c)); got != name {
+		if got := string(AppendKey([]byte("pre:"), c, keyHashes)); got != name {
 			t.Fatalf("ParseKey(%q) = %+v, which encodes as %q", name, k, got)
+		}
+	})
+}
+
+// FuzzParseCounter: ParseCounter never panics, and a hash and field it
+// accepts are the ones CounterAt writes for what it read.
+func FuzzParseCounter(f *testing.F) {
+	for _, tc := range keyCases {
+		if tc.check.Policy.KeyedWindow() {
+			hash, field := CounterAt("pre:", tc.check, keyNow, keyHashes)
+			f.Add(hash, field)
+		}
+	}
+	f.Add("pre:r3{d:f1o:0}0000", "")
+	f.Add("pre:r3{d:#3}f1o:zzzz", "a:b:#")
+	f.Add("pre:r3{d:#3}f1o:zzzz", "#"+strings.Repeat("a", 32))
+	f.Fuzz(func(t *testing.T, hash, field string) {
+		k, err := ParseCounter(hash, field, "pre:", keyHashes)
+		if err != nil {
+			if !errors.Is(err, ErrNotOurs) {
+				t.Fatalf("ParseCounter(%q, %q) error %v does not wrap ErrNotOurs", hash, field, err)
+			}
+			return
+		}
+		if k.FieldDigest != "" {
+			return // the text behind a digest is gone
+		}
+		c := algo.Check{Domain: k.Domain.Text, HashTag: k.HashTag, Policy: algo.Policy{Algorithm: k.Algorithm, Period: k.Period}}
+		digest := k.Domain.Digest
+		for _, e := range k.Entries {
+			c.Entries = append(c.Entries, algo.Entry{Key: e.Key.Text, Value: e.Value.Text})
+			digest = digest || e.Key.Digest || e.Value.Digest
+		}
+		if digest {
+			return
+		}
+		// The window: any time in the one the name says.
+		now := k.WindowStart(keyNow)
+		if gh, gf := CounterAt("pre:", c, now, keyHashes); gh != hash || gf != field {
+			t.Fatalf("ParseCounter(%q, %q) = %+v, which encodes as %q %q", hash, field, k, gh, gf)
 		}
 	})
 }
 
 func TestParseKeyRefuses(t *testing.T) {
 	for _, name := range []string{
-		"", "r2{d:a:b:f1o}", // no deployment prefix
-		"pre:r2", "pre:r2{", "pre:r2{}", "pre:r2{d:a:b:f1o", // no tag
-		"pre:r2{d:a:f1o}",                            // a key without its value
-		"pre:r2{d:a:b:q1o}",                          // unknown letter
-		"pre:r2{d:a:b:f}",                            // no period
-		"pre:r2{d:a:b:f01o}",                         // non-canonical period
-		"pre:r2{d:a:b:f.lfls}",                       // whole seconds spelt in µs
-		"pre:r2{d:a:b%3a:f1o}",                       // lowercase escape
-		"pre:r2{d:a:b%41:f1o}",                       // needless escape
-		"pre:r2{d:a:b c:f1o}",                        // unescaped space
-		"pre:r2{d:a:#abc:f1o}",                       // short digest
-		"pre:r2{d:a:b}c:d:f1o",                       // hash-tag layout without '#'
-		"pre:r2{d:a:b}#:#:f1o",                       // two '#'
-		"pre:r2{d:a}#:f1o",                           // tag without the entry
-		"pre:r2{d:a:b:x01f1o}",                       // a known algorithm as a number
-		"pre:r2{d:a:b:fzzzzzzzzzzzzz}",               // overflowing period
-		"pre:r2{" + strings.Repeat("0", 65) + ":t0}", // a 65-byte part kept as is (fuzz)
-		"pre:r2{d:a:b:s1/1}",                         // one sub-window is spelt without
-		"pre:r2{d:a:b:s1/61}",                        // above MaxSubWindows
-		"pre:r2{d:a:b:s1/030}",                       // non-canonical count
-		"pre:r2{d:a:b:s1/}",                          // no count
-		"pre:r2{d:a:b:f1/30}",                        // sub-windows of a fixed window
+		"", "r3{d:a:b:t1o}", // no deployment prefix
+		"pre:r3", "pre:r3{", "pre:r3{}", "pre:r3{d:a:b:t1o", // no tag
+		"pre:r3{d:a:t1o}",                            // a key without its value
+		"pre:r3{d:a:b:q1o}",                          // unknown letter
+		"pre:r3{d:a:b:t}",                            // no period
+		"pre:r3{d:a:b:t01o}",                         // non-canonical period
+		"pre:r3{d:a:b:t.lfls}",                       // whole seconds spelt in µs
+		"pre:r3{d:a:b%3a:t1o}",                       // lowercase escape
+		"pre:r3{d:a:b%41:t1o}",                       // needless escape
+		"pre:r3{d:a:b c:t1o}",                        // unescaped space
+		"pre:r3{d:a:#abc:t1o}",                       // short digest
+		"pre:r3{d:#3}a:b:c:d:t1o",                    // hash-tag layout without '#'
+		"pre:r3{d:#3}a:b:#:#:t1o",                    // two '#'
+		"pre:r3{d:#3}#:t1o",                          // no tagged entry
+		"pre:r3{d:a:b}#:t1o",                         // the old tag, not a bucket
+		"pre:r3{d:#03}a:b:#:t1o",                     // non-canonical bucket
+		"pre:r3{d:a:b:x01f1o}",                       // a known algorithm as a number
+		"pre:r3{d:a:b:tzzzzzzzzzzzzz}",               // overflowing period
+		"pre:r3{" + strings.Repeat("0", 65) + ":t0}", // a 65-byte part kept as is (fuzz)
+		"pre:r3{d:a:b:s1/1}",                         // one sub-window is spelt without
+		"pre:r3{d:a:b:s1/61}",                        // above MaxSubWindows
+		"pre:r3{d:a:b:s1/030}",                       // non-canonical count
+		"pre:r3{d:a:b:s1/}",                          // no count
+		"pre:r3{d:a:b:t1/30}",                        // sub-windows of a token bucket
+		"pre:r3{d:a:b:f1o}",                          // a fixed window's state is a hash field
 	} {
 		if k, err := ParseKey(name, "pre:"); err == nil || !errors.Is(err, ErrNotOurs) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotOurs", name, k, err)
+		}
+	}
+	for _, name := range []string{"pre:r3{d:f1o:b}0000", "pre:r3{d:#3}f1o:zzzz"} {
+		if _, err := ParseKey(name, "pre:"); !errors.Is(err, ErrCounterHash) {
+			t.Errorf("ParseKey(%q) = %v; want ErrCounterHash", name, err)
 		}
 	}
 }

@@ -16,22 +16,47 @@ import (
 type keyBuf struct {
 	b    []byte
 	ends []int // ends[i]: end of key i in b
+	// f holds the fields of fixed windows' counters (AppendField), fends
+	// their ends; a check of another algorithm has an empty field.
+	f     []byte
+	fends []int
 }
 
 // reset empties k, invalidating every view of it.
 func (k *keyBuf) reset() {
 	k.b = k.b[:0]
 	k.ends = k.ends[:0]
+	k.f = k.f[:0]
+	k.fends = k.fends[:0]
 }
 
-// add appends prefix and c's key at now (AppendKeyAt) as key number
-// k.len()-1 and returns its bytes.
-func (k *keyBuf) add(prefix string, c algo.Check, now int64) []byte {
+// add appends where c's state is at now as number k.len()-1: prefix and
+// its key, or for a fixed window its hash's name (AppendCounterHash, with
+// hashes buckets) and its field there. It returns the key's bytes.
+func (k *keyBuf) add(prefix string, c algo.Check, now int64, hashes int) []byte {
 	start := len(k.b)
 	k.b = append(k.b, prefix...)
-	k.b = AppendKeyAt(k.b, c, now)
+	if c.Policy.KeyedWindow() {
+		fstart := len(k.f)
+		k.f = AppendField(k.f, c)
+		k.b = AppendCounterHash(k.b, c, now, k.f[fstart:], hashes)
+	} else {
+		k.b = AppendKey(k.b, c, hashes)
+	}
 	k.ends = append(k.ends, len(k.b))
+	k.fends = append(k.fends, len(k.f))
 	return k.b[start:]
+}
+
+// field returns the field of key i (empty unless a fixed window's) as a
+// string that shares k's bytes, as view does.
+func (k *keyBuf) field(i int) string {
+	start := 0
+	if i > 0 {
+		start = k.fends[i-1]
+	}
+	f := k.f[start:k.fends[i]]
+	return unsafe.String(unsafe.SliceData(f), len(f))
 }
 
 // view returns key i as a string that shares k's bytes (see keyBuf).

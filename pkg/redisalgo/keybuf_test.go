@@ -44,11 +44,13 @@ func TestUnsafeOnlyInKeyBuf(t *testing.T) {
 // later keys were added, and equals AppendKey's bytes.
 func TestKeyBufViews(t *testing.T) {
 	var k keyBuf
-	var want []string
+	var want, fields []string
 	for i := range 50 { // enough to make the buffer grow under the views
 		c := backendtest.UserCheck("dom", strconv.Itoa(i), backendtest.PerMinute(algo.Algorithms[i%len(algo.Algorithms)], 3), 1)
-		got := string(k.add("pre:", c, 0))
-		want = append(want, string(AppendKeyAt([]byte("pre:"), c, 0)))
+		got := string(k.add("pre:", c, 0, 7))
+		key, field := CounterAt("pre:", c, 0, 7)
+		want = append(want, key)
+		fields = append(fields, field)
 		if got != want[i] {
 			t.Fatalf("add %d returned %q, want %q", i, got, want[i])
 		}
@@ -56,6 +58,9 @@ func TestKeyBufViews(t *testing.T) {
 	for i, w := range want {
 		if v := k.view(i); v != w {
 			t.Errorf("view(%d) = %q, want %q", i, v, w)
+		}
+		if f := k.field(i); f != fields[i] {
+			t.Errorf("field(%d) = %q, want %q", i, f, fields[i])
 		}
 	}
 	k.reset()

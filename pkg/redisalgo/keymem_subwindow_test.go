@@ -37,7 +37,7 @@ func busyMemory(tb testing.TB, keys int, n int64) (perKey float64, sample string
 		value = subWindowsValue(p, st)
 	}
 	name := func(i int) string {
-		return string(AppendKey(nil, algo.Check{Domain: memDomain, Entries: []algo.Entry{{Key: memKey, Value: memUser(i)}}, HashTag: -1, Policy: p}))
+		return string(keyOf(algo.Check{Domain: memDomain, Entries: []algo.Entry{{Key: memKey, Value: memUser(i)}}, HashTag: -1, Policy: p}))
 	}
 	write := func(ctx context.Context, from, to int) error {
 		pipe := client.Pipeline()

@@ -175,7 +175,7 @@ func TestLeanMatchesApply(t *testing.T) {
 	var merged, failed int
 	for step := range 800 {
 		now += randsteps.Gap(r, algo.Second, 10)
-		var ints []int64
+		var args []any
 		var names []string
 		reqs := 1 + r.IntN(4)
 		for range reqs {
@@ -190,14 +190,10 @@ func TestLeanMatchesApply(t *testing.T) {
 				names = append(names, "wrong")
 				failed++
 			}
-			ints = appendApplyInts(ints, now, checks)
+			args = appendApplyArgs(args, now, checks)
 		}
 		if reqs > 1 {
 			merged++
-		}
-		args := make([]any, len(ints))
-		for i, v := range ints {
-			args[i] = v
 		}
 		keys := func(side string) []string {
 			out := make([]string, len(names))
@@ -215,7 +211,7 @@ func TestLeanMatchesApply(t *testing.T) {
 			t.Fatalf("step %d: lean.lua: %v", step, err)
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("step %d, args %v:\n apply %v\n lean  %v", step, ints, want, got)
+			t.Fatalf("step %d, args %v:\n apply %v\n lean  %v", step, args, want, got)
 		}
 		for i := range pols {
 			ka, kl := prefix+"a"+strconv.Itoa(i), prefix+"l"+strconv.Itoa(i)
@@ -330,13 +326,9 @@ func TestLeanCheckIsLeanFraming(t *testing.T) {
 		cases = append(cases, c)
 	}
 	for i, c := range cases {
-		key := string(AppendKeyAt([]byte(prefix), c, t0.UnixMicro())) + strconv.Itoa(i)
-		args := appendApplyInts(nil, t0.UnixMicro(), []algo.Check{c})
-		argv := make([]any, len(args))
-		for j, a := range args {
-			argv[j] = a
-		}
-		err := client.Eval(ctx, leanLua, []string{key}, argv...).Err()
+		key, _ := CounterAt(prefix, c, t0.UnixMicro(), DefaultCounterHashes)
+		key += strconv.Itoa(i)
+		err := client.Eval(ctx, leanLua, []string{key}, appendApplyArgs(nil, t0.UnixMicro(), []algo.Check{c})...).Err()
 		malformed := err != nil && strings.Contains(err.Error(), "malformed arguments")
 		if err != nil && !malformed {
 			t.Fatalf("case %d %+v: lean.lua: %v", i, c, err)

@@ -35,9 +35,15 @@ type scriptCall struct {
 	// slot is the hash slot of every key (0 unless cluster), computed
 	// once by Backend.group; calls merge only within one slot.
 	slot int
-	// keys are KEYS, one per limit; ints are ARGV (appendApplyInts).
-	keys []string
-	ints []int64
+	// keys are KEYS, one per limit (a fixed window's is its hash); ints
+	// are ARGV (appendApplyInts); fields, parallel to keys, are the fixed
+	// windows' fields in their hashes ("" for other algorithms), which
+	// follow a request's ints in ARGV; checks are the limits, which say
+	// whose field is sent.
+	keys   []string
+	ints   []int64
+	fields []string
+	checks []algo.Check
 	// cost is the summed algo.Check.Cost of the call's limits, which
 	// bounds how many calls one merged command carries.
 	cost int64
@@ -47,11 +53,15 @@ type scriptCall struct {
 	// lean sends the call to lean.lua instead of apply.lua; the backend
 	// sets it for a request's calls that leanChecks accepts.
 	lean bool
-	// plain sends the call as INCRBY and PEXPIRE instead of a script
-	// (plain.go); the backend sets it for a lone check that plainCheck
-	// accepts, ttl to the PEXPIRE's ms.
-	plain bool
-	ttl   int64
+	// plain sends the call as HINCRBY instead of a script (plain.go);
+	// the backend sets it for a lone check that plainCheck accepts, and
+	// expire when the hash's PEXPIRE … NX goes with it, ttl its ms.
+	plain  bool
+	expire bool
+	ttl    int64
+	// expired reports that a plain call's PEXPIRE … NX was sent and
+	// answered (plainCmds.split).
+	expired bool
 	// giveBack sends the call as giveBackLua on its one key, taking back
 	// a denied plain hit (plain.go); no one reads its reply.
 	giveBack bool
@@ -65,23 +75,23 @@ type scriptCall struct {
 	err   error
 }
 
-// set makes sc the call of checks on keys (one per check, in order), all
-// in slot, evaluated at now (0 for the server's TIME). Its arguments are
-// appended to ints, which it returns.
-func (sc *scriptCall) set(ints []int64, slot int, keys []string, now int64, checks []algo.Check) []int64 {
+// set makes sc the call of checks on keys and fields (one per check, in
+// order), all in slot, evaluated at now (0 for the server's TIME). Its
+// arguments are appended to ints, which it returns.
+func (sc *scriptCall) set(ints []int64, slot int, keys, fields []string, now int64, checks []algo.Check) []int64 {
 	start := len(ints)
 	ints = appendApplyInts(ints, now, checks)
 	var cost int64
 	for i := range checks {
 		cost += checks[i].Cost()
 	}
-	*sc = scriptCall{slot: slot, keys: keys, ints: ints[start:len(ints):len(ints)], cost: cost}
+	*sc = scriptCall{slot: slot, keys: keys, fields: fields, checks: checks, ints: ints[start:len(ints):len(ints)], cost: cost}
 	return ints
 }
 
 // queue clears sc's previous result and returns sc, ready to be sent.
 func (sc *scriptCall) queue() *scriptCall {
-	sc.reply, sc.err = nil, nil
+	sc.reply, sc.err, sc.expired = nil, nil, false
 	return sc
 }
 
@@ -105,7 +115,8 @@ type merger struct {
 var mergers = sync.Pool{New: func() any { return new(merger) }}
 
 // merge returns the commands for calls: a giveBackLua call per give-back
-// and an INCRBY and a PEXPIRE per plain call (plain.go), then one script
+// and an HINCRBY (and, when the call carries it, a PEXPIRE … NX) per plain
+// call (plain.go), then one script
 // call per run of calls that share a slot, the eval flag and the script
 // (lean or apply), each carrying calls whose summed cost stays within
 // maxCost, so that no merged script holds Redis much longer than one
@@ -160,7 +171,7 @@ func (m *merger) merge(ctx context.Context, calls []*scriptCall, maxCost int64) 
 		}
 		if c.plain {
 			// Plain calls sort first and never merge: each is its own
-			// INCRBY and PEXPIRE.
+			// HINCRBY.
 			m.addPlain(ctx, c)
 			lo = i + 1
 			continue
@@ -216,6 +227,12 @@ func (m *merger) add(ctx context.Context, calls []*scriptCall) {
 	for _, c := range calls {
 		for i := range c.ints {
 			m.args = append(m.args, &c.ints[i])
+		}
+		// A request's fields follow its ints (apply.lua's header).
+		for i := range c.checks {
+			if c.checks[i].Policy.KeyedWindow() {
+				m.args = append(m.args, &c.fields[i])
+			}
 		}
 	}
 	// apply.lua replies with integers only, so an IntSliceCmd reads the

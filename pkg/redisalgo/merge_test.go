@@ -28,7 +28,11 @@ func typedCall(key string, slot int, checks ...algo.Check) *scriptCall {
 		keys[i] = key
 	}
 	sc := new(scriptCall)
-	sc.set(nil, slot, keys, 0, checks)
+	fields := make([]string, len(keys))
+	for i := range fields {
+		fields[i] = fmt.Sprintf("%s/%d", key, i)
+	}
+	sc.set(nil, slot, keys, fields, 0, checks)
 	return sc
 }
 
@@ -137,15 +141,30 @@ func TestMergeSplitsReply(t *testing.T) {
 	if args[0] != argEvalSHA || args[1] != argSHA || args[2] != 3 || *args[3].(*string) != "a" || *args[4].(*string) != "b" || *args[5].(*string) != "b" {
 		t.Fatalf("merged command starts %v, want EVALSHA of 3 keys a, b, b", args[:6])
 	}
-	if want := 3 + 3 + len(appendApplyInts(nil, 0, limits(1))) + len(appendApplyInts(nil, 0, limits(2))); len(args) != want {
+	// Each request's ints, then its fixed windows' fields.
+	if want := 3 + 3 + len(appendApplyInts(nil, 0, limits(1))) + 1 + len(appendApplyInts(nil, 0, limits(2))) + 2; len(args) != want {
 		t.Fatalf("merged call has %d arguments, want %d", len(args), want)
 	}
-	var ints []int64
+	var got []any
 	for _, v := range args[6:] {
-		ints = append(ints, *v.(*int64))
+		switch v := v.(type) {
+		case *int64:
+			got = append(got, *v)
+		case *string:
+			got = append(got, *v)
+		}
 	}
-	if want := append(appendApplyInts(nil, 0, limits(1)), appendApplyInts(nil, 0, limits(2))...); fmt.Sprint(ints) != fmt.Sprint(want) {
-		t.Errorf("merged arguments %v, want a's then b's: %v", ints, want)
+	var want []any
+	for _, v := range appendApplyInts(nil, 0, limits(1)) {
+		want = append(want, v)
+	}
+	want = append(want, "a/0")
+	for _, v := range appendApplyInts(nil, 0, limits(2)) {
+		want = append(want, v)
+	}
+	want = append(want, "b/0", "b/1")
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("merged arguments %v, want a's then b's: %v", got, want)
 	}
 	reply := []int64{7, 1, 1, 4, 0, 0, 0, 7, 0, 1, 2, 0, 0, 0, 0, 0, 9, -1, 0}
 	merged.SetVal(reply)

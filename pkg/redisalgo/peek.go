@@ -12,10 +12,11 @@ import (
 )
 
 // Peek reads the state of each check's counter without changing it, for
-// tools (the live explain endpoint): one pipeline of GET (ZRANGE for a
-// sliding log) and PTTL per key, and TIME for the time to judge the state
+// tools (the live explain endpoint): one pipeline of GET (HGET of its field
+// in its hash for a fixed window, ZRANGE for a sliding log) and PTTL per
+// key, and TIME for the time to judge the state
 // at (the time the script would use; the caller's at under
-// Options.CallerTime). A fixed_window's key is its current window's, on
+// Options.CallerTime). A fixed window's hash is its current window's, on
 // Redis's clock as the backend tracks it (clock.go), and that is the time
 // its state is judged at. It never calls the script and sends no command that
 // writes, so a peek consumes nothing and moves no expiry. On a cluster each
@@ -35,11 +36,14 @@ func (b *Backend) Peek(ctx context.Context, at time.Time, checks []algo.Check) (
 	values := make([]redis.Cmder, len(checks))
 	ttls := make([]*redis.DurationCmd, len(checks))
 	for i := range checks {
-		key := string(AppendKeyAt([]byte(b.keyPrefix), checks[i], keyed))
-		out[i].Key = key
-		if isLog(checks[i].Policy.Algorithm) {
+		key, field := CounterAt(b.keyPrefix, checks[i], keyed, b.counterHashes)
+		out[i].Key, out[i].Field = key, field
+		switch {
+		case checks[i].Policy.KeyedWindow():
+			values[i] = pipe.HGet(ctx, key, field)
+		case isLog(checks[i].Policy.Algorithm):
 			values[i] = pipe.ZRangeWithScores(ctx, key, 0, -1)
-		} else {
+		default:
 			values[i] = pipe.Get(ctx, key)
 		}
 		ttls[i] = pipe.PTTL(ctx, key)

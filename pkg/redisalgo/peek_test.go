@@ -59,9 +59,9 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			if _, err := b.Apply(ctx, t0, []algo.Check{c}); err != nil {
 				t.Fatal(err)
 			}
-			// A fixed window's key names the window of Redis's time at t0.
+			// A fixed window's hash names the window of Redis's time at t0.
 			now, _ := b.requestNow(ctx, t0, []algo.Check{c})
-			key := string(AppendKeyAt(nil, c, now))
+			key, field := counter(c, now)
 			before, err := client.Dump(ctx, key).Result()
 			if err != nil {
 				t.Fatalf("%s: DUMP %q: %v", a, key, err)
@@ -71,7 +71,7 @@ func TestPeekLeavesKeyAlone(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: Peek: %v", a, err)
 			}
-			if p[0].Key != key || !p[0].Exists || p[0].TTL <= 0 || p[0].Decision(c.Policy).Remaining != 3 {
+			if p[0].Key != key || p[0].Field != field || !p[0].Exists || p[0].TTL <= 0 || p[0].Decision(c.Policy).Remaining != 3 {
 				t.Errorf("%s: peek %+v, want key %q with remaining 3 and a TTL", a, p[0], key)
 			}
 			if after := client.Dump(ctx, key).Val(); after != before {

@@ -1,28 +1,35 @@
 package redisalgo
 
 // Plain calls: the common request, one fixed_window limit and one hit, as
-// two plain Redis commands instead of a script call. A script call costs
+// one plain Redis command instead of a script call. A script call costs
 // Redis several times the commands it runs (BENCHMARKS.md, issue 19: at
 // 1000 requests/s an EVALSHA of a minimal script doing this work costs
 // Redis 1.24× envoyproxy/ratelimit's INCRBY and EXPIRE together, and
-// apply.lua's 2.9×). A fixed_window's key
-// names its window and holds the count alone (AppendKeyAt), so
+// apply.lua's 2.9×). A fixed window's counter is a field of a hash that
+// names its window and holds counts alone (AppendCounterHash), so
 //
-//	INCRBY <key> 1
-//	PEXPIRE <key> <ms to the window's end>
+//	HINCRBY <hash> <field> 1
 //
-// in one pipeline apply the hit: the count after INCRBY decides, as
-// apply.lua would at the same now (the reply is made in its shape, so
-// nothing after the round trip knows the difference). PEXPIRE sets the
-// expiry apply.lua would set.
+// applies the hit: the count after HINCRBY decides, as apply.lua would at
+// the same now (the reply is made in its shape, so nothing after the round
+// trip knows the difference). The hash's expiry, the window's end and
+// windowMargin, is the same for every counter in it, so it is not sent
+// with every hit: this replica adds
+//
+//	PEXPIRE <hash> <ms to the window's end + windowMargin> NX
+//
+// to its first plain call to each hash in each window, and to every
+// resendExpiry-th after (expire.go); NX (Redis 7.0) leaves an expiry that
+// another replica or a script set alone. A decision is therefore one
+// command, plus one per hash, window and replica (BENCHMARKS.md).
 //
 // A denied hit has been counted and is given back (giveBack): not on the
 // request's path, which is answered at once, but with the next pipeline to
 // the same master (batcher.post), by giveBackLua, a conditional decrement:
 // it takes one from a count above 0 and leaves anything else alone, so a
-// give-back that lands after its key expired, was evicted or was deleted
-// by a script's refund never makes a negative count nor a key without a
-// TTL (DECRBY keeps the key's TTL). Until it lands, the count is above
+// give-back that lands after its hash expired, was evicted or its field
+// was reset by a script's refund never makes a negative count nor a hash
+// (HINCRBY keeps the hash's TTL). Until it lands, the count is above
 // the limit by the hits being given back; that denies nothing that would
 // pass, because with one hit per plain call a hit is denied only when the
 // window's admitted hits already reach the limit, and a window's admitted
@@ -35,11 +42,10 @@ package redisalgo
 // deny what fits while a give-back is in flight: those go to the script.
 //
 // The scripts read a stored count at or below 0 as 0 (no hits). A plain
-// INCRBY that returns 0 or less found such a count (none of ours writes
-// one; an older release's unconditional give-back could): the hit is then
-// counted nowhere the scripts would see, so the call is made again through
-// lean.lua (Backend.eval), which reads the count as apply.lua does and
-// writes the window's true count over it.
+// HINCRBY that returns 0 or less found such a count (none of ours writes
+// one): the hit is then counted nowhere the scripts would see, so the call
+// is made again through lean.lua (Backend.eval), which reads the count as
+// apply.lua does and writes the window's true count over it.
 
 import (
 	"context"
@@ -57,22 +63,23 @@ import (
 // burst) of one hit.
 func plainCheck(c *algo.Check) bool { return c.Hits == 1 && leanCheck(c) }
 
-// windowTTL is the PEXPIRE, in ms, of a fixed_window count at now: to its
+// windowTTL is the PEXPIRE, in ms, of a fixed window's hash at now: to its
 // window's end and windowMargin beyond, rounded up (apply.lua's ttlMs of
 // algo's expiry plus its windowMargin).
 func windowTTL(period, now int64) int64 {
 	return (windowLeft(period, now) + windowMargin(period) + 999) / 1000
 }
 
-// windowMargin is how much longer than its window a fixed window's key
+// windowMargin is how much longer than its window a fixed window's hash
 // lives: a period, at most 5 s. Replicas place windows on Redis's clock as
 // each tracks it (clock.go), so one may still count into a window after
-// another's clock says it ended; were the key set to expire at the window's
-// end by the one that runs ahead, the other would count into a fresh key
-// and over-admit. A past window's key is not read again (its letters come
-// round 676 windows later), so the margin costs only memory: at a period
-// of a second a key lives up to two seconds, as envoyproxy/ratelimit's
-// EXPIRE of a period after the last hit keeps its keys.
+// another's clock says it ended; were the hash set to expire at the
+// window's end by the one that runs ahead, the other would count into a
+// fresh hash and over-admit. A past window's hash is not read again (its
+// name comes round 36⁴ windows later), so the margin costs only memory: at
+// a period of a second a hash lives up to two seconds, as
+// envoyproxy/ratelimit's EXPIRE of a period after the last hit keeps its
+// keys.
 func windowMargin(period int64) int64 { return min(period, maxWindowMargin) }
 
 // maxWindowMargin bounds windowMargin; the scripts get it written in
@@ -84,26 +91,34 @@ func windowLeft(period, now int64) int64 {
 	return (algo.WindowIndex(now, period)+1)*period - now
 }
 
-// plainCmds is one plain call's commands.
+// plainCmds is one plain call's commands: its HINCRBY, and its PEXPIRE …
+// NX or nil.
 type plainCmds struct {
 	incr *redis.IntCmd
+	exp  *redis.BoolCmd
 	call *scriptCall
 }
 
 // The plain commands' constant arguments, boxed once.
 var (
-	argIncrBy  any = "incrby"
+	argHIncrBy any = "hincrby"
 	argPExpire any = "pexpire"
+	argNX      any = "nx"
 	argOne     any = int64(1)
 )
 
-// addPlain adds c's INCRBY and PEXPIRE. The arguments point into c's key
-// and ttl, which stay unchanged until the round trip is done.
+// addPlain adds c's HINCRBY, and its PEXPIRE … NX when c.expire. The
+// arguments point into c's hash, field and ttl, which stay unchanged until
+// the round trip is done.
 func (m *merger) addPlain(ctx context.Context, c *scriptCall) {
-	incr := redis.NewIntCmd(ctx, argIncrBy, &c.keys[0], argOne)
-	exp := redis.NewBoolCmd(ctx, argPExpire, &c.keys[0], &c.ttl)
-	m.cmds = append(m.cmds, incr, exp)
-	m.plains = append(m.plains, plainCmds{incr: incr, call: c})
+	incr := redis.NewIntCmd(ctx, argHIncrBy, &c.keys[0], &c.fields[0], argOne)
+	m.cmds = append(m.cmds, incr)
+	var exp *redis.BoolCmd
+	if c.expire {
+		exp = redis.NewBoolCmd(ctx, argPExpire, &c.keys[0], &c.ttl, argNX)
+		m.cmds = append(m.cmds, exp)
+	}
+	m.plains = append(m.plains, plainCmds{incr: incr, exp: exp, call: c})
 }
 
 // errNotCounted is a plain call's error when its INCRBY found a count at or
@@ -113,10 +128,11 @@ var errNotCounted = errors.New("redisalgo: plain call found a count at or below 
 
 // split gives the call its reply as apply.lua's would be: its ints are
 // appendApplyInts's for one check at a given now (-1, now, code, limit,
-// period). A failed INCRBY is the call's error; a failed PEXPIRE only
-// leaves the key to the next call's PEXPIRE.
+// period). A failed HINCRBY is the call's error; a failed PEXPIRE only
+// clears c.expired, so that the backend sends it again (expire.go).
 func (p plainCmds) split() {
 	c := p.call
+	c.expired = p.exp != nil && p.exp.Err() == nil
 	if err := p.incr.Err(); err != nil {
 		c.err = err
 		return
@@ -138,13 +154,14 @@ func (p plainCmds) split() {
 	c.reply = r[:]
 }
 
-// giveBackLua takes one hit back from a fixed window's count: from a count
-// above 0 only, so that it never makes a negative count, and never a key
-// (a missing key stays missing, and DECRBY keeps an existing key's TTL).
-// It is sent whole (EVAL), since it is small and sent on denials only: no
-// NOSCRIPT can fail it.
-const giveBackLua = `local v = tonumber(redis.call('GET', KEYS[1]))
-if v and v > 0 then return redis.call('DECRBY', KEYS[1], 1) end
+// giveBackLua takes one hit back from a fixed window's count (field
+// ARGV[1] of hash KEYS[1]): from a count above 0 only, so that it never
+// makes a negative count, and never a hash or a field (a missing one
+// stays missing, and HINCRBY keeps the hash's TTL). It is sent whole
+// (EVAL), since it is small and sent on denials only: no NOSCRIPT can
+// fail it.
+const giveBackLua = `local v = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if v and v > 0 then return redis.call('HINCRBY', KEYS[1], ARGV[1], -1) end
 return 0`
 
 var (
@@ -160,7 +177,7 @@ type backCmd struct {
 
 // addGiveBack adds c's giveBackLua call.
 func (m *merger) addGiveBack(ctx context.Context, c *scriptCall) {
-	cmd := redis.NewCmd(ctx, argEval, argGiveBack, argOneKey, &c.keys[0])
+	cmd := redis.NewCmd(ctx, argEval, argGiveBack, argOneKey, &c.keys[0], &c.fields[0])
 	cmd.SetFirstKeyPos(3)
 	m.cmds = append(m.cmds, cmd)
 	m.backs = append(m.backs, backCmd{cmd: cmd, call: c})
@@ -174,7 +191,7 @@ func (b *Backend) giveBack(calls []*call) {
 	for _, c := range calls {
 		// The request's scratch is reused once Apply returns: the
 		// give-back owns its key.
-		back := &scriptCall{giveBack: true, slot: c.script.slot, keys: []string{strings.Clone(c.script.keys[0])}}
+		back := &scriptCall{giveBack: true, slot: c.script.slot, keys: []string{strings.Clone(c.script.keys[0])}, fields: []string{strings.Clone(c.script.fields[0])}}
 		j := newJob()
 		j.calls = []*scriptCall{back}
 		j.after = func() {

@@ -33,7 +33,7 @@ func TestQueueAcrossSlots(t *testing.T) {
 	b := newBackend(t, redistest.SharedCluster(t).ClusterClient(t), Options{CallerTime: true})
 	q := backendtest.QueueCheck(t.Name(), "q", backendtest.ShapingPolicy, backendtest.ShapingMaxDelay)
 	other := backendtest.QueueCheck(t.Name(), "other", algo.Policy{Algorithm: algo.FixedWindow, Limit: 1, Period: algo.Minute}, 0)
-	for v := 0; keySlot(AppendKey(nil, other)) == keySlot(AppendKey(nil, q)); v++ {
+	for v := 0; keySlot(keyOf(other)) == keySlot(keyOf(q)); v++ {
 		other.Entries[0].Value = "other" + string(rune('a'+v))
 	}
 	now := backendtest.Start

@@ -46,7 +46,7 @@ func TestClockClusterOneMasterLookupPerCheck(t *testing.T) {
 			for i := range 6 {
 				c := backendtest.UserCheck(dom, fmt.Sprint(a, "user", i), backendtest.PerMinute(a, 2), 1)
 				checks = append(checks, c)
-				slots[keySlot(AppendKey(nil, c))] = true
+				slots[keySlot(keyOf(c))] = true
 			}
 			if len(slots) != len(checks) {
 				t.Fatalf("the checks span %d slots; want %d", len(slots), len(checks))

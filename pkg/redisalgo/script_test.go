@@ -55,8 +55,8 @@ func TestAppendApplyArgs(t *testing.T) {
 		now  int64
 		want []any
 	}{
-		{"server time", 0, []any{"x", 4, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0}},
-		{"given now", 42, []any{"x", -4, 42, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0}},
+		{"server time", 0, []any{"x", 4, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0, testField}},
+		{"given now", 42, []any{"x", -4, 42, 5 + 32 + 64, 10, algo.Minute, 20, 3, 1 + 8 + 64, 5, algo.Second, 2, 4 + 16, 7, algo.Hour, 2 + 64, 1, algo.Second, 0, testField}},
 	} {
 		if got, want := fmt.Sprint(appendApplyArgs([]any{"x"}, tt.now, checks)), fmt.Sprint(tt.want); got != want {
 			t.Errorf("%s: got %s, want %s", tt.name, got, want)
@@ -127,7 +127,7 @@ func TestScriptArgumentCount(t *testing.T) {
 		{"now_not_a_number", 1, append([]any{-1, "x"}, one[2:]...)},
 		{"now_missing", 1, []any{-1}},
 		{"code_not_a_number", 1, append([]any{-1, luaT0, "x"}, one[3:]...)},
-		{"code_too_large", 1, append([]any{-1, luaT0, 128}, one[3:]...)},
+		{"code_too_large", 1, append([]any{-1, luaT0, 256}, one[3:]...)},
 		{"announced_hits_missing", 1, append([]any{-1, luaT0, 1 + codeHits}, one[3:]...)},
 		{"second_request_short", 2, append(append([]any(nil), one...), one[:4]...)},
 	}
@@ -448,15 +448,16 @@ func TestWindowValue(t *testing.T) {
 		value    string
 		encoding string
 	}{
-		// A fixed window's key names its window: the value is the count.
+		// A fixed window's hash names its window: the field's value is
+		// the count, in a compact hash.
 		{name: "fixed second", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: algo.Second},
-			hits: []hit{{0, 3, false}}, value: "3", encoding: "int"},
+			hits: []hit{{0, 3, false}}, value: "3", encoding: "listpack"},
 		{name: "fixed minute", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 100, Period: algo.Minute},
-			hits: []hit{{0, 12, false}}, value: "12", encoding: "int"},
+			hits: []hit{{0, 12, false}}, value: "12", encoding: "listpack"},
 		{name: "fixed 7µs", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 10, Period: 7},
-			hits: []hit{{0, 1, false}}, value: "1", encoding: "int"},
+			hits: []hit{{0, 1, false}}, value: "1", encoding: "listpack"},
 		{name: "fixed count of 10 digits", p: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2 * big, Period: algo.Second},
-			hits: []hit{{0, big, false}}, value: "1000000007", encoding: "int"},
+			hits: []hit{{0, big, false}}, value: "1000000007", encoding: "listpack"},
 		{name: "sliding both counts", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
 			hits: []hit{{0, 5, false}, {algo.Second, 17, false}}, value: "170000000117521", encoding: "int"},
 		{name: "sliding previous only", p: algo.Policy{Algorithm: algo.SlidingWindow, Limit: 100, Period: algo.Second},
@@ -483,7 +484,11 @@ func TestWindowValue(t *testing.T) {
 				}
 			}
 			written := windowKey(key, tt.p, luaT0+tt.hits[len(tt.hits)-1].at)
-			if got, err := client.Get(ctx, written).Result(); err != nil || got != tt.value {
+			read := client.Get(ctx, written)
+			if tt.p.KeyedWindow() {
+				read = client.HGet(ctx, written, testField)
+			}
+			if got, err := read.Result(); err != nil || got != tt.value {
 				t.Errorf("value %q (%v), want %q", got, err, tt.value)
 			}
 			if got, err := client.ObjectEncoding(ctx, written).Result(); err != nil || got != tt.encoding {
@@ -508,7 +513,13 @@ func TestWindowValueUnreadable(t *testing.T) {
 	for i, v := range []string{"garbage", "12:x", "-", "1:2:3:4", "17000000013a"} {
 		for _, a := range []algo.Algorithm{algo.FixedWindow, algo.SlidingWindow} {
 			key := fmt.Sprintf("%s%d:%v", redistest.KeyPrefix(t), i, a)
-			if err := client.Set(ctx, key, v, time.Minute).Err(); err != nil {
+			var err error
+			if a == algo.FixedWindow {
+				err = client.HSet(ctx, key, testField, v).Err()
+			} else {
+				err = client.Set(ctx, key, v, time.Minute).Err()
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			p := algo.Policy{Algorithm: a, Limit: 10, Period: algo.Second}

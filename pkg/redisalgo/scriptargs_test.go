@@ -8,15 +8,32 @@ import (
 )
 
 // appendApplyArgs is appendApplyInts as the generic arguments a script run
-// through go-redis's Script takes, for tests that call apply.lua directly.
+// through go-redis's Script takes, for tests that call apply.lua directly,
+// with testField as every fixed window's field: such tests give each limit
+// a key of its own, a hash of one field.
 func appendApplyArgs(args []any, now int64, checks []algo.Check) []any {
 	ints := appendApplyInts(nil, now, checks)
-	args = slices.Grow(args, len(ints))
+	args = slices.Grow(args, len(ints)+len(checks))
 	for _, v := range ints {
 		args = append(args, v)
 	}
+	for i := range checks {
+		if checks[i].Policy.KeyedWindow() {
+			args = append(args, testField)
+		}
+	}
 	return args
 }
+
+// counter returns where c's state is at now, without a prefix, with the
+// default bucket count (CounterAt).
+func counter(c algo.Check, now int64) (key, field string) {
+	return CounterAt("", c, now, DefaultCounterHashes)
+}
+
+// testField is the field of a fixed window's count in tests that call the
+// scripts directly (appendApplyArgs).
+const testField = "c"
 
 // parseApplyReply is parseApplyInts for a reply as go-redis returns it for
 // a generic command (tests that call apply.lua directly): it decodes a
@@ -43,4 +60,12 @@ func parseApplyReply(reply any, out []algo.Decision) (now int64, allowed bool, e
 		ints[i] = n
 	}
 	return parseApplyInts(ints, out)
+}
+
+// keyOf is the key of c's counter with the default bucket count: for a
+// fixed window its window's hash at time 0 (every window's hash has the
+// counter's slot).
+func keyOf(c algo.Check) []byte {
+	key, _ := counter(c, 0)
+	return []byte(key)
 }

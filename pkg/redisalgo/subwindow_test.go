@@ -33,7 +33,7 @@ func TestSubWindowKeysNeverMix(t *testing.T) {
 		return d[0]
 	}
 	// A state the two-window script wrote: the packed "<index><count><n><m>".
-	oldKey := string(AppendKey([]byte(b.keyPrefix), check(1, 1)))
+	oldKey := string(AppendKey([]byte(b.keyPrefix), check(1, 1), DefaultCounterHashes))
 	oldValue := windowValue(algo.SlidingWindow, algo.Second, algo.State{Time: luaT0 - luaT0%algo.Second, Count: 7})
 	if err := client.Set(ctx, oldKey, oldValue, time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestSubWindowKeysNeverMix(t *testing.T) {
 	if d := apply(check(algo.DefaultSubWindows, 1)); !d.Allowed || d.Remaining != 9 {
 		t.Fatalf("limit in sub-windows beside the old key: %+v, want a fresh count (remaining 9)", d)
 	}
-	newKey := string(AppendKey([]byte(b.keyPrefix), check(algo.DefaultSubWindows, 1)))
+	newKey := string(AppendKey([]byte(b.keyPrefix), check(algo.DefaultSubWindows, 1), DefaultCounterHashes))
 	if newKey == oldKey {
 		t.Fatalf("N=1 and N=%d share the key %q", algo.DefaultSubWindows, newKey)
 	}

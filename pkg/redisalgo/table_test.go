@@ -41,7 +41,7 @@ func TestScriptWritesTableCodec(t *testing.T) {
 				s = ns
 			}
 		}
-		key := string(AppendKeyAt(nil, c, now))
+		key, field := counter(c, now)
 		spec, _ := p.Algorithm.Spec()
 		if spec.Shape == algo.ShapeLog {
 			got := LogState(client.ZRangeWithScores(ctx, key, 0, -1).Val())
@@ -59,7 +59,11 @@ func TestScriptWritesTableCodec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := client.Get(ctx, key).Val(); got != want {
+		got := client.Get(ctx, key).Val()
+		if p.KeyedWindow() {
+			got = client.HGet(ctx, key, field).Val()
+		}
+		if got != want {
 			t.Errorf("%+v: stored %q, the table's codec encodes %+v as %q", p, got, s, want)
 		}
 	}

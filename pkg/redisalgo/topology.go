@@ -165,8 +165,8 @@ func (t *cluster) settle(calls []call, failed error) error {
 func (t *cluster) nodeOf(prefix string, c *algo.Check) *node {
 	buf := keyBufs.Get().(*keyBuf)
 	buf.reset()
-	// Any window's key has the limit's slot (AppendKeyAt).
-	buf.add(prefix, *c, 0)
+	// Any window's hash has the counter's slot (AppendCounterHash).
+	buf.add(prefix, *c, 0, t.b.counterHashes)
 	// The view is read only until forKey returns; buf is reset after.
 	n := t.nodes.forKey(buf.view(0))
 	keyBufs.Put(buf)

@@ -94,7 +94,7 @@ func BenchmarkMatchAndKey(b *testing.B) {
 		}
 		for i := range p.checks {
 			key = p.checks[i].AppendIdentity(key[:0])
-			key = redisalgo.AppendKey(key[:0], p.checks[i])
+			key = redisalgo.AppendKey(key[:0], p.checks[i], redisalgo.DefaultCounterHashes)
 		}
 		p.reset()
 	}

@@ -81,6 +81,8 @@ type Config struct {
 	Registerer      prometheus.Registerer
 	// KeyPrefix goes before every Redis key (redisalgo.Options.KeyPrefix).
 	KeyPrefix string
+	// CounterHashes is redisalgo.Options.CounterHashes.
+	CounterHashes int
 	// BatchLinger is redisalgo.Options.BatchLinger.
 	BatchLinger time.Duration
 	// Lease configures the lease layer (pkg/lease); a TTL of 0 leaves it
@@ -223,7 +225,7 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 	log := cfg.Logger
 	opts := redisalgo.Options{
 		Logger: log, LazyLoad: true, Registerer: cfg.Registerer, MaxCallCost: cfg.MaxCallCost, CallerTime: cfg.CallerTime,
-		KeyPrefix: cfg.KeyPrefix, BatchLinger: cfg.BatchLinger,
+		KeyPrefix: cfg.KeyPrefix, CounterHashes: cfg.CounterHashes, BatchLinger: cfg.BatchLinger,
 	}
 	b, err := RedisBackend(client, opts)
 	if err != nil {

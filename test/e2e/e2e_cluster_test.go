@@ -204,7 +204,7 @@ func TestSentinelE2E(t *testing.T) {
 	exhaustClient(t, s, "after-failover", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	n, err := promoted.Client(t).Exists(ctx, "r2{shop:client:after-failover:t2s0}").Result()
+	n, err := promoted.Client(t).Exists(ctx, "r3{shop:client:after-failover:t2s0}").Result()
 	if err != nil || n != 1 {
 		t.Errorf("the new master %s does not hold the new key: %v %v", promoted.Addr, n, err)
 	}

@@ -87,7 +87,7 @@ func TestExplainOffline(t *testing.T) {
 		t.Errorf("vip's candidates %+v, want exact chosen over the key at line 6", c)
 	}
 	l := vip.Limits[0]
-	if l.Algorithm != "sliding_window" || l.Effective.Limit != 100 || l.Effective.Source != "config" || l.Key != "prod:r2{shop:user:vip:s1o/30}" || l.Slot < 0 || l.State != nil {
+	if l.Algorithm != "sliding_window" || l.Effective.Limit != 100 || l.Effective.Source != "config" || l.Key != "prod:r3{shop:user:vip:s1o/30}" || l.Slot < 0 || l.State != nil {
 		t.Errorf("vip's limit %+v", l)
 	}
 	if bob := rep.Descriptors[1]; bob.Rule == nil || bob.Rule.Path != "shop.user.path" || bob.Limits[0].Algorithm != "token_bucket" {

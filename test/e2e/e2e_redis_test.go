@@ -82,8 +82,8 @@ func TestRedisBurst(t *testing.T) {
 	}
 	tags := map[string]string{} // key → tag
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "r2{") {
-			t.Errorf("key %q lacks the r2{ prefix", k)
+		if !strings.HasPrefix(k, "r3{") {
+			t.Errorf("key %q lacks the r3{ prefix", k)
 			continue
 		}
 		tags[k] = hashTag(k)
@@ -107,14 +107,18 @@ func TestRedisBurst(t *testing.T) {
 			t.Errorf("no key with hash tag {%s}; keys: %v", want, keys)
 		}
 	}
+	// A hash-tagged key's tag is the domain and its tagged value's
+	// bucket: alice's two limits share it.
 	var alice []string
+	aliceTags := map[string]bool{}
 	for k, tag := range tags {
-		if tag == "tagged:user_id:alice" {
+		if strings.HasPrefix(tag, "tagged:#") && strings.Contains(k, "}user_id:alice:#:") {
 			alice = append(alice, k)
+			aliceTags[tag] = true
 		}
 	}
-	if len(alice) != 2 {
-		t.Errorf("keys tagged {tagged:user_id:alice}: %v, want one per limit (2); all keys: %v", alice, keys)
+	if len(alice) != 2 || len(aliceTags) != 1 {
+		t.Errorf("keys of alice's tagged limits: %v in tags %v, want one per limit (2) with one tag; all keys: %v", alice, aliceTags, keys)
 	}
 	s.stop()
 }

@@ -20,11 +20,11 @@ func keySlot(key []byte) int { return redisalgo.KeySlot(key) }
 // appendRankKey appends the Redis key envoy-rls writes (pkg/redisalgo
 // AppendKey) for a token_bucket limit per second on the descriptor
 // BENCHMARKS.md measures, (key, user-<rank>) in domain perf:
-// r2{perf:key:user-<rank>:t1}.
+// r3{perf:key:user-<rank>:t1}.
 func appendRankKey(dst []byte, rank int) []byte {
 	entries := [1]algo.Entry{{Key: "key", Value: "user-" + strconv.Itoa(rank)}}
 	return redisalgo.AppendKey(dst, algo.Check{Domain: "perf", Entries: entries[:], HashTag: -1,
-		Policy: algo.Policy{Algorithm: algo.TokenBucket, Period: algo.Second}})
+		Policy: algo.Policy{Algorithm: algo.TokenBucket, Period: algo.Second}}, redisalgo.DefaultCounterHashes)
 }
 
 // slotShards returns the shard owning each slot when shards masters split

@@ -22,9 +22,9 @@ func TestKeySlot(t *testing.T) {
 		{"foo{hash_tag}", 2515},
 		{"foo{}{bar}", 8363},    // empty tag: the whole key
 		{"foo{{bar}}zap", 4015}, // tag "{bar"
-		{"r2{perf:key:user-1:t1}", 8309},
-		{"r2{perf:key:user-2:t1}", 15273},
-		{"r2{perf:key:user-9999999:t1}", 14086},
+		{"r3{perf:key:user-1:t1}", 8309},
+		{"r3{perf:key:user-2:t1}", 15273},
+		{"r3{perf:key:user-9999999:t1}", 14086},
 	}
 	for _, tt := range tests {
 		if got := keySlot([]byte(tt.key)); got != tt.slot {
@@ -34,7 +34,7 @@ func TestKeySlot(t *testing.T) {
 }
 
 func TestAppendRankKey(t *testing.T) {
-	if got := string(appendRankKey(nil, 4000000)); got != "r2{perf:key:user-4000000:t1}" {
+	if got := string(appendRankKey(nil, 4000000)); got != "r3{perf:key:user-4000000:t1}" {
 		t.Errorf("appendRankKey = %q", got)
 	}
 }

@@ -8,7 +8,9 @@
 -- applied in order, each seeing what the ones before it wrote.
 --
 -- KEYS      the keys of request 1's limits, then request 2's, and so on
---           (distinct within a request; one key per limit)
+--           (one key per limit; a fixed window's is the hash of its
+--           window, which other limits may share, the others distinct
+--           within a request)
 -- ARGV      per request: a header, n (its number of limits) when it is
 --           evaluated at the server's TIME, which production uses, or -n
 --           then now in Unix µs (a given now serves tests and refunds that
@@ -23,10 +25,12 @@
 --           algo.Check.ReservedAt) + 32 when burst follows + 64 when hits
 --           follows + 128 when one more argument follows hits: max_delay
 --           µs of a consume in queue mode (algo.Check.MaxDelay), or the
---           reserved time of a cancel. The common request (one limit, one
---           hit, no burst, at TIME) is 4 arguments: Redis and Lua pay for
---           each one, and at moderate load a script call carries one
---           request.
+--           reserved time of a cancel. After the request's limits come
+--           the fields of its fixed_window limits, in order: each one's
+--           field in its hash (redisalgo.AppendField). The common request
+--           (one limit, one hit, no burst, at TIME) is 5 arguments: Redis
+--           and Lua pay for each one, and at moderate load a script call
+--           carries one request.
 -- Reply     per request: now, status, then per limit: allowed, remaining,
 --           reset_after µs, retry_after µs (-1: never), granted (what an
 --           allowed take consumed, or a cancel gave back, else 0;
@@ -53,19 +57,22 @@
 -- Only integers are stored.
 --
 -- Storage, one key per limit (the fields of algo.State), each a string but
--- the sliding log's; numbers in decimal, so that one GET reads a state and
--- one SET … PX writes it with its expiry:
---   fixed_window    "<c>"              the count alone: the key names the
---                                      window (it ends in two letters,
---                                      the window's index modulo 676,
---                                      redisalgo.AppendKeyAt), so a key
---                                      is the state of one window, read
---                                      at the start of the window holding
---                                      now, and Redis's INCRBY applies a
---                                      lone hit without this script (the
---                                      backend's plain calls); a count
---                                      above the limit is one such call's
---                                      denied hit not yet given back
+-- the sliding log's and the fixed window's; numbers in decimal, so that one
+-- GET reads a state and one SET … PX writes it with its expiry:
+--   fixed_window    hash field "<c>"   the count alone, in a field of the
+--                                      hash of its window (the name ends
+--                                      in the window's index modulo 36^4,
+--                                      redisalgo.AppendCounterHash), so a
+--                                      field is the state of one window,
+--                                      read at the start of the window
+--                                      holding now, and Redis's HINCRBY
+--                                      applies a lone hit without this
+--                                      script (the backend's plain calls);
+--                                      a count above the limit is one such
+--                                      call's denied hit not yet given
+--                                      back. The hash expires at the
+--                                      window's end and windowMargin, set
+--                                      by its first writer (PEXPIRE NX)
 --   sliding_window  "<i><c><p><n><m>"  i = current window index, c = its
 --                                      count, p = the previous count, n
 --                                      and m = c's and p's digit counts
@@ -99,7 +106,9 @@
 -- than 19 digits, say, at a period of a few µs) stays a string there,
 -- longer but read the same way.
 -- Every written key expires after algo.Expiry rounded up to ms; a state
--- whose Expiry is 0 is deleted. Keeping a key longer is harmless: a state
+-- whose Expiry is 0 is deleted, but for a fixed window's count, which is
+-- set to 0 where it exists (deleting a hash's last field would delete the
+-- hash, and a plain HINCRBY would recreate it without an expiry). Keeping a key longer is harmless: a state
 -- past its Expiry decides like no key.
 
 local SLIDING_STEPS = 1048576 -- algo.slidingSteps, 2^20
@@ -707,16 +716,18 @@ local function load(l, now)
   if a == 3 then
     return nil
   end
-  local v = redis.call('GET', l.key)
   if a == 1 then
-    -- The key names the window holding now (see the header); an
-    -- unreadable count reads as no key.
+    -- The hash names the window holding now (see the header); an
+    -- unreadable count reads as no count.
+    local v = redis.call('HGET', l.key, l.field)
     local c = v and tonumber(v)
     if not c or l.period <= 0 then
       return {t = 0, c = 0, p = 0}
     end
     return {t = windowStart(now, l.period), c = c, p = 0}
-  elseif a == 2 and l.sub > 1 then
+  end
+  local v = redis.call('GET', l.key)
+  if a == 2 and l.sub > 1 then
     if v then
       return loadSubs(v, l.period, l.sub)
     end
@@ -897,9 +908,17 @@ local function commit(l, now)
   local e
   if a == 1 then
     e = expiryFixedWindow(l.period, ns, now)
-    if e > 0 then
-      e = e + windowMargin(l.period)
+    if e <= 0 then
+      if redis.call('HEXISTS', key, l.field) == 1 then
+        redis.call('HSET', key, l.field, 0)
+      end
+      return
     end
+    redis.call('HSET', key, l.field, stateValue(l, ns))
+    -- The first writer of the window sets the hash's expiry; the window's
+    -- end is the same for every writer.
+    redis.call('PEXPIRE', key, ttlMs(e + windowMargin(l.period)), 'NX')
+    return
   elseif a == 2 and l.sub > 1 then
     e = expirySubWindows(l.period, l.sub, ns, now)
   elseif a == 2 then
@@ -939,7 +958,8 @@ local function limitArgs(b)
 end
 
 -- applyRequest is algo.ApplyAll for one request r: its r.n limits have the
--- keys KEYS[r.k + i] and their arguments from ARGV[r.a]. It appends the
+-- keys KEYS[r.k + i] and their arguments from ARGV[r.a], its fixed
+-- windows' fields from ARGV[r.f]. It appends the
 -- request's {allowed_all, then per limit allowed, remaining, reset, retry,
 -- granted} to reply. It runs under pcall, so its errors (a key of another
 -- type, say) fail this request alone.
@@ -947,13 +967,14 @@ local function applyRequest(r, now, reply)
   local limits = {}
   local allowed = true
   local wait = 0 -- queue mode: the latest reservation's delay
-  local b = r.a
+  local b, f = r.a, r.f
   for i = 1, r.n do
     local code = tonumber(ARGV[b])
     local mode = math.floor(code / MODE) % 4
     -- Every field is in the constructor, which sizes the table once.
     local l = {
       key = KEYS[r.k + i],
+      field = false,
       alg = code % MODE,
       limit = tonumber(ARGV[b + 1]),
       period = tonumber(ARGV[b + 2]),
@@ -995,6 +1016,10 @@ local function applyRequest(r, now, reply)
     end
     if l.hits < 0 then
       l.hits = 0
+    end
+    if l.alg == 1 then
+      l.field = ARGV[f]
+      f = f + 1
     end
     l.state = load(l, now)
     if mode == 3 and l.reservedAt ~= 0 then
@@ -1056,8 +1081,9 @@ end
 
 -- The framing of every request is checked before any is applied, so that a
 -- malformed call writes nothing; it is kept, one {k, a, n, now} per request
--- (its keys follow KEYS[k], its limits' arguments start at ARGV[a]).
-local MALFORMED = 'ERR apply.lua: malformed arguments: want per request n (or -n and now) and per key a code, limit, period and the burst and hits its code announces, with n keys each'
+-- (its keys follow KEYS[k], its limits' arguments start at ARGV[a], its
+-- fixed windows' fields at ARGV[f]).
+local MALFORMED = 'ERR apply.lua: malformed arguments: want per request n (or -n and now), per key a code, limit, period and the burst and hits its code announces, then a field per fixed_window key, with n keys each'
 local reqs = {}
 local k, a, nargs = 0, 1, #ARGV
 while a <= nargs do
@@ -1070,14 +1096,20 @@ while a <= nargs do
   if n == nil or now == nil or n < 1 or k + n > #KEYS then
     return redis.error_reply(MALFORMED)
   end
-  local r = {k = k, a = a, n = n, now = now}
+  local r = {k = k, a = a, n = n, now = now, f = 0}
+  local fields = 0
   for _ = 1, n do
     local m = limitArgs(a)
     if m == nil then
       return redis.error_reply(MALFORMED)
     end
+    if tonumber(ARGV[a]) % MODE == 1 then
+      fields = fields + 1
+    end
     a = a + m
   end
+  r.f = a
+  a = a + fields
   if a - 1 > nargs then
     return redis.error_reply(MALFORMED)
   end

@@ -35,8 +35,9 @@ local function divmod(a, b)
   return q, r
 end
 
--- apply.lua's load for a fixed window: the key names the window holding
--- now, and its value is the count; an unreadable value reads as no key.
+-- apply.lua's load for a fixed window: the hash names the window holding
+-- now, and the field's value is the count; an unreadable value reads as
+-- no count.
 local function loadCount(v, period, now)
   local c = tonumber(v)
   if c == nil then
@@ -74,8 +75,10 @@ end
 
 -- The framing, checked before anything is applied: per request n (or -n
 -- then now), then per limit code, limit, period and hits when the code
--- says so. Anything else is an error reply, so that nothing is written.
-local MALFORMED = 'ERR lean.lua: malformed arguments: want per request n (or -n and now) and per key code 1 or 65, a positive limit and period, and hits after code 65, with n keys each'
+-- says so, then the n limits' fields (each key is a fixed window's hash,
+-- as in apply.lua). Anything else is an error reply, so that nothing is
+-- written.
+local MALFORMED = 'ERR lean.lua: malformed arguments: want per request n (or -n and now), per key code 1 or 65, a positive limit and period, and hits after code 65, then the n fields, with n keys each'
 local nargs, nkeys = #ARGV, #KEYS
 local reqs, a, k = {}, 1, 0
 while a <= nargs do
@@ -88,7 +91,8 @@ while a <= nargs do
   if n == nil or now == nil or n < 1 or k + n > nkeys then
     return redis.error_reply(MALFORMED)
   end
-  reqs[#reqs + 1] = {k, a, n, now}
+  local r = {k, a, n, now, 0}
+  reqs[#reqs + 1] = r
   for _ = 1, n do
     local code, limit, period = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     if (code ~= 1 and code ~= 65) or limit == nil or period == nil or limit <= 0 or period <= 0 then
@@ -102,6 +106,12 @@ while a <= nargs do
       a = a + 1
     end
   end
+  -- The fields: strings, so any value will do.
+  r[5] = a
+  a = a + n
+  if a - 1 > nargs then
+    return redis.error_reply(MALFORMED)
+  end
   k = k + n
 end
 if a - 1 ~= nargs or k ~= nkeys then
@@ -113,7 +123,7 @@ end
 -- hits and the new start and count, flat: lim[8 * (i - 1) + 1 …].
 local reply, serverNow, lim = {}, 0, {}
 for _, r in ipairs(reqs) do
-  local rk, b, n, now = r[1], r[2], r[3], r[4]
+  local rk, b, n, now, fa = r[1], r[2], r[3], r[4], r[5]
   if now == 0 then
     if serverNow == 0 then
       local t = redis.call('TIME')
@@ -132,7 +142,7 @@ for _, r in ipairs(reqs) do
       hits = math.max(tonumber(ARGV[b]), 0)
       b = b + 1
     end
-    local v = redis.pcall('GET', KEYS[rk + i])
+    local v = redis.pcall('HGET', KEYS[rk + i], ARGV[fa + i - 1])
     local t, c = 0, 0
     if type(v) == 'table' then
       -- apply.lua's failed: 2 for WRONGTYPE, 3 for anything else.
@@ -169,14 +179,16 @@ for _, r in ipairs(reqs) do
       if hits > 0 and reply[o + 1] == 1 then
         if allowed then
           -- apply.lua's commit: a consumed window has a count, so its
-          -- expiry (algo.expiryFixedWindow) is the window's end, > now,
-          -- and apply.lua's windowMargin (the backend writes the bound in).
+          -- hash's expiry (algo.expiryFixedWindow) is the window's end,
+          -- > now, and apply.lua's windowMargin (the backend writes the
+          -- bound in), set by the first writer of the window (NX).
           local e = ns + period - now + math.min(period, __MAX_WINDOW_MARGIN__)
           local ms, rem = divmod(e, 1000)
           if rem > 0 then
             ms = ms + 1
           end
-          redis.call('SET', KEYS[rk + i], string.format('%.0f', nc), 'PX', ms)
+          redis.call('HSET', KEYS[rk + i], ARGV[fa + i - 1], string.format('%.0f', nc))
+          redis.call('PEXPIRE', KEYS[rk + i], ms, 'NX')
         else
           local _, _, ok, remaining, reset, retry = step(limit, period, lim[l + 3], lim[l + 4], now, 0)
           reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok and 1 or 0, remaining, reset, retry
