@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,7 @@ type Client interface {
 	sender
 	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	Ping(ctx context.Context) *redis.StatusCmd
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
 }
 
 // ClusterClient is what a Backend needs of a Redis Cluster client
@@ -145,6 +147,9 @@ type Backend struct {
 	// clockUsed is set once a request needed a master's clock (clock.go),
 	// from when pipelines keep their master's clock measured.
 	clockUsed atomic.Bool
+	// versionChecked is set once Ping has seen every master's version
+	// (checkVersion).
+	versionChecked atomic.Bool
 	// giveBacks counts the give-backs posted and not yet done (plain.go),
 	// so that tests can wait for them.
 	giveBacks sync.WaitGroup
@@ -297,11 +302,62 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 func (b *Backend) Close() { b.topo.close() }
 
 // Ping checks that Redis answers: every master of a cluster, else the
-// (current) master. It is meant for readiness probes.
+// (current) master. It is meant for readiness probes. Until it has seen
+// every master's version once, it also checks that each is Redis 7.0 or
+// later (checkVersion), so that a Redis too old is an unready replica with
+// a log line that says why, not a failure at every request.
 func (b *Backend) Ping(ctx context.Context) error {
-	err := b.topo.forEachMaster(ctx, func(ctx context.Context, m master) error { return m.Ping(ctx).Err() })
+	checked := b.versionChecked.Load()
+	err := b.topo.forEachMaster(ctx, func(ctx context.Context, m master) error {
+		if err := m.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		if checked {
+			return nil
+		}
+		return checkVersion(ctx, m)
+	})
 	if err != nil {
 		return fmt.Errorf("redisalgo: ping: %w", err)
+	}
+	if !checked {
+		b.versionChecked.Store(true)
+	}
+	return nil
+}
+
+// minRedisMajor is the oldest Redis the backend works with: PEXPIRE … NX,
+// which sets a fixed window's hash expiry once per window (plain.go, the
+// scripts), arrived in 7.0.
+const minRedisMajor = 7
+
+// ErrRedisTooOld is wrapped by the error for a master older than Redis
+// 7.0.
+var ErrRedisTooOld = errors.New("Redis is older than 7.0")
+
+// checkVersion fails when m reports a redis_version below minRedisMajor.
+// A server whose INFO fails or names no version (a proxy, a managed
+// service that hides it) passes: the commands then say for themselves.
+func checkVersion(ctx context.Context, m master) error {
+	info, err := m.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	return versionError(info)
+}
+
+// versionError is checkVersion's verdict on an INFO server reply.
+func versionError(info string) error {
+	for line := range strings.Lines(info) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n < minRedisMajor {
+			return fmt.Errorf("%w: the server reports %s; envoy-rls sets a fixed window's hash expiry with PEXPIRE … NX (7.0)", ErrRedisTooOld, v)
+		}
+		return nil
 	}
 	return nil
 }

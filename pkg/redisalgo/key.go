@@ -26,8 +26,11 @@ const LayoutVersion = "r3"
 
 // AnchorPrefix starts the key of a warm-up ramp's anchor (pkg/warmup),
 // after the deployment's key prefix. A counter key has '{' where this has
-// 'w', so no anchor is ever read as a counter or the other way round.
-const AnchorPrefix = LayoutVersion + "w"
+// 'w', so no anchor is ever read as a counter or the other way round. It
+// keeps the "r2" of the layout that introduced it: the r3 layout changed
+// how counters are stored, not anchors, and a new anchor name would start
+// every warm-up ramp again when replicas are upgraded.
+const AnchorPrefix = "r2w"
 
 // OverrideKey is the Redis hash of the runtime overrides (pkg/override)
 // under the deployment's key prefix. Its hash tag puts the hash and its

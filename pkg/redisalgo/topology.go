@@ -56,6 +56,7 @@ type topology interface {
 type master interface {
 	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	Ping(ctx context.Context) *redis.StatusCmd
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
 }
 
 // oneMaster is the topology of standalone Redis and Sentinel.
