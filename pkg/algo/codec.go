@@ -13,9 +13,9 @@ import (
 // its Go twins, which tests and tools use and TestCodecRoundTrip holds to
 // DecodeState. The period is part of a limit's key, so a window value
 // stores its index and reads back with the period. A fixed_window's index
-// is part of its key too (one key per window, KeyedWindow), so its value is
-// the count alone: what Redis's INCRBY reads and writes, which lets a lone
-// check skip the script (pkg/redisalgo's plain calls).
+// is part of where it is stored too (one hash per window, KeyedWindow), so
+// its value is the count alone: what Redis's HINCRBY reads and writes,
+// which lets a lone check skip the script (pkg/redisalgo's plain calls).
 
 // maxPacked bounds the counts a packed window value holds: one length
 // digit each, so at most 9 digits.
@@ -107,10 +107,11 @@ func DecodeLog(times []int64) State {
 // removes them with ZREMRANGEBYSCORE -inf it).
 func LogLiveAfter(p Policy, now int64) int64 { return now - p.Period }
 
-// KeyedWindow reports whether p's state is one key per window, the window
-// named by its key and the value holding the count alone: a fixed_window.
-// Its key (pkg/redisalgo) ends in the window's index (WindowIndex), and a
-// key of a past window is never read again, only left to expire.
+// KeyedWindow reports whether p's state is stored per window, the window
+// named where it is stored and the value holding the count alone: a
+// fixed_window. In Redis (pkg/redisalgo) it is a field of a hash whose name
+// ends in the window's index (WindowIndex), and a past window's hash is
+// never read again, only left to expire.
 func (p Policy) KeyedWindow() bool { return p.Algorithm == FixedWindow }
 
 // WindowIndex is the index of the window of period that holds now: the

@@ -1,7 +1,7 @@
 package redisalgo
 
 // Redis's clock, as a replica tracks it, one per master. A fixed_window's
-// key names its window (AppendKeyAt), so the backend must know which
+// hash names its window (AppendCounterHash), so the backend must know which
 // window holds now before it sends anything: it cannot ask the script,
 // which reads TIME only once it runs. It places windows on the clock of
 // the master the key lives on, as tracked here: Redis's TIME read in a

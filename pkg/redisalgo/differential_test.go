@@ -380,8 +380,9 @@ func diffQueueMode(r *rand.Rand, c algo.Check, key string, reserved []diffReserv
 	return 1 + r.Int64N(2*max(c.Policy.Period, 1)), 0
 }
 
-// windowKey is key as AppendKeyAt ends it for policy p at now: with a
-// fixed window's window suffix.
+// windowKey is key with, for a fixed window, its window at now appended
+// as AppendCounterHash ends a hash's name: a key of the test's own per
+// window, as production has a hash per window.
 func windowKey(key string, p algo.Policy, now int64) string {
 	if !p.KeyedWindow() {
 		return key

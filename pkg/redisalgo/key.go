@@ -77,7 +77,7 @@ const digestBytes = 16
 //	hash tag: r3{<domain>:#<n>}<kt>:<vt>:<k1>:<v1>:#:<k3>:<v3>:<ap>
 //
 // for example r3{perf:key:user-4480405:t1o} (token_bucket, 60 s), or, with
-// the hash tag on entry 0, r3{api:#3}user:alice:#:path:/a:g2s0. In the
+// the hash tag on entry 0, r3{api:#e}user:alice:#:path:/a:g2s0. In the
 // hash-tag layout the tagged entry is written first, and a '#' stands in
 // its place among the entries; <n> is its bucket (tagBucket) in base 36.
 //

@@ -121,7 +121,7 @@ func (m *merger) addPlain(ctx context.Context, c *scriptCall) {
 	m.plains = append(m.plains, plainCmds{incr: incr, exp: exp, call: c})
 }
 
-// errNotCounted is a plain call's error when its INCRBY found a count at or
+// errNotCounted is a plain call's error when its HINCRBY found a count at or
 // below 0 (see the package comment above): Backend.eval sends the call
 // again through lean.lua instead of failing it.
 var errNotCounted = errors.New("redisalgo: plain call found a count at or below 0")

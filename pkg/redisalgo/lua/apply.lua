@@ -40,7 +40,7 @@
 --           allowed_all (0 or 1), or 2 when a key of the request holds
 --           another type (WRONGTYPE), 3 for any other error; a failed
 --           request's limits read 0, and only that request fails.
--- Needs Redis 6.2 or later (ZRANGE … BYSCORE).
+-- Needs Redis 7.0 or later (PEXPIRE … NX; ZRANGE … BYSCORE is 6.2).
 --
 -- First every limit is decided without writing; then, if every limit that
 -- is not a refund allowed, the consuming limits are written. Refunds are
@@ -108,8 +108,8 @@
 -- Every written key expires after algo.Expiry rounded up to ms; a state
 -- whose Expiry is 0 is deleted, but for a fixed window's count, which is
 -- set to 0 where it exists (deleting a hash's last field would delete the
--- hash, and a plain HINCRBY would recreate it without an expiry). Keeping a key longer is harmless: a state
--- past its Expiry decides like no key.
+-- hash, and a plain HINCRBY would recreate it without an expiry). Keeping
+-- a key longer is harmless: a state past its Expiry decides like no key.
 
 local SLIDING_STEPS = 1048576 -- algo.slidingSteps, 2^20
 
