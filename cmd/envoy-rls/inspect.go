@@ -32,15 +32,17 @@ func (c *cli) inspectCommand() *cobra.Command {
 	var opts inspect.Options
 	var asJSON bool
 	fs.IntVar(&opts.Top, "top", 10, "how many keys the largest and most-used lists show; most used is by OBJECT FREQ under an LFU maxmemory-policy, else by counter value")
-	fs.IntVar(&opts.MaxKeys, "max-keys", 0, "stop after scanning this many keys in all (0: no bound); the report then says it is partial")
-	fs.Int64Var(&opts.Count, "scan-count", 100, "COUNT of each SCAN step: the most work one step asks of Redis")
+	fs.IntVar(&opts.MaxKeys, "max-keys", 0, "stop after scanning this many keys in all, each field of a fixed window's hash counting as one (0: no bound); the report then says it is partial")
+	fs.Int64Var(&opts.Count, "scan-count", 100, "COUNT of each SCAN and HSCAN step: the most work one step asks of Redis")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd := &cobra.Command{
 		Use:   "inspect --redis-url URL",
 		Short: "what is in Redis: envoy-rls's keys decoded and summarised, read-only",
-		Long: `Report what envoy-rls keeps in Redis, read-only (SCAN, MEMORY USAGE, OBJECT FREQ):
-its keys decoded and counted per domain and algorithm, the largest and the
-most used. With --config-dir, each key is matched to its rule.
+		Long: `Report what envoy-rls keeps in Redis, read-only (SCAN, HSCAN, MEMORY USAGE, OBJECT FREQ):
+its keys, and the fields of its fixed windows' hashes, decoded and counted
+per domain and algorithm, the largest and the most used. With --config-dir,
+each key is matched to its rule. --redis-counter-hashes must be the
+deployment's.
 
 inspect takes serve's flags and environment, so a Deployment's settings find
 the same Redis; the Redis flags listed here matter.
@@ -53,7 +55,7 @@ Exit codes: 0 done, 1 Redis failed, 2 bad usage.`,
 		RunE: c.body(func([]string) int { return inspectParsed(c.env, cfg, fs, &opts, asJSON, c.stdout, c.stderr) }),
 	}
 	addFlags(cmd, fs, true)
-	showOnly(cmd, "redis-url", "redis-key-prefix", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-timeout",
+	showOnly(cmd, "redis-url", "redis-key-prefix", "redis-counter-hashes", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "redis-timeout",
 		"config-dir", "top", "max-keys", "scan-count", "json")
 	return cmd
 }
@@ -112,6 +114,12 @@ func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) err
 		return fmt.Errorf("--redis-key-prefix: %w", err)
 	}
 	opts.KeyPrefix = cfg.redis.keyPrefix
+	// A fixed window's counter is ours only in the bucket the
+	// deployment's count puts it in, so inspect needs the same count.
+	if err := redisalgo.ValidateCounterHashes(cfg.redis.counterHashes); err != nil || cfg.redis.counterHashes == 0 {
+		return fmt.Errorf("--redis-counter-hashes: %d must be between 1 and %d (the deployment's value)", cfg.redis.counterHashes, redisalgo.MaxCounterHashes)
+	}
+	opts.CounterHashes = cfg.redis.counterHashes
 	if !flagGiven(fs, "config-dir") {
 		return nil
 	}

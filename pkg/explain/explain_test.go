@@ -115,6 +115,68 @@ func TestExplainOffline(t *testing.T) {
 	}
 }
 
+// TestExplainTextKey: the text names each limit's counter as the JSON
+// does: a fixed window's hash and its field in it (untagged and hash
+// tagged, with the deployment's counter-hash count), any other
+// algorithm's key alone; with its slot and hash tag.
+func TestExplainTextKey(t *testing.T) {
+	const keyRules = `domain: api
+descriptors:
+  - key: user
+    rate_limits:
+      - {name: per_minute, unit: minute, requests_per_unit: 4, algorithm: fixed_window}
+      - {name: per_hour, unit: hour, requests_per_unit: 40, algorithm: gcra}
+    descriptors:
+      - key: path
+        hash_tag: user
+        rate_limit: {name: per_path, unit: second, requests_per_unit: 2, algorithm: fixed_window}
+`
+	snap := rulestest.Snapshot(t, "api.yaml", keyRules, rules.Options{})
+	at := time.Date(2026, 12, 2, 8, 0, 30, 0, time.UTC)
+	const hashes = 5
+	e := &Explainer{Rules: func() *rules.Snapshot { return snap }, KeyPrefix: "pre:", CounterHashes: hashes, Now: func() time.Time { return at }}
+	user := []algo.Entry{{Key: "user", Value: "alice"}}
+	path := append(append([]algo.Entry{}, user...), algo.Entry{Key: "path", Value: "/x"})
+	for _, tc := range []struct {
+		name  string
+		desc  string
+		check algo.Check
+		tag   string
+		field bool
+	}{
+		{"fixed window", "user=alice", algo.Check{Domain: "api", Entries: user, HashTag: -1, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 4, Period: algo.Minute}}, "", true},
+		{"gcra", "user=alice", algo.Check{Domain: "api", Entries: user, HashTag: -1, Policy: algo.Policy{Algorithm: algo.GCRA, Limit: 40, Period: algo.Hour, Burst: 40}}, "", false},
+		{"fixed window, hash tag", "user=alice,path=/x", algo.Check{Domain: "api", Entries: path, HashTag: 0, Policy: algo.Policy{Algorithm: algo.FixedWindow, Limit: 2, Period: algo.Second}}, "user", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, field := redisalgo.CounterAt("pre:", tc.check, at.UnixMicro(), hashes)
+			if (field != "") != tc.field {
+				t.Fatalf("CounterAt gave field %q for %s", field, tc.name)
+			}
+			want := "    redis key: " + key
+			if field != "" {
+				want += " field " + field
+			}
+			want += fmt.Sprintf(" (slot %d", redisalgo.KeySlot([]byte(key)))
+			if tc.tag != "" {
+				want += ", hash tag " + tc.tag
+			}
+			want += ")\n"
+			rep, err := e.Explain(context.Background(), req("api", tc.desc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text strings.Builder
+			if err := WriteText(&text, rep); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(text.String(), want) {
+				t.Errorf("text lacks %q:\n%s", want, text.String())
+			}
+		})
+	}
+}
+
 func TestExplainEffective(t *testing.T) {
 	snap := snapshot(t, algo.FixedWindow)
 	e := &Explainer{
@@ -230,6 +292,16 @@ func explainLive(t *testing.T, client *redisclient.Client, a algo.Algorithm) {
 		}
 		if client == nil {
 			continue
+		}
+		// A fixed window's key is its window's hash, and the field there
+		// holds the one hit.
+		if a == algo.FixedWindow {
+			v, err := client.Universal().HGet(ctx, l.Key, l.Field).Result()
+			if l.Field == "" || err != nil || v != "1" {
+				t.Fatalf("explain %d: HGET %s %q: %q, %v; want the counter's 1 hit", i, l.Key, l.Field, v, err)
+			}
+		} else if l.Field != "" {
+			t.Fatalf("explain %d: a %s limit with field %q", i, a, l.Field)
 		}
 		d, err := client.Universal().Dump(ctx, l.Key).Result()
 		if err != nil {

@@ -9,7 +9,8 @@ import (
 )
 
 // WriteText writes r for people: per descriptor the match, then each
-// limit with its effective value, key and (live) state.
+// limit with its effective value, key (and a fixed window's field in
+// it) and (live) state.
 func WriteText(w io.Writer, r *Report) error {
 	tw := &textWriter{w: w}
 	mode := "offline: counters not read"
@@ -119,7 +120,13 @@ func (t *textWriter) limit(l Limit) {
 	if l.ReplacedBy != "" {
 		t.printf("    replaced by rule %s: not applied to this request\n", l.ReplacedBy)
 	}
-	t.printf("    redis key: %s (slot %d", l.Key, l.Slot)
+	// A fixed window's counter is a field of its window's hash: the key
+	// is the hash, and the field says which counter in it.
+	t.printf("    redis key: %s", l.Key)
+	if l.Field != "" {
+		t.printf(" field %s", l.Field)
+	}
+	t.printf(" (slot %d", l.Slot)
 	if l.HashTag != "" {
 		t.printf(", hash tag %s", l.HashTag)
 	}

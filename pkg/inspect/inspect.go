@@ -1,17 +1,26 @@
 // Package inspect reports what envoy-rls keeps in Redis: it walks every
-// master's keys with SCAN, decodes each envoy-rls key back to its domain,
-// descriptor, algorithm and period (redisalgo.ParseKey), reads its state,
-// TTL and MEMORY USAGE, and summarises them per domain and rule, by TTL,
-// and by size and use.
+// master's keys with SCAN, decodes each envoy-rls counter back to its
+// domain, descriptor, algorithm and period, reads its state, TTL and
+// MEMORY USAGE, and summarises them per domain and rule, by TTL, and by
+// size and use.
 //
-// It only reads. It sends SCAN with a COUNT (never KEYS), so the server
-// never blocks for more than one SCAN step, and per key only GET (ZCARD and
-// ZCOUNT for a sliding log), PTTL, MEMORY USAGE and, under an LFU policy, OBJECT FREQ. It must never
-// send a command that writes, and it leaves keys that are not envoy-rls's
-// alone (they are only counted, as foreign).
+// A counter is a key (redisalgo.ParseKey) for every algorithm but the
+// fixed window, whose counters are the fields of per-window hashes
+// (redisalgo.IsCounterHash): such a hash is walked with HSCAN and each of
+// its fields is one counter (redisalgo.ParseCounter), which the report
+// counts, bounds (Options.MaxKeys) and lists as it does a key, with the
+// hash's TTL. The hash itself is not counted, only its fields.
+//
+// It only reads. It sends SCAN and HSCAN with a COUNT (never KEYS, nor
+// HGETALL of a hash of unknown size), so the server never blocks for more
+// than one step, and per key only GET (ZCARD and ZCOUNT for a sliding log),
+// per hash HLEN, PTTL, MEMORY USAGE and, under an LFU policy, OBJECT FREQ.
+// It must never send a command that writes, and it leaves keys and fields
+// that are not envoy-rls's alone (they are only counted, as foreign).
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,10 +57,18 @@ func (s Single) ForEachMaster(ctx context.Context, fn func(ctx context.Context, 
 type Options struct {
 	// KeyPrefix is the deployment's --redis-key-prefix.
 	KeyPrefix string
-	// Count is the COUNT hint of each SCAN step; 0 means 100.
+	// CounterHashes is the deployment's --redis-counter-hashes: a fixed
+	// window's field is ours only in the bucket it hashes to among that
+	// many (redisalgo.ParseCounter); 0 means
+	// redisalgo.DefaultCounterHashes.
+	CounterHashes int
+	// Count is the COUNT hint of each SCAN and HSCAN step; 0 means 100.
+	// (Redis answers a small, compact hash in one step whatever the
+	// COUNT; it is at most hash-max-listpack-entries fields.)
 	Count int64
-	// MaxKeys stops the walk after this many keys (of any owner) in all;
-	// 0 means no bound. The report then says it is partial.
+	// MaxKeys stops the walk after this many keys (of any owner) in all,
+	// each field of a fixed window's hash counting as one key; 0 means no
+	// bound. The report then says it is partial.
 	MaxKeys int
 	// Top is how many keys the largest and most-used lists hold; 0 means 10.
 	Top int
@@ -64,15 +81,18 @@ type Options struct {
 type Report struct {
 	// Masters is the number of masters scanned.
 	Masters int `json:"masters"`
-	// Scanned counts every key seen; Ours the envoy-rls keys among them,
-	// Foreign the others, left alone; Unreadable those of ours whose value
-	// did not decode (or changed type).
+	// Scanned counts every key seen, each field of a fixed window's hash
+	// as one key (and the hash itself not); Ours the envoy-rls keys and
+	// fields among them, Foreign the others, left alone; Unreadable those
+	// of ours whose value did not decode (or changed type; a fixed
+	// window's field holding anything but an integer ≥ 0).
 	Scanned    int  `json:"scanned"`
 	Ours       int  `json:"ours"`
 	Foreign    int  `json:"foreign"`
 	Unreadable int  `json:"unreadable"`
 	Partial    bool `json:"partial"`
-	// MemoryBytes sums MEMORY USAGE over our keys.
+	// MemoryBytes sums MEMORY USAGE over our keys and, in their fields'
+	// shares (Key.MemoryBytes), over the fixed windows' hashes.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// LFU reports whether the servers run an LFU maxmemory policy, so that
 	// TopUsed ranks by OBJECT FREQ.
@@ -100,14 +120,22 @@ type Bucket struct {
 	Keys  int    `json:"keys"`
 }
 
-// Key is one decoded envoy-rls key.
+// Key is one decoded envoy-rls counter: a key, or a field of a fixed
+// window's hash.
 type Key struct {
-	Name      string  `json:"name"`
-	Domain    string  `json:"domain"`
-	Entries   []Entry `json:"entries"`
-	HashTag   string  `json:"hash_tag,omitempty"`
-	Algorithm string  `json:"algorithm"`
-	PeriodUS  int64   `json:"period_us"`
+	// Name is the key, or the hash that holds Field.
+	Name string `json:"name"`
+	// Field is a fixed window's field in hash Name, else "".
+	Field string `json:"field,omitempty"`
+	// FieldDigest is the hex digest that stands for a fixed window's
+	// field longer than 64 bytes (redisalgo.Key.FieldDigest): its entries
+	// are then unknown, and Entries holds none of them.
+	FieldDigest string  `json:"field_digest,omitempty"`
+	Domain      string  `json:"domain"`
+	Entries     []Entry `json:"entries"`
+	HashTag     string  `json:"hash_tag,omitempty"`
+	Algorithm   string  `json:"algorithm"`
+	PeriodUS    int64   `json:"period_us"`
 	// Rule is the matched rule's ID (with Options.Rules), else "".
 	Rule string `json:"rule,omitempty"`
 	// Value is the hits the counter holds: a window's count, a log's
@@ -116,11 +144,16 @@ type Key struct {
 	Value int64 `json:"value"`
 	// Remaining is what a request would have left, with its rule known;
 	// -1 when unknown.
-	Remaining   int64   `json:"remaining"`
-	TTLMS       float64 `json:"ttl_ms"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	Freq        int64   `json:"freq,omitempty"`
-	State       string  `json:"state"`
+	Remaining int64 `json:"remaining"`
+	// TTLMS is the key's PTTL, or a field's hash's.
+	TTLMS float64 `json:"ttl_ms"`
+	// MemoryBytes is the key's MEMORY USAGE, or a field's share of its
+	// hash's: the hash's divided by its HLEN (Redis does not tell one
+	// field's cost).
+	MemoryBytes int64 `json:"memory_bytes"`
+	// Freq is the key's OBJECT FREQ, or a field's hash's, under LFU.
+	Freq  int64  `json:"freq,omitempty"`
+	State string `json:"state"`
 }
 
 // Entry is one descriptor entry; a digest stands for a long part as
@@ -184,39 +217,70 @@ func (w *walk) master(ctx context.Context, c *redis.Client) error {
 		if err != nil {
 			return fmt.Errorf("SCAN: %w", err)
 		}
-		names, stop := w.admit(names)
-		if err := w.batch(ctx, c, names, now.UnixMicro(), lfu); err != nil {
+		// Keys are read in one pipeline; a fixed window's hash is walked
+		// field by field (hash), each field counting as a key.
+		var keys, hashes []string
+		for _, n := range names {
+			if redisalgo.IsCounterHash(n, w.opts.KeyPrefix) {
+				hashes = append(hashes, n)
+			} else {
+				keys = append(keys, n)
+			}
+		}
+		keys, stop := w.admit(keys)
+		if err := w.batch(ctx, c, keys, now.UnixMicro(), lfu); err != nil {
 			return err
+		}
+		for _, h := range hashes {
+			if stop {
+				// Hashes of this step left unread.
+				w.setPartial()
+				return nil
+			}
+			if stop, err = w.hash(ctx, c, h, now.UnixMicro(), lfu); err != nil {
+				return err
+			}
 		}
 		if next == 0 {
 			return nil
 		}
 		if stop {
-			w.mu.Lock()
-			w.r.Partial = true
-			w.mu.Unlock()
+			w.setPartial()
 			return nil
 		}
 		cursor = next
 	}
 }
 
+func (w *walk) setPartial() {
+	w.mu.Lock()
+	w.r.Partial = true
+	w.mu.Unlock()
+}
+
 // admit counts names against MaxKeys and returns those to read, and
 // whether the bound is reached.
 func (w *walk) admit(names []string) ([]string, bool) {
+	n, stop := w.admitN(len(names))
+	return names[:n], stop
+}
+
+// admitN counts n keys (or fields) against MaxKeys and returns how many
+// of them to read, and whether the bound is reached.
+func (w *walk) admitN(n int) (int, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	bound := w.opts.MaxKeys
 	if bound <= 0 {
-		w.r.Scanned += len(names)
-		return names, false
+		w.r.Scanned += n
+		return n, false
 	}
-	if left := bound - w.r.Scanned; len(names) > left {
-		names = names[:max(left, 0)]
+	if left := bound - w.r.Scanned; n > left {
+		n = max(left, 0)
 		w.r.Partial = true
 	}
-	w.r.Scanned += len(names)
-	return names, w.r.Scanned >= bound
+	w.r.Scanned += n
+	return n, w.r.Scanned >= bound
 }
 
 // lfuPolicy reports whether c evicts by LFU, from INFO memory (CONFIG may
@@ -237,10 +301,12 @@ func lfuPolicy(ctx context.Context, c *redis.Client) (bool, error) {
 // read is the pipelined replies for one of our keys: value for a string
 // state, logged and live (the entries of the last period) for a sliding
 // log, which is counted rather than read, since it may hold as many
-// entries as its limit.
+// entries as its limit. For a fixed window's field (hash) they are the
+// field's value and its hash's replies, field naming it in hash name.
 type read struct {
 	key          redisalgo.Key
 	name         string
+	field        string
 	value        *redis.StringCmd
 	logged, live *redis.IntCmd
 	ttl          *redis.DurationCmd
@@ -288,6 +354,93 @@ func (w *walk) batch(ctx context.Context, c *redis.Client, names []string, now i
 	return nil
 }
 
+// hash reads the fields of hash name, a fixed window's by its name, in
+// HSCAN steps of Options.Count, each field counting against MaxKeys as a
+// key does; it returns whether the bound is reached. A name of that shape
+// holding another type is not ours (envoy-rls writes only hashes there)
+// and counts as one foreign key; a hash gone since SCAN counts nothing.
+func (w *walk) hash(ctx context.Context, c *redis.Client, name string, now int64, lfu bool) (bool, error) {
+	pipe := c.Pipeline()
+	size, ttl, mem := pipe.HLen(ctx, name), pipe.PTTL(ctx, name), pipe.MemoryUsage(ctx, name)
+	var freq *redis.IntCmd
+	if lfu {
+		freq = pipe.ObjectFreq(ctx, name)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !isPerKey(err) {
+		return false, fmt.Errorf("read hash %s: %w", name, err)
+	}
+	if err := size.Err(); err != nil {
+		n, stop := w.admitN(1)
+		w.mu.Lock()
+		w.r.Foreign += n
+		w.mu.Unlock()
+		return stop, nil
+	}
+	fields := size.Val()
+	if fields == 0 {
+		return false, nil
+	}
+	// Each field's share of the hash's memory: the remainder goes one
+	// byte each to the first fields, so the shares sum to the hash's.
+	share, extra := mem.Val()/fields, mem.Val()%fields
+	var given int64 // fields given their share so far
+	// HSCAN may return a field twice (when the hash is rehashed between
+	// steps); each is counted once.
+	seen := map[string]bool{}
+	var cursor uint64
+	for {
+		kv, next, err := c.HScan(ctx, name, cursor, "", w.opts.Count).Result()
+		if err != nil {
+			if isPerKey(err) {
+				// Replaced by another type since HLEN: as above.
+				n, stop := w.admitN(1)
+				w.mu.Lock()
+				w.r.Foreign += n
+				w.mu.Unlock()
+				return stop, nil
+			}
+			return false, fmt.Errorf("HSCAN %s: %w", name, err)
+		}
+		var step []string // field, value, field, value …
+		for i := 0; i+1 < len(kv); i += 2 {
+			if !seen[kv[i]] {
+				seen[kv[i]] = true
+				step = append(step, kv[i], kv[i+1])
+			}
+		}
+		n, stop := w.admitN(len(step) / 2)
+		w.mu.Lock()
+		for i := range n {
+			field, value := step[2*i], step[2*i+1]
+			k, err := redisalgo.ParseCounter(name, field, w.opts.KeyPrefix, cmp.Or(w.opts.CounterHashes, redisalgo.DefaultCounterHashes))
+			if err != nil {
+				w.r.Foreign++
+				continue
+			}
+			m := share
+			if given < extra {
+				m++
+			}
+			given++
+			rd := read{key: k, name: name, field: field, value: redis.NewStringResult(value, nil),
+				ttl: redis.NewDurationResult(ttl.Val(), ttl.Err()), mem: redis.NewIntResult(m, nil)}
+			if freq != nil {
+				rd.freq = redis.NewIntResult(freq.Val(), freq.Err())
+			}
+			w.add(rd, now)
+		}
+		w.mu.Unlock()
+		if next == 0 {
+			return stop, nil
+		}
+		if stop {
+			w.setPartial()
+			return true, nil
+		}
+		cursor = next
+	}
+}
+
 // isPerKey reports whether a pipeline error is about one key's reply
 // rather than the connection.
 func isPerKey(err error) bool {
@@ -298,7 +451,8 @@ func isPerKey(err error) bool {
 // add decodes one key and counts it; w.mu is held.
 func (w *walk) add(rd read, now int64) {
 	k := Key{
-		Name: rd.name, Domain: rd.key.Domain.String(), Algorithm: rd.key.Algorithm.String(), PeriodUS: rd.key.Period,
+		Name: rd.name, Field: rd.field, FieldDigest: rd.key.FieldDigest,
+		Domain: rd.key.Domain.String(), Algorithm: rd.key.Algorithm.String(), PeriodUS: rd.key.Period,
 		Remaining: -1, MemoryBytes: rd.mem.Val(), TTLMS: ttlMillis(rd.ttl.Val()),
 	}
 	for i, e := range rd.key.Entries {
@@ -321,7 +475,8 @@ func (w *walk) add(rd read, now int64) {
 		}
 	case rd.value != nil && rd.value.Err() == nil:
 		st, err := algo.DecodeState(pol, rd.value.Val())
-		if err != nil {
+		if err != nil || pol.KeyedWindow() && st.Count < 0 {
+			// No count of ours is negative: a refund stops at 0.
 			k.State = "unreadable"
 			break
 		}
@@ -361,6 +516,12 @@ func (w *walk) match(k *Key, dk redisalgo.Key, pol *algo.Policy) string {
 		keys = append(keys, e.Key.String())
 		entries[i] = algo.Entry{Key: e.Key.Text, Value: e.Value.Text}
 		digest = digest || e.Key.Digest || e.Value.Digest
+	}
+	if dk.FieldDigest != "" {
+		// The entries are in the digest: the shape says so, since their
+		// keys are unknown.
+		keys = append(keys, "#digest")
+		digest = true
 	}
 	shape := fmt.Sprintf("%s[%s] %s/%s", k.Domain, strings.Join(keys, ","), k.Algorithm, time.Duration(dk.Period)*time.Microsecond)
 	if w.opts.Rules == nil || digest {

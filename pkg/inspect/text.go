@@ -46,7 +46,16 @@ func writeKeys(b *strings.Builder, title string, ks []Key) {
 		for i, e := range k.Entries {
 			entries[i] = e.Key + "=" + e.Value
 		}
-		fmt.Fprintf(b, "  %s\n    %s [%s] %s/%s", k.Name, k.Domain, strings.Join(entries, ", "), k.Algorithm, time.Duration(k.PeriodUS)*time.Microsecond)
+		if k.FieldDigest != "" {
+			// The entries are unknown: the digest stands for them.
+			entries = append(entries, "entries in digest #"+k.FieldDigest)
+		}
+		name := k.Name
+		if k.Field != "" {
+			// A fixed window's counter: its hash, then its field there.
+			name += " field " + k.Field
+		}
+		fmt.Fprintf(b, "  %s\n    %s [%s] %s/%s", name, k.Domain, strings.Join(entries, ", "), k.Algorithm, time.Duration(k.PeriodUS)*time.Microsecond)
 		if k.Rule != "" {
 			fmt.Fprintf(b, " rule %s, remaining %d", k.Rule, k.Remaining)
 		}

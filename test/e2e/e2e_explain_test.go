@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,10 +41,10 @@ type explainReport struct {
 			}
 		}
 		Limits []struct {
-			Name, Algorithm, Key string
-			Slot                 int
-			RequestsPerUnit      uint32 `json:"requests_per_unit"`
-			Effective            struct {
+			Name, Algorithm, Key, Field string
+			Slot                        int
+			RequestsPerUnit             uint32 `json:"requests_per_unit"`
+			Effective                   struct {
 				Limit  int64
 				Source string
 			}
@@ -71,12 +72,13 @@ func explainJSON(t *testing.T, args ...string) explainReport {
 
 // TestExplainOffline: `envoy-rls explain --config-dir` names the matched
 // rule with its file and line, the descriptor it beat, and each limit's
-// Redis key and slot, with the deployment's key prefix; in text or JSON.
+// Redis key and slot, with the deployment's key prefix (a fixed window's:
+// its window's hash and its field there); in text or JSON.
 func TestExplainOffline(t *testing.T) {
 	t.Parallel()
 	dir := rulesDir(t, map[string]string{"shop.yaml": explainRules})
-	rep := explainJSON(t, "--config-dir", dir, "--redis-key-prefix", "prod:", "--domain", "shop", "-d", "user=vip", "-d", "user=bob,path=/x", "-d", "nope=1")
-	if rep.Live || rep.Domain != "shop" || len(rep.Descriptors) != 3 {
+	rep := explainJSON(t, "--config-dir", dir, "--redis-key-prefix", "prod:", "--domain", "shop", "-d", "user=vip", "-d", "user=bob,path=/x", "-d", "nope=1", "-d", "user=carol")
+	if rep.Live || rep.Domain != "shop" || len(rep.Descriptors) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
 	vip := rep.Descriptors[0]
@@ -96,11 +98,23 @@ func TestExplainOffline(t *testing.T) {
 	if nope := rep.Descriptors[2]; nope.Rule != nil || !strings.Contains(nope.NoMatch, "no descriptor matches") {
 		t.Errorf("nope %+v", nope)
 	}
-	out, _, code := runCLI(t, nil, "explain", "--config-dir", dir, "--domain", "shop", "-d", "user=vip")
-	for _, want := range []string{"* chosen exact    user=vip", "beaten key      user", "redis key: r2{shop:user:vip:s1o/30}"} {
+	// A fixed window of an hour (f2s0): the hash of the window holding
+	// now, in one of the deployment's 16 buckets, and the field there.
+	fixedKey := regexp.MustCompile(`^prod:r3\{shop:f2s0:[0-9a-f]\}[0-9a-z]{4}$`)
+	if l := rep.Descriptors[3].Limits; len(l) != 1 || l[0].Name != "per_user" || !fixedKey.MatchString(l[0].Key) || l[0].Field != "user:carol" {
+		t.Errorf("carol's limits %+v, want per_user's hash and field user:carol", l)
+	}
+	if l := rep.Descriptors[0].Limits[0]; l.Field != "" {
+		t.Errorf("vip's sliding window has field %q, want none", l.Field)
+	}
+	out, _, code := runCLI(t, nil, "explain", "--config-dir", dir, "--domain", "shop", "-d", "user=vip", "-d", "user=carol")
+	for _, want := range []string{"* chosen exact    user=vip", "beaten key      user", "redis key: r3{shop:user:vip:s1o/30} (slot "} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("explain text (exit %d) lacks %q:\n%s", code, want, out)
 		}
+	}
+	if !regexp.MustCompile(`\n    redis key: r3\{shop:f2s0:[0-9a-f]\}[0-9a-z]{4} field user:carol \(slot \d+\)\n`).MatchString(out) {
+		t.Errorf("explain text lacks carol's hash and field:\n%s", out)
 	}
 	for _, bad := range [][]string{{"--config-dir", dir, "-d", "user=a"}, {"--config-dir", dir, "--domain", "shop"}, {"--config-dir", t.TempDir() + "/none", "--domain", "shop", "-d", "a=b"}} {
 		if _, errOut, code := runCLI(t, nil, append([]string{"explain"}, bad...)...); code != 2 || !strings.HasPrefix(errOut, "envoy-rls explain: ") {
@@ -118,10 +132,12 @@ func TestExplainLive(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		s, r := startOnRedis(t, map[string]string{"shop.yaml": explainRules})
-		explainLive(t, s, func(key string) string {
-			v, err := r.Client(t).Get(context.Background(), key).Result()
+		// per_user is a fixed window: its count is a field of its
+		// window's hash.
+		explainLive(t, s, func(key, field string) string {
+			v, err := r.Client(t).HGet(context.Background(), key, field).Result()
 			if err != nil {
-				t.Fatalf("GET %s: %v", key, err)
+				t.Fatalf("HGET %s %s: %v", key, field, err)
 			}
 			return v
 		})
@@ -133,7 +149,7 @@ func TestExplainLive(t *testing.T) {
 	})
 }
 
-func explainLive(t *testing.T, s *server, value func(key string) string) {
+func explainLive(t *testing.T, s *server, value func(key, field string) string) {
 	for range 2 {
 		s.ask("shop", desc("user", "alice"))
 	}
@@ -147,10 +163,13 @@ func explainLive(t *testing.T, s *server, value func(key string) string) {
 		if value == nil {
 			continue
 		}
-		if v := value(l.Key); i == 0 {
+		if v := value(l.Key, l.Field); i == 0 {
+			if v != "2" {
+				t.Fatalf("explain %d: %s field %q holds %q, want the 2 hits", i, l.Key, l.Field, v)
+			}
 			before = v
 		} else if v != before {
-			t.Fatalf("explain %d changed %s from %q to %q", i, l.Key, before, v)
+			t.Fatalf("explain %d changed %s field %s from %q to %q", i, l.Key, l.Field, before, v)
 		}
 	}
 	resp := s.ask("shop", desc("user", "alice"))
@@ -174,17 +193,18 @@ type inspectReport struct {
 		Keys int
 	}
 	TopUsed []struct {
-		Name, Domain, Algorithm, Rule string
-		Entries                       []struct{ Key, Value string }
-		Value, Remaining              int64
-		TTLMS                         float64 `json:"ttl_ms"`
-		MemoryBytes                   int64   `json:"memory_bytes"`
+		Name, Field, Domain, Algorithm, Rule string
+		Entries                              []struct{ Key, Value string }
+		Value, Remaining                     int64
+		TTLMS                                float64 `json:"ttl_ms"`
+		MemoryBytes                          int64   `json:"memory_bytes"`
 	} `json:"top_used"`
 }
 
 // TestInspectCommand: `envoy-rls inspect` decodes the keys a server wrote
-// back to domain, descriptor, algorithm and rule, counts a foreign key,
-// and writes nothing.
+// (a fixed window's: the field of its window's hash) back to domain,
+// descriptor, algorithm and rule, counts a foreign key, and writes
+// nothing.
 func TestInspectCommand(t *testing.T) {
 	t.Parallel()
 	dir := rulesDir(t, map[string]string{"shop.yaml": explainRules})
@@ -227,16 +247,20 @@ func TestInspectCommand(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	top := rep.TopUsed[0]
-	if top.Domain != "shop" || top.Algorithm != "fixed_window" || top.Rule != "per_user" || top.Value != 3 || top.Remaining != 7 ||
+	if !strings.HasPrefix(top.Name, "prod:r3{shop:f2s0:") || top.Field != "user:alice" ||
+		top.Domain != "shop" || top.Algorithm != "fixed_window" || top.Rule != "per_user" || top.Value != 3 || top.Remaining != 7 ||
 		len(top.Entries) != 1 || top.Entries[0].Key != "user" || top.Entries[0].Value != "alice" || top.TTLMS <= 0 || top.MemoryBytes <= 0 {
 		t.Errorf("most used key %+v, want alice's per_user counter with 3 hits", top)
 	}
 	text, _, code := runCLI(t, nil, "inspect", "--redis-url", "redis://"+r.Addr, "--redis-key-prefix", "prod:")
-	if code != 0 || !strings.Contains(text, "2 envoy-rls") || !strings.Contains(text, "1 foreign (left alone)") {
+	if code != 0 || !strings.Contains(text, "2 envoy-rls") || !strings.Contains(text, "1 foreign (left alone)") || !strings.Contains(text, top.Name+" field user:alice\n") {
 		t.Errorf("inspect text (exit %d):\n%s", code, text)
 	}
 	if _, errOut, code := runCLI(t, nil, "inspect"); code != 2 || !strings.Contains(errOut, "--redis-url: required") {
 		t.Errorf("inspect without --redis-url: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "inspect", "--redis-url", "redis://"+r.Addr, "--redis-counter-hashes", "0"); code != 2 || !strings.Contains(errOut, "--redis-counter-hashes: 0") {
+		t.Errorf("inspect --redis-counter-hashes 0: exit %d, stderr %q; want 2 naming the flag", code, errOut)
 	}
 }
 
