@@ -63,7 +63,7 @@ Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
 		RunE: c.body(func([]string) int { return explainParsed(c.env, cfg, fs, &ef, c.stdout, c.stderr) }),
 	}
 	addFlags(cmd, fs, true)
-	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix")
+	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix", "redis-counter-hashes")
 	return cmd
 }
 
@@ -131,6 +131,9 @@ func explainOffline(ctx context.Context, cfg *serveConfig, req explain.Request) 
 	}
 	if err := redisalgo.ValidateKeyPrefix(cfg.redis.keyPrefix); err != nil {
 		return nil, fmt.Errorf("--redis-key-prefix: %w", err)
+	}
+	if err := counterHashesError(cfg.redis.counterHashes); err != nil {
+		return nil, err
 	}
 	loader := rules.NewLoader(cfg.configDir, opts)
 	if err := loader.Load(); err != nil {

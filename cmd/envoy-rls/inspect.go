@@ -116,8 +116,8 @@ func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) err
 	opts.KeyPrefix = cfg.redis.keyPrefix
 	// A fixed window's counter is ours only in the bucket the
 	// deployment's count puts it in, so inspect needs the same count.
-	if err := redisalgo.ValidateCounterHashes(cfg.redis.counterHashes); err != nil || cfg.redis.counterHashes == 0 {
-		return fmt.Errorf("--redis-counter-hashes: %d must be between 1 and %d (the deployment's value)", cfg.redis.counterHashes, redisalgo.MaxCounterHashes)
+	if err := counterHashesError(cfg.redis.counterHashes); err != nil {
+		return err
 	}
 	opts.CounterHashes = cfg.redis.counterHashes
 	if !flagGiven(fs, "config-dir") {

@@ -72,6 +72,17 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.breaker.probes, "redis-breaker-probes", failover.DefaultProbes, "calls the half-open breaker sends to Redis; that many successes close it")
 }
 
+// counterHashesError checks --redis-counter-hashes for every command that
+// names counters (serve, explain, inspect): unlike
+// redisalgo.Options.CounterHashes the flag has no "0 means the default",
+// since a value that differs from the deployment's names other hashes.
+func counterHashesError(n int) error {
+	if n < 1 || n > redisalgo.MaxCounterHashes {
+		return fmt.Errorf("--redis-counter-hashes: %d must be between 1 and %d (the deployment's value, the same on every replica)", n, redisalgo.MaxCounterHashes)
+	}
+	return nil
+}
+
 // validate checks the Redis flags, naming the flag in each error; it runs
 // even without --redis-url, so a typo never waits for the day Redis is
 // configured.
@@ -88,12 +99,7 @@ func (r *redisFlags) validate() (failover.Mode, error) {
 	if err := redisalgo.ValidateKeyPrefix(r.keyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-key-prefix: %w", err))
 	}
-	if err := redisalgo.ValidateCounterHashes(r.counterHashes); err != nil || r.counterHashes == 0 {
-		if err == nil {
-			err = fmt.Errorf("%d must be between 1 and %d", r.counterHashes, redisalgo.MaxCounterHashes)
-		}
-		errs = append(errs, fmt.Errorf("--redis-counter-hashes: %w", err))
-	}
+	errs = append(errs, counterHashesError(r.counterHashes))
 	if err := redisalgo.ValidateBatchLinger(r.batchLinger); err != nil {
 		errs = append(errs, fmt.Errorf("--redis-batch-linger: %w", err))
 	}

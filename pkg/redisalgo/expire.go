@@ -26,7 +26,10 @@ const resendExpiry = 64
 // the end of their window; safe for concurrent use.
 type expiries struct {
 	mu sync.Mutex
-	m  map[string]expiry
+	// m's keys are copies: a map assignment to an existing key would
+	// store the caller's string (a view of a request's reused buffer), so
+	// an entry is updated through its pointer, never assigned again.
+	m map[string]*expiry
 	// sweepAt is the size at which the next need drops ended windows.
 	sweepAt int
 }
@@ -47,11 +50,14 @@ func (e *expiries) need(hash string, end, now int64) bool {
 	defer e.mu.Unlock()
 	if x, ok := e.m[hash]; ok && x.end == end {
 		x.calls++
-		e.m[hash] = x
-		return x.calls%resendExpiry == 0
+		return x.calls%resendExpiry == 1
+	} else if ok {
+		// The name came round to another window (36⁴ windows later).
+		x.end, x.calls = end, 1
+		return true
 	}
 	if e.m == nil {
-		e.m = make(map[string]expiry)
+		e.m = make(map[string]*expiry)
 	}
 	if len(e.m) >= max(e.sweepAt, minSweep) {
 		// Windows that ended are never written again by this replica's
@@ -63,7 +69,7 @@ func (e *expiries) need(hash string, end, now int64) bool {
 		}
 		e.sweepAt = 2 * len(e.m)
 	}
-	e.m[strings.Clone(hash)] = expiry{end: end, calls: 0}
+	e.m[strings.Clone(hash)] = &expiry{end: end, calls: 1}
 	return true
 }
 
