@@ -102,7 +102,7 @@ func TestGiveBackRaces(t *testing.T) {
 		srv := redistest.Standalone(t)
 		client := srv.Client(t)
 		giveBackRace(t, client, limit, true, func(t *testing.T, ctx context.Context, _ *Backend, _ redis.UniversalClient, key, _ string, _ algo.Check) int64 {
-			evict(t, ctx, client, key)
+			evict(t, ctx, client, key, "volatile-ttl")
 			return 0
 		})
 	})
@@ -206,28 +206,34 @@ func checkCountKey(t *testing.T, ctx context.Context, client redis.UniversalClie
 	}
 }
 
-// evict has Redis evict key under maxmemory with the volatile-ttl policy:
-// filler keys with a longer TTL push memory over the bound until key,
-// whose TTL is the shortest, goes. The bound is lifted again after.
-func evict(t *testing.T, ctx context.Context, client *redis.Client, key string) {
+// evict has Redis evict key under maxmemory with policy, volatile-ttl or
+// allkeys-lru: filler keys (with a longer TTL than key's under
+// volatile-ttl, without one under allkeys-lru, where key is the least
+// recently used, since EXISTS does not touch a key's LRU clock) push
+// memory over the bound until key goes. The bound is lifted again after.
+func evict(t *testing.T, ctx context.Context, client *redis.Client, key, policy string) {
 	t.Helper()
 	info := client.InfoMap(ctx, "memory").Val()["Memory"]
 	mem, err := strconv.ParseInt(info["used_memory"], 10, 64)
 	if err != nil {
 		t.Fatalf("INFO memory: used_memory %q", info["used_memory"])
 	}
-	for _, kv := range [][2]string{{"maxmemory-policy", "volatile-ttl"}, {"maxmemory", strconv.FormatInt(mem+256<<10, 10)}} {
+	for _, kv := range [][2]string{{"maxmemory-policy", policy}, {"maxmemory-samples", "10"}, {"maxmemory", strconv.FormatInt(mem+256<<10, 10)}} {
 		if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
+			t.Fatalf("CONFIG SET %s %s: %v", kv[0], kv[1], err)
 		}
 	}
 	t.Cleanup(func() { client.ConfigSet(context.Background(), "maxmemory", "0") })
+	var ttl time.Duration
+	if policy == "volatile-ttl" {
+		ttl = 24 * time.Hour
+	}
 	filler := make([]byte, 1024)
 	evicted := false
-	for i := 0; i < 4096 && !evicted; i++ {
-		// A write may fail with OOM once nothing volatile is left; the
+	for i := 0; i < 16384 && !evicted; i++ {
+		// A write may fail with OOM once nothing evictable is left; the
 		// key is gone by then.
-		_ = client.Set(ctx, fmt.Sprintf("%s:filler:%d", key, i), filler, 24*time.Hour).Err()
+		_ = client.Set(ctx, fmt.Sprintf("%s:filler:%d", key, i), filler, ttl).Err()
 		evicted = client.Exists(ctx, key).Val() == 0
 	}
 	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {

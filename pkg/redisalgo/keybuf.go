@@ -50,23 +50,20 @@ func (k *keyBuf) add(prefix string, c algo.Check, now int64, hashes int) []byte 
 
 // field returns the field of key i (empty unless a fixed window's) as a
 // string that shares k's bytes, as view does.
-func (k *keyBuf) field(i int) string {
-	start := 0
-	if i > 0 {
-		start = k.fends[i-1]
-	}
-	f := k.f[start:k.fends[i]]
-	return unsafe.String(unsafe.SliceData(f), len(f))
-}
+func (k *keyBuf) field(i int) string { return viewOf(k.f, k.fends, i) }
 
 // view returns key i as a string that shares k's bytes (see keyBuf).
-func (k *keyBuf) view(i int) string {
+func (k *keyBuf) view(i int) string { return viewOf(k.b, k.ends, i) }
+
+// viewOf returns the i-th of the strings laid end to end in b, which end
+// at ends, as a string that shares b's bytes.
+func viewOf(b []byte, ends []int, i int) string {
 	start := 0
 	if i > 0 {
-		start = k.ends[i-1]
+		start = ends[i-1]
 	}
-	key := k.b[start:k.ends[i]]
-	return unsafe.String(unsafe.SliceData(key), len(key))
+	s := b[start:ends[i]]
+	return unsafe.String(unsafe.SliceData(s), len(s))
 }
 
 // stringBytes views s's bytes, for a reader (a hash) that never writes

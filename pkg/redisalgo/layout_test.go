@@ -429,43 +429,6 @@ func overloadRun(t *testing.T, client redis.UniversalClient, backends []*Backend
 	return true
 }
 
-// evictLRU has Redis evict key under maxmemory with the allkeys-lru
-// policy: filler keys without a TTL, written after key was last used,
-// push memory over the bound until key, the least recently used, goes
-// (EXISTS does not touch a key's LRU clock). The bound is lifted again
-// after.
-func evictLRU(t *testing.T, ctx context.Context, client *redis.Client, key string) {
-	t.Helper()
-	info := client.InfoMap(ctx, "memory").Val()["Memory"]
-	mem, err := strconv.ParseInt(info["used_memory"], 10, 64)
-	if err != nil {
-		t.Fatalf("INFO memory: used_memory %q", info["used_memory"])
-	}
-	for _, kv := range [][2]string{{"maxmemory-policy", "allkeys-lru"}, {"maxmemory-samples", "10"}, {"maxmemory", strconv.FormatInt(mem+256<<10, 10)}} {
-		if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatalf("CONFIG SET %s %s: %v", kv[0], kv[1], err)
-		}
-	}
-	t.Cleanup(func() { client.ConfigSet(context.Background(), "maxmemory", "0") })
-	filler := make([]byte, 1024)
-	evicted := false
-	for i := 0; i < 16384 && !evicted; i++ {
-		if err := client.Set(ctx, fmt.Sprintf("filler:%d", i), filler, 0).Err(); err != nil {
-			t.Fatalf("SET filler %d: %v", i, err)
-		}
-		evicted = client.Exists(ctx, key).Val() == 0
-	}
-	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if !evicted {
-		t.Fatalf("%s was not evicted", key)
-	}
-	if n := client.InfoMap(ctx, "stats").Val()["Stats"]["evicted_keys"]; n == "" || n == "0" {
-		t.Fatalf("%s is gone but Redis evicted no key (evicted_keys %q)", key, n)
-	}
-}
-
 // TestEvictedHash is the Redis that evicts: a window's hash evicted under
 // maxmemory (allkeys-lru, or volatile-ttl) loses the counts of every
 // counter in it, so those counters start again from 0 and the window
@@ -477,14 +440,8 @@ func evictLRU(t *testing.T, ctx context.Context, client *redis.Client, key strin
 // ("Eviction") describes.
 func TestEvictedHash(t *testing.T) {
 	const limit = 5
-	for _, tc := range []struct {
-		policy string
-		evict  func(t *testing.T, ctx context.Context, client *redis.Client, key string)
-	}{
-		{"allkeys-lru", evictLRU},
-		{"volatile-ttl", evict},
-	} {
-		t.Run(tc.policy, func(t *testing.T) {
+	for _, policy := range []string{"allkeys-lru", "volatile-ttl"} {
+		t.Run(policy, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			client := redistest.Standalone(t).Client(t)
@@ -516,7 +473,7 @@ func TestEvictedHash(t *testing.T) {
 			}
 			checkCountKey(t, ctx, client, hash, field, limit, true)
 
-			tc.evict(t, ctx, client, hash)
+			evict(t, ctx, client, hash, policy)
 
 			// The counter starts again: limit more hits pass, then
 			// none. The hash has no expiry until the replica's next
@@ -546,7 +503,7 @@ func TestEvictedHash(t *testing.T) {
 				t.Errorf("the recreated %s had no TTL after %d calls; want one within %d (ttl at call %d)", hash, calls, resendExpiry, ttlAfter)
 			}
 			checkCountKey(t, ctx, client, hash, field, limit, ttlAfter > 0)
-			t.Logf("%s: %d hits before the eviction, %d admitted after it, the recreated hash had a TTL again after %d calls", tc.policy, limit+1, admitted, ttlAfter)
+			t.Logf("%s: %d hits before the eviction, %d admitted after it, the recreated hash had a TTL again after %d calls", policy, limit+1, admitted, ttlAfter)
 		})
 	}
 }
