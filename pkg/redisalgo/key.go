@@ -193,7 +193,7 @@ func tagBucket(c algo.Check, hashes int) int64 {
 // hashes one fixed-window policy's counters of one window spread over.
 // docs/redis.md ("Sizing counter hashes") has the trade-off: each hash
 // costs each replica one PEXPIRE per window, and a hash should stay
-// within about 128 fields at the rule's peak.
+// near 64 fields at the rule's peak.
 const DefaultCounterHashes = 16
 
 // MaxCounterHashes bounds Options.CounterHashes: a bucket number is at
@@ -504,9 +504,8 @@ type Key struct {
 	// Bucket is an untagged fixed window's hash number (bucketOf), else 0.
 	Bucket int64
 	// FieldDigest is, for a fixed window whose field was longer than 64
-	// bytes, the hex digest that stands for it (AppendField); Entries
-	// then holds only the hash-tagged entry, if any, since the others
-	// are in the digest.
+	// bytes, the hex digest that stands for it (AppendField); Entries is
+	// then empty and HashTag -1, since every entry is in the digest.
 	FieldDigest string
 }
 

@@ -55,7 +55,7 @@ func keyMemory(tb testing.TB, n int, p algo.Policy) (perKey float64, sample stri
 }
 
 // counterFields is how many counters per hash keyMemory sizes a fixed
-// window's hashes for: docs/redis.md's advice of at most about 128.
+// window's hashes for: near docs/redis.md's advice of about 64 (the measurements used 100).
 const counterFields = 100
 
 // counterMemory returns used_memory's growth per counter after the n
