@@ -54,7 +54,6 @@ type counter struct {
 	check   algo.Check
 	value   int64
 	rule    string // "" when the entries are in a digest
-	hashTag string
 	entries string // key=value, …
 }
 

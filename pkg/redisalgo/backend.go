@@ -333,7 +333,7 @@ const minRedisMajor = 7
 
 // ErrRedisTooOld is wrapped by the error for a master older than Redis
 // 7.0.
-var ErrRedisTooOld = errors.New("Redis is older than 7.0")
+var ErrRedisTooOld = errors.New("redis server older than 7.0")
 
 // checkVersion fails when m reports a redis_version below minRedisMajor.
 // A server whose INFO fails or names no version (a proxy, a managed
