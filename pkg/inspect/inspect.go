@@ -320,7 +320,7 @@ func (w *walk) batch(ctx context.Context, c *redis.Client, names []string, now i
 	var reads []read
 	foreign := 0
 	for _, n := range names {
-		k, err := redisalgo.ParseKey(n, w.opts.KeyPrefix)
+		k, err := redisalgo.ParseKey(n, w.opts.KeyPrefix, cmp.Or(w.opts.CounterHashes, redisalgo.DefaultCounterHashes))
 		if err != nil {
 			foreign++
 			continue

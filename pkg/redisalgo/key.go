@@ -519,6 +519,12 @@ func (k Key) WindowStart(now int64) int64 {
 	}
 	i := algo.WindowIndex(now, k.Period)
 	_, r := divmod(i-k.Window, windowCount)
+	if i-r < math.MinInt64/k.Period {
+		// The window of that name before now starts before the first µs
+		// an int64 holds (a period of many days): the one it names is
+		// window k.Window itself, after now.
+		return k.Window * k.Period
+	}
 	return (i - r) * k.Period
 }
 
@@ -531,19 +537,29 @@ var ErrNotOurs = errors.New("not an envoy-rls key")
 var ErrCounterHash = errors.New("a hash of fixed-window counters")
 
 // ParseKey reads a key name back into what it names: the inverse of
-// AppendKey after prefix (Options.KeyPrefix). It accepts only the one
-// spelling AppendKey writes, so every name it accepts names one counter,
-// and it accepts every name AppendKey writes (the key tests and a fuzz
-// target hold both directions). A fixed window's hash (AppendCounterHash)
-// is refused with an error wrapping ErrCounterHash; any other name with
-// an error wrapping ErrNotOurs that says why.
-func ParseKey(name, prefix string) (Key, error) {
+// AppendKey after prefix (Options.KeyPrefix) with hashes buckets
+// (Options.CounterHashes). It accepts only the one spelling AppendKey
+// writes, so every name it accepts names one counter, and it accepts every
+// name AppendKey writes (the key tests and a fuzz target hold both
+// directions). A hash-tagged key's bucket is checked against its tagged
+// entry only when hashes is positive (a tool that does not know the
+// deployment's count passes 0). Every name it refuses gets an error
+// wrapping ErrNotOurs that says why; one with the shape of a fixed
+// window's hash (AppendCounterHash, IsCounterHash) also wraps
+// ErrCounterHash.
+func ParseKey(name, prefix string, hashes int) (Key, error) {
 	if IsCounterHash(name, prefix) {
-		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %q is %w: read its fields with ParseCounter", name, ErrCounterHash)
+		// Not a key: ErrNotOurs as for any name ParseKey refuses, and
+		// ErrCounterHash for a caller that wants to read it another way.
+		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %w: %q has the shape of %w: read its fields with ParseCounter", ErrNotOurs, name, ErrCounterHash)
 	}
 	k, err := parseKey(name, prefix)
-	if err == nil && k.Algorithm == algo.FixedWindow {
+	switch {
+	case err != nil:
+	case k.Algorithm == algo.FixedWindow:
 		err = errors.New("a fixed window's state is a field of a hash, not a key")
+	case k.HashTag >= 0 && hashes > 0:
+		err = k.checkTagBucket(hashes)
 	}
 	if err != nil {
 		return Key{HashTag: -1}, fmt.Errorf("redisalgo: %w: %w", ErrNotOurs, err)
@@ -648,8 +664,13 @@ func parseCounter(hash, field, prefix string, hashes int) (Key, error) {
 		return k, fmt.Errorf("a %s policy in a fixed window's hash name", k.Algorithm)
 	}
 	w, _ := strconv.ParseInt(window, 36, 64)
-	if k.Period <= 0 && w != 0 {
+	switch {
+	case k.Period <= 0 && w != 0:
 		return k, fmt.Errorf("window %q for a period of %dµs (want \"0000\")", window, k.Period)
+	case k.Period > 0 && w > math.MaxInt64/k.Period:
+		// AppendCounterHash never names a window that starts after the
+		// last µs an int64 holds.
+		return k, fmt.Errorf("window %q of a period of %dµs starts beyond any time", window, k.Period)
 	}
 	k.Window = w
 	if err := k.parseField(field, tagged); err != nil {
@@ -660,18 +681,27 @@ func parseCounter(hash, field, prefix string, hashes int) (Key, error) {
 		// tagged entry is in the digest.
 		return k, nil
 	}
-	want := bucketOf([]byte(field), hashes)
 	if tagged {
-		e := k.Entries[k.HashTag]
-		want = newFNV().add(e.Key.Text).addByte(0).add(e.Value.Text).mod(hashes)
-		if e.Key.Digest || e.Value.Digest {
-			return k, nil
-		}
+		return k, k.checkTagBucket(hashes)
 	}
-	if want != k.Bucket {
+	if want := bucketOf([]byte(field), hashes); want != k.Bucket {
 		return k, fmt.Errorf("the counter belongs in bucket %s of %d, not %s", strconv.FormatInt(want, 36), hashes, bucket)
 	}
 	return k, nil
+}
+
+// checkTagBucket fails unless hash-tagged k's bucket is its tagged
+// entry's among hashes (tagBucket); a digested part hides the entry, so
+// it passes.
+func (k *Key) checkTagBucket(hashes int) error {
+	e := k.Entries[k.HashTag]
+	if e.Key.Digest || e.Value.Digest {
+		return nil
+	}
+	if want := newFNV().add(e.Key.Text).addByte(0).add(e.Value.Text).mod(hashes); want != k.Bucket {
+		return fmt.Errorf("the tagged entry belongs in bucket %s of %d, not %s", strconv.FormatInt(want, 36), hashes, strconv.FormatInt(k.Bucket, 36))
+	}
+	return nil
 }
 
 // parseBucket reads a bucket number as the names write it.

@@ -78,7 +78,7 @@ func checkKey(t *testing.T, c algo.Check, key []byte, field string) {
 	if c.Policy.KeyedWindow() {
 		got, err = ParseCounter(string(key), field, "", keyHashes)
 	} else {
-		got, err = ParseKey(string(key), "")
+		got, err = ParseKey(string(key), "", keyHashes)
 	}
 	if err != nil {
 		t.Fatalf("key %q %q of %+v does not decode: %v", key, field, c, err)
@@ -450,7 +450,7 @@ func FuzzParseKey(f *testing.F) {
 	f.Add("pre:r3{d:a:b:s1/1}")
 	f.Add("pre:r3{d:a:b:f1/30}")
 	f.Fuzz(func(t *testing.T, name string) {
-		k, err := ParseKey(name, "pre:")
+		k, err := ParseKey(name, "pre:", keyHashes)
 		if err != nil {
 			if !errors.Is(err, ErrNotOurs) {
 				t.Fatalf("ParseKey(%q) error %v does not wrap ErrNotOurs", name, err)
@@ -504,8 +504,9 @@ func FuzzParseCounter(f *testing.F) {
 		if digest {
 			return
 		}
-		// The window: any time in the one the name says.
-		now := k.WindowStart(keyNow)
+		// The window: the one the name says, from the epoch (every
+		// window index it can name starts before the end of time).
+		now := k.Window * k.Period
 		if gh, gf := CounterAt("pre:", c, now, keyHashes); gh != hash || gf != field {
 			t.Fatalf("ParseCounter(%q, %q) = %+v, which encodes as %q %q", hash, field, k, gh, gf)
 		}
@@ -540,12 +541,12 @@ func TestParseKeyRefuses(t *testing.T) {
 		"pre:r3{d:a:b:t1/30}",                        // sub-windows of a token bucket
 		"pre:r3{d:a:b:f1o}",                          // a fixed window's state is a hash field
 	} {
-		if k, err := ParseKey(name, "pre:"); err == nil || !errors.Is(err, ErrNotOurs) {
+		if k, err := ParseKey(name, "pre:", keyHashes); err == nil || !errors.Is(err, ErrNotOurs) {
 			t.Errorf("ParseKey(%q) = %+v, %v; want ErrNotOurs", name, k, err)
 		}
 	}
 	for _, name := range []string{"pre:r3{d:f1o:b}0000", "pre:r3{d:#3}f1o:zzzz"} {
-		if _, err := ParseKey(name, "pre:"); !errors.Is(err, ErrCounterHash) {
+		if _, err := ParseKey(name, "pre:", keyHashes); !errors.Is(err, ErrCounterHash) {
 			t.Errorf("ParseKey(%q) = %v; want ErrCounterHash", name, err)
 		}
 	}
