@@ -169,6 +169,7 @@ func Run(ctx context.Context, m Masters, opts Options) (*Report, error) {
 	if opts.Count <= 0 {
 		opts.Count = 100
 	}
+	opts.CounterHashes = cmp.Or(opts.CounterHashes, redisalgo.DefaultCounterHashes)
 	if opts.Top <= 0 {
 		opts.Top = 10
 	}
@@ -252,6 +253,17 @@ func (w *walk) master(ctx context.Context, c *redis.Client) error {
 	}
 }
 
+// foreignKey counts one key that is not ours, met where a counter hash's
+// name promised one (a hash of another type), against MaxKeys, and
+// returns whether the bound is reached.
+func (w *walk) foreignKey() bool {
+	n, stop := w.admitN(1)
+	w.mu.Lock()
+	w.r.Foreign += n
+	w.mu.Unlock()
+	return stop
+}
+
 func (w *walk) setPartial() {
 	w.mu.Lock()
 	w.r.Partial = true
@@ -320,7 +332,7 @@ func (w *walk) batch(ctx context.Context, c *redis.Client, names []string, now i
 	var reads []read
 	foreign := 0
 	for _, n := range names {
-		k, err := redisalgo.ParseKey(n, w.opts.KeyPrefix, cmp.Or(w.opts.CounterHashes, redisalgo.DefaultCounterHashes))
+		k, err := redisalgo.ParseKey(n, w.opts.KeyPrefix, w.opts.CounterHashes)
 		if err != nil {
 			foreign++
 			continue
@@ -370,11 +382,7 @@ func (w *walk) hash(ctx context.Context, c *redis.Client, name string, now int64
 		return false, fmt.Errorf("read hash %s: %w", name, err)
 	}
 	if err := size.Err(); err != nil {
-		n, stop := w.admitN(1)
-		w.mu.Lock()
-		w.r.Foreign += n
-		w.mu.Unlock()
-		return stop, nil
+		return w.foreignKey(), nil
 	}
 	fields := size.Val()
 	if fields == 0 {
@@ -393,11 +401,7 @@ func (w *walk) hash(ctx context.Context, c *redis.Client, name string, now int64
 		if err != nil {
 			if isPerKey(err) {
 				// Replaced by another type since HLEN: as above.
-				n, stop := w.admitN(1)
-				w.mu.Lock()
-				w.r.Foreign += n
-				w.mu.Unlock()
-				return stop, nil
+				return w.foreignKey(), nil
 			}
 			return false, fmt.Errorf("HSCAN %s: %w", name, err)
 		}
@@ -412,7 +416,7 @@ func (w *walk) hash(ctx context.Context, c *redis.Client, name string, now int64
 		w.mu.Lock()
 		for i := range n {
 			field, value := step[2*i], step[2*i+1]
-			k, err := redisalgo.ParseCounter(name, field, w.opts.KeyPrefix, cmp.Or(w.opts.CounterHashes, redisalgo.DefaultCounterHashes))
+			k, err := redisalgo.ParseCounter(name, field, w.opts.KeyPrefix, w.opts.CounterHashes)
 			if err != nil {
 				w.r.Foreign++
 				continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,30 +76,9 @@ func hashLayoutField(i int) string { return memKey + ":" + memUser(i) }
 // CONFIG RESETSTAT; it fails unless cmd was called calls times.
 func commandUsec(tb testing.TB, ctx context.Context, client *redis.Client, cmd string, calls int) float64 {
 	tb.Helper()
-	info, err := client.Info(ctx, "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
+	st := commandStats(tb, ctx, client)[cmd]
+	if st.calls != int64(calls) {
+		tb.Fatalf("%s was called %d times, want %d", cmd, st.calls, calls)
 	}
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		var n, usec float64
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				n, _ = strconv.ParseFloat(v, 64)
-			case "usec":
-				usec, _ = strconv.ParseFloat(v, 64)
-			}
-		}
-		if int(n) != calls {
-			tb.Fatalf("%s was called %v times, want %d", cmd, n, calls)
-		}
-		return usec / n
-	}
-	tb.Fatalf("INFO commandstats has no %s", cmd)
-	return 0
+	return st.usec / float64(st.calls)
 }

@@ -114,15 +114,33 @@ func AppendKey(dst []byte, c algo.Check, hashes int) []byte {
 	}
 	dst = append(dst, '{')
 	dst = appendPart(dst, c.Domain)
-	for _, e := range c.Entries {
+	if len(c.Entries) > 0 {
 		dst = append(dst, ':')
-		dst = appendPart(dst, e.Key)
-		dst = append(dst, ':')
-		dst = appendPart(dst, e.Value)
+		dst = appendEntries(dst, c.Entries, -1)
 	}
 	dst = append(dst, ':')
 	dst = appendPolicy(dst, c.Policy)
 	return append(dst, '}')
+}
+
+// appendEntries appends entries as <k1>:<v1>:<k2>:<v2>…, entry tagged
+// (when not -1) as a lone '#': it is written elsewhere, and '#' alone is
+// no part (a digest is '#' and 32 hex digits), so it says where the entry
+// goes in one byte.
+func appendEntries(dst []byte, entries []algo.Entry, tagged int) []byte {
+	for i, e := range entries {
+		if i > 0 {
+			dst = append(dst, ':')
+		}
+		if i == tagged {
+			dst = append(dst, '#')
+			continue
+		}
+		dst = appendPart(dst, e.Key)
+		dst = append(dst, ':')
+		dst = appendPart(dst, e.Value)
+	}
+	return dst
 }
 
 // appendTag appends the hash tag of hash-tagged c: "{<domain>:#<n>}".
@@ -141,19 +159,8 @@ func appendTagged(dst []byte, c algo.Check) []byte {
 	dst = appendPart(dst, c.Entries[t].Key)
 	dst = append(dst, ':')
 	dst = appendPart(dst, c.Entries[t].Value)
-	for i, e := range c.Entries {
-		dst = append(dst, ':')
-		if i == t {
-			// '#' alone is no part (a digest is '#' and 32 hex
-			// digits), so it says where the entry goes in one byte.
-			dst = append(dst, '#')
-			continue
-		}
-		dst = appendPart(dst, e.Key)
-		dst = append(dst, ':')
-		dst = appendPart(dst, e.Value)
-	}
-	return dst
+	dst = append(dst, ':')
+	return appendEntries(dst, c.Entries, t)
 }
 
 // tagBucket is hash-tagged c's bucket: FNV-1a of its tagged entry's key
@@ -161,8 +168,12 @@ func appendTagged(dst []byte, c algo.Check) []byte {
 // gets the same bucket, and so the same slot, whatever its algorithm.
 func tagBucket(c algo.Check, hashes int) int64 {
 	e := c.Entries[c.TagIndex()]
-	h := newFNV().add(e.Key).addByte(0).add(e.Value)
-	return h.mod(hashes)
+	return entryBucket(e.Key, e.Value, hashes)
+}
+
+// entryBucket is the bucket of a tagged entry among hashes (tagBucket).
+func entryBucket(key, value string, hashes int) int64 {
+	return newFNV().add(key).addByte(0).add(value).mod(hashes)
 }
 
 // A fixed window's counter is not a key of its own but a field of a hash
@@ -224,14 +235,7 @@ func AppendField(dst []byte, c algo.Check) []byte {
 	if c.TagIndex() >= 0 {
 		dst = appendTagged(dst, c)
 	} else {
-		for i, e := range c.Entries {
-			if i > 0 {
-				dst = append(dst, ':')
-			}
-			dst = appendPart(dst, e.Key)
-			dst = append(dst, ':')
-			dst = appendPart(dst, e.Value)
-		}
+		dst = appendEntries(dst, c.Entries, -1)
 	}
 	if len(dst)-start > maxField {
 		sum := sha256.Sum256(dst[start:])
@@ -698,7 +702,7 @@ func (k *Key) checkTagBucket(hashes int) error {
 	if e.Key.Digest || e.Value.Digest {
 		return nil
 	}
-	if want := newFNV().add(e.Key.Text).addByte(0).add(e.Value.Text).mod(hashes); want != k.Bucket {
+	if want := entryBucket(e.Key.Text, e.Value.Text, hashes); want != k.Bucket {
 		return fmt.Errorf("the tagged entry belongs in bucket %s of %d, not %s", strconv.FormatInt(want, 36), hashes, strconv.FormatInt(k.Bucket, 36))
 	}
 	return nil
@@ -735,12 +739,7 @@ func (k *Key) parseField(field string, tagged bool) error {
 	if len(f)%2 != 0 {
 		return fmt.Errorf("%d fields (want key and value pairs)", len(f))
 	}
-	for i := 0; i < len(f); i += 2 {
-		if err := k.appendEntry(f[i], f[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return k.appendPairs(f)
 }
 
 func parseKey(name, prefix string) (Key, error) {
@@ -773,10 +772,8 @@ func (k *Key) parseDefault(f []string) error {
 		return fmt.Errorf("domain: %w", err)
 	}
 	last := len(f) - 1
-	for i := 1; i < last; i += 2 {
-		if err := k.appendEntry(f[i], f[i+1]); err != nil {
-			return err
-		}
+	if err := k.appendPairs(f[1:last]); err != nil {
+		return err
 	}
 	return k.parsePolicy(f[last])
 }
@@ -831,6 +828,17 @@ func (k *Key) parseTaggedEntries(f []string) error {
 	}
 	if k.HashTag < 0 {
 		return errors.New("no '#' field marks the tagged entry")
+	}
+	return nil
+}
+
+// appendPairs appends the entries of f, key and value pairs (an even
+// count, which the caller checked).
+func (k *Key) appendPairs(f []string) error {
+	for i := 0; i+1 < len(f); i += 2 {
+		if err := k.appendEntry(f[i], f[i+1]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

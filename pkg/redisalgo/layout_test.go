@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -33,65 +34,47 @@ func hourly(limit int64) algo.Policy {
 // userCheck is a plain-call candidate: one fixed-window limit on (user,
 // user) of domain, of hits.
 func userCheck(domain, user string, limit, hits int64) algo.Check {
-	return algo.Check{Domain: domain, Entries: []algo.Entry{{Key: "user", Value: user}}, HashTag: -1, Policy: hourly(limit), Hits: hits}
+	return backendtest.UserCheck(domain, user, hourly(limit), hits)
 }
 
-// commandCalls returns INFO commandstats as calls per command name
-// (lower case, without "cmdstat_").
-func commandCalls(t *testing.T, ctx context.Context, client *redis.Client) map[string]int64 {
-	t.Helper()
+// cmdStat is one command's INFO commandstats line: its calls, and the µs
+// they took to execute.
+type cmdStat struct {
+	calls int64
+	usec  float64
+}
+
+// commandStats returns INFO commandstats per command name (lower case,
+// without "cmdstat_").
+func commandStats(tb testing.TB, ctx context.Context, client *redis.Client) map[string]cmdStat {
+	tb.Helper()
 	info, err := client.Info(ctx, "commandstats").Result()
 	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
+		tb.Fatalf("INFO commandstats: %v", err)
 	}
-	calls := make(map[string]int64)
-	for line := range strings.SplitSeq(info, "\n") {
+	stats := make(map[string]cmdStat)
+	for line := range strings.Lines(info) {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		name, isCmd := strings.CutPrefix(name, "cmdstat_")
 		if !ok || !isCmd {
 			continue
 		}
+		var st cmdStat
 		for kv := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("INFO commandstats: %s has calls %q", name, v)
-				}
-				calls[name] = n
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, err = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, err = strconv.ParseFloat(v, 64)
+			}
+			if err != nil {
+				tb.Fatalf("INFO commandstats: %s has %s %q", name, k, v)
 			}
 		}
+		stats[name] = st
 	}
-	return calls
-}
-
-// allKeys returns every key of client's database, or of every master of
-// a cluster client.
-func allKeys(t *testing.T, ctx context.Context, client redis.UniversalClient) []string {
-	t.Helper()
-	var mu sync.Mutex
-	var keys []string
-	scan := func(ctx context.Context, c *redis.Client) error {
-		it := c.Scan(ctx, 0, "", 1000).Iterator()
-		for it.Next(ctx) {
-			mu.Lock()
-			keys = append(keys, it.Val())
-			mu.Unlock()
-		}
-		return it.Err()
-	}
-	var err error
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		t.Fatalf("allKeys: unexpected client %T", client)
-	}
-	if err != nil {
-		t.Fatalf("SCAN: %v", err)
-	}
-	return keys
+	return stats
 }
 
 // domainHashes returns the counter hashes (untagged, no key prefix) of
@@ -100,7 +83,7 @@ func domainHashes(t *testing.T, ctx context.Context, client redis.UniversalClien
 	t.Helper()
 	start := LayoutVersion + "{" + string(appendPart(nil, domain)) + ":"
 	var out []string
-	for _, k := range allKeys(t, ctx, client) {
+	for _, k := range scanKeys(t, client, "") {
 		if strings.HasPrefix(k, start) && IsCounterHash(k, "") {
 			out = append(out, k)
 		}
@@ -202,12 +185,12 @@ func TestOneCommandPerDecision(t *testing.T) {
 			for _, b := range backends {
 				b.giveBacks.Wait()
 			}
-			stats := commandCalls(t, ctx, admin)
+			stats := commandStats(t, ctx, admin)
 
 			// Every key of the fresh server is a counter hash of the
 			// run; its fields sum to the plain calls it got, since
 			// every call was admitted and nothing was given back.
-			keys := allKeys(t, ctx, admin)
+			keys := scanKeys(t, admin, "")
 			var total, bound int64
 			noTTL := 0
 			for _, h := range keys {
@@ -233,21 +216,21 @@ func TestOneCommandPerDecision(t *testing.T) {
 			if total != int64(tc.decisions) {
 				t.Fatalf("the hashes count %d hits, want %d", total, tc.decisions)
 			}
-			if stats["hincrby"] != int64(tc.decisions) {
-				t.Errorf("HINCRBY calls %d, want one per decision, %d", stats["hincrby"], tc.decisions)
+			if stats["hincrby"].calls != int64(tc.decisions) {
+				t.Errorf("HINCRBY calls %d, want one per decision, %d", stats["hincrby"].calls, tc.decisions)
 			}
-			if p := stats["pexpire"]; p < int64(len(keys)) || p > bound {
+			if p := stats["pexpire"].calls; p < int64(len(keys)) || p > bound {
 				t.Errorf("PEXPIRE calls %d, want between %d (one per hash) and %d (one per replica, hash and window, and one every %d calls)", p, len(keys), bound, resendExpiry)
 			}
 			for _, cmd := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "set", "incrby", "incr", "expire", "hget", "hset", "get"} {
-				if n := stats[cmd]; n != 0 {
+				if n := stats[cmd].calls; n != 0 {
 					t.Errorf("%s was called %d times; a plain decision sends HINCRBY and PEXPIRE only", strings.ToUpper(cmd), n)
 				}
 			}
 			n := float64(tc.decisions)
 			t.Logf("%d decisions, %d replicas, %d hashes: HINCRBY %d, PEXPIRE %d (bound %d), TIME %d: %.4f commands per decision (%.4f with the clocks' TIME)",
-				tc.decisions, tc.replicas, len(keys), stats["hincrby"], stats["pexpire"], bound, stats["time"],
-				float64(stats["hincrby"]+stats["pexpire"])/n, float64(stats["hincrby"]+stats["pexpire"]+stats["time"])/n)
+				tc.decisions, tc.replicas, len(keys), stats["hincrby"].calls, stats["pexpire"].calls, bound, stats["time"].calls,
+				float64(stats["hincrby"].calls+stats["pexpire"].calls)/n, float64(stats["hincrby"].calls+stats["pexpire"].calls+stats["time"].calls)/n)
 		})
 	}
 }
@@ -623,7 +606,7 @@ func TestRollingUpgradeFromR2(t *testing.T) {
 	if r2n+r3n > 2*limit {
 		t.Errorf("together %d admitted, more than two limits (%d)", r2n+r3n, 2*limit)
 	}
-	keys := allKeys(t, ctx, client)
+	keys := scanKeys(t, client, "")
 	if len(keys) != 2 || !(keys[0] == r2Key && keys[1] == r3Hash || keys[0] == r3Hash && keys[1] == r2Key) {
 		t.Fatalf("the server holds %q, want the r2 key %q and the r3 hash %q alone", keys, r2Key, r3Hash)
 	}

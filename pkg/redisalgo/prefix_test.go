@@ -45,7 +45,7 @@ func TestKeyPrefixRejectsBraces(t *testing.T) {
 }
 
 // scanKeys returns the keys matching pattern on every node of client.
-func scanKeys(t *testing.T, client redis.UniversalClient, pattern string) []string {
+func scanKeys(t testing.TB, client redis.UniversalClient, pattern string) []string {
 	t.Helper()
 	ctx := context.Background()
 	var keys []string
