@@ -8,6 +8,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/envoy-rls/envoy-rls/internal/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -166,4 +168,27 @@ descriptors:
 			{advance: time.Second, hits: 0, code: over, remaining: 0, reset: 58*time.Minute - time.Second},
 		})
 	})
+}
+
+// TestChargeMetrics: charges and the hits they count past the limit are
+// counted per rule and limit.
+func TestChargeMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, _ := newTestService(t, `
+domain: budget
+descriptors:
+  - key: user
+    rate_limit: {name: tokens, unit: hour, requests_per_unit: 1000, cost: charge}
+`, func(c *Config) { c.Metrics = NewMetrics(reg) })
+	for _, hits := range []int64{800, 900, 50, -1} {
+		call(t, s, request("budget", budgetDesc(budgetStep{hits: hits})))
+	}
+	const labels = "domain=budget,limit=tokens,rule=tokens"
+	if got := counterValues(t, reg, "envoy_rls_charged_hits_total")[labels]; got != 1750 {
+		t.Errorf("charged hits %v, want 1750", got)
+	}
+	// 900 with 200 left: 700 past the limit; then 50 more.
+	if got := counterValues(t, reg, "envoy_rls_overdraft_hits_total")[labels]; got != 750 {
+		t.Errorf("overdraft hits %v, want 750", got)
+	}
 }
