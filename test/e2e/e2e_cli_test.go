@@ -122,6 +122,15 @@ func TestValidateCommand(t *testing.T) {
 		t.Errorf("validate good dir: exit %d, stdout %q, stderr %q; want 0 and \"2 domains, 4 rules, 4 limits OK\"", code, stdout, stderr)
 	}
 
+	// One file validates on its own; a broken one names its failing line.
+	if stdout, stderr, code := runCLI(t, nil, "validate", filepath.Join(good, "shop.yaml")); code != 0 || !strings.HasSuffix(strings.TrimSpace(stdout), "OK") {
+		t.Errorf("validate FILE: exit %d, stdout %q, stderr %q; want 0 and OK", code, stdout, stderr)
+	}
+	indent := rulesDir(t, map[string]string{"i.yaml": "domain: i\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n     requests_per_unit: 5\n"})
+	if _, stderr, code := runCLI(t, nil, "validate", filepath.Join(indent, "i.yaml")); code != 1 || !strings.Contains(stderr, "i.yaml:6: invalid YAML") {
+		t.Errorf("validate FILE with an indentation error on line 6: exit %d, stderr %q; want 1 and i.yaml:6", code, stderr)
+	}
+
 	// The shipped examples validate, as `make run` serves them.
 	examples, err := filepath.Abs(filepath.Join("..", "..", "examples", "config"))
 	if err != nil {
@@ -141,8 +150,8 @@ func TestValidateCommand(t *testing.T) {
 		want string
 	}{
 		{"empty dir", []string{"validate", t.TempDir()}, 1, "no rule files"},
-		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 1, "nope"},
-		{"no dir: --config-dir's default", []string{"validate"}, 1, "/etc/envoy-rls/config"},
+		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 2, "no rule file or directory at "},
+		{"no dir: --config-dir's default, with serve's hint", []string{"validate"}, 2, "no rule directory at /etc/envoy-rls/config; point validate at one"},
 		{"two dirs", []string{"validate", good, good}, 2, "validate takes at most one argument"},
 		{"bad default algorithm", []string{"validate", "--default-algorithm", "leaky", good}, 2, "--default-algorithm"},
 	}
