@@ -51,6 +51,14 @@ func TestCheckCommand(t *testing.T) {
 			want{1, []string{`^descriptor 0 \(client=hits\): OVER_LIMIT .* remaining=1 `}, ""}},
 		{"domain from the environment", []string{"ENVOY_RLS_DOMAIN=shop"}, []string{"-d", "client=env"},
 			want{0, []string{`^descriptor 0 \(client=env\): OK limit=5/HOUR`}, ""}},
+		// A typo in the domain is allowed, as Envoy would be told, with a
+		// note; --require-limit makes it an exit code for scripts.
+		{"unknown domain: a note", nil, []string{"--domain", "shpo", "-d", "plan=free"},
+			want{0, []string{`^overall: OK$`, `^descriptor 0 \(plan=free\): OK$`}, `note: no limit applies to this request: the server has no domain "shpo"`}},
+		{"unknown domain, --require-limit", nil, []string{"--require-limit", "--domain", "shpo", "-d", "plan=free"},
+			want{3, []string{`^overall: OK$`}, `no domain "shpo"`}},
+		{"a limit applies, --require-limit", nil, []string{"--require-limit", "--domain", "shop", "-d", "client=required"},
+			want{0, []string{`^descriptor 0 \(client=required\): OK limit=5/HOUR`}, ""}},
 		{"no domain", nil, []string{"-d", "plan=free"}, want{2, nil, "--domain and at least one -d are required"}},
 		{"no descriptor", nil, []string{"--domain", "shop"}, want{2, nil, "--domain and at least one -d are required"}},
 		{"bad descriptor", nil, []string{"--domain", "shop", "-d", "plan"}, want{2, nil, `entry "plan": want key=value`}},
@@ -72,6 +80,9 @@ func TestCheckCommand(t *testing.T) {
 			}
 			if !strings.Contains(stderr, tt.want.stderr) {
 				t.Errorf("stderr %q, want it to contain %q", stderr, tt.want.stderr)
+			}
+			if tt.want.stderr == "" && strings.Contains(stderr, "note:") {
+				t.Errorf("stderr %q: a note where a limit applied", stderr)
 			}
 		})
 	}
