@@ -40,32 +40,44 @@ check() {
   fi
 }
 
-end=$((SECONDS + duration))
-round=0
-while ((SECONDS < end)); do
-  round=$((round + 1))
-  # Ordinary clients, well under per_ip (50 a second).
-  for i in 10 11 12 13 14 15; do check -d remote_address=203.0.113.$i; done
-  # A login brute force: login_per_minute allows 5 a minute per address.
-  for _ in 1 2 3; do check -d generic_key=login,remote_address=198.51.100.23; done
-  check -d generic_key=login,remote_address=198.51.100.42
-  ((round % 3 == 0)) && check -d generic_key=login,remote_address=203.0.113.10
-  # The address blocked_ip denies every time.
-  check -d remote_address=192.0.2.66
-  # A scraper: 80 hits a request, faster than per_ip refills (50 a second).
-  check --hits 80 -d remote_address=203.0.113.200
-  sleep 0.3
-done
+# traffic sends the demo's requests for $1 seconds, about 15 a round.
+traffic() {
+  local end=$((SECONDS + $1)) round=0
+  while ((SECONDS < end)); do
+    round=$((round + 1))
+    # Ordinary clients, well under per_ip (50 a second).
+    for i in 10 11 12 13 14 15; do check -d remote_address=203.0.113.$i; done
+    # A login brute force: login_per_minute allows 5 a minute per address.
+    for _ in 1 2 3; do check -d generic_key=login,remote_address=198.51.100.23; done
+    check -d generic_key=login,remote_address=198.51.100.42
+    ((round % 3 == 0)) && check -d generic_key=login,remote_address=203.0.113.10
+    # The address blocked_ip denies every time.
+    check -d remote_address=192.0.2.66
+    # A scraper: 80 hits a request, faster than per_ip refills (50 a second).
+    check --hits 80 -d remote_address=203.0.113.200
+    sleep 0.3
+  done
+}
 
-if [[ -n "$shot" ]]; then
-  # Headless, with a new empty profile and the background networking off:
-  # it reaches nothing but the loopback console. The page polls every
-  # second; the virtual time budget lets it fill in before the shot.
-  profile=$(mktemp -d)
-  trap 'rm -rf "$profile"' EXIT
-  "${CHROMIUM:-chromium}" --headless --no-sandbox --disable-gpu --disable-background-networking \
-    --disable-component-update --disable-sync --no-first-run --user-data-dir="$profile" \
-    --hide-scrollbars --window-size="$size" --virtual-time-budget=4000 \
-    --screenshot="$shot" "$console" >/dev/null 2>&1
-  echo "demo.sh: wrote $shot"
+check -d remote_address=203.0.113.10 # fails fast when nothing serves
+if [[ -z "$shot" ]]; then
+  traffic "$duration"
+  exit 0
 fi
+
+# The screenshot is taken while the traffic still runs, so that the
+# per-second columns show it.
+traffic $((duration + 8)) &
+traffic_pid=$!
+sleep "$duration"
+# Headless, with a new empty profile and the background networking off:
+# it reaches nothing but the loopback console. The page polls every
+# second; the virtual time budget lets it fill in before the shot.
+profile=$(mktemp -d)
+trap 'rm -rf "$profile"' EXIT
+"${CHROMIUM:-chromium}" --headless --no-sandbox --disable-gpu --disable-background-networking \
+  --disable-component-update --disable-sync --no-first-run --user-data-dir="$profile" \
+  --hide-scrollbars --window-size="$size" --virtual-time-budget=4000 \
+  --screenshot="$shot" "$console" >/dev/null 2>&1
+echo "demo.sh: wrote $shot"
+wait "$traffic_pid"
