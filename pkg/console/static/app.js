@@ -194,9 +194,12 @@ function renderDenied(page) {
   const total = sum(denying.map((l) => l.denied));
   const head = byId('denied-headline');
   head.className = denying.length ? 'bad' : 'good';
-  head.textContent = denying.length
-    ? total + ' request' + (total === 1 ? '' : 's') + ' denied in the last minute, by ' + denying.length + ' limit' + (denying.length === 1 ? '' : 's') + ' (most denied first):'
-    : 'No request denied in the last minute.';
+  head.replaceChildren(denying.length
+    ? total + ' request' + (total === 1 ? '' : 's') + ' denied in the last minute, by ' + denying.length + ' limit' + (denying.length === 1 ? '' : 's') + ' (most denied first) '
+    : 'No request denied in the last minute ',
+  // The sketch counts whole buckets: "the last minute" may reach back
+  // further, as far as covers says.
+  el('span', 'muted', '(counted over at most ' + page.covers + ')'));
   const out = [];
   if (denying.length) {
     out.push(table(['limit', 'denied', 'seen', 'over/s now', 'clients denied most (count)'], denying.map((l) => {
