@@ -227,6 +227,8 @@ function renderDenied(page) {
     out.push(d);
   }
   if (!page.limits.length) out.push(el('p', 'muted', 'No decisions in the last minute.'));
+  // Limits past the sketch's bound are not in it: their denials are missing here.
+  if (page.dropped) out.push(el('p', 'bad', page.dropped + ' decisions of limits beyond the sketch\'s bound were not tracked: their denials are not listed.'));
   replace(byId('denied'), ...out);
 }
 
