@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 )
 
@@ -162,9 +164,10 @@ func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int 
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	var header metadata.MD
 	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{
 		Domain: f.domain, Descriptors: f.descs, HitsAddend: uint32(f.hits),
-	})
+	}, grpc.Header(&header))
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls check: %v\n", err)
 		return 2
@@ -192,11 +195,15 @@ func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int 
 	}
 	if noLimitApplied(resp) {
 		// Envoy answers such a request as allowed, so a typo in its
-		// domain: turns limiting off without a word; say so. The answer
-		// cannot tell an unknown domain from descriptors no rule matches:
-		// explain can.
-		fmt.Fprintf(stderr, "envoy-rls check: note: no limit applies to this request: the server has no domain %q, no rule of it matches these descriptors, or the rule is unlimited; "+
-			"envoy-rls explain --addr <debug address> --domain %s -d … says which\n", f.domain, f.domain)
+		// domain: turns limiting off without a word; say so. The server
+		// names an unknown domain in a response header; otherwise no rule
+		// matched, and explain says why.
+		if len(header.Get(rls.UnknownDomainHeader)) > 0 {
+			fmt.Fprintf(stderr, "envoy-rls check: note: the server has no domain %q: no limit applies (check the domain: of Envoy's rate_limit filter and of the rule files)\n", f.domain)
+		} else {
+			fmt.Fprintf(stderr, "envoy-rls check: note: no limit applies to this request: no rule of domain %q matches these descriptors, or the rule is unlimited; "+
+				"envoy-rls explain --addr <debug address> --domain %s -d … says which\n", f.domain, f.domain)
+		}
 		if f.requireLimit {
 			return 3
 		}

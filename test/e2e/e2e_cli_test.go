@@ -64,7 +64,9 @@ func TestCheckCommand(t *testing.T) {
 		// A typo in the domain is allowed, as Envoy would be told, with a
 		// note; --require-limit makes it an exit code for scripts.
 		{"unknown domain: a note", nil, []string{"--domain", "shpo", "-d", "plan=free"},
-			want{0, []string{`^overall: OK$`, `^descriptor 0 \(plan=free\): OK$`}, `note: no limit applies to this request: the server has no domain "shpo"`}},
+			want{0, []string{`^overall: OK$`, `^descriptor 0 \(plan=free\): OK$`}, `note: the server has no domain "shpo": no limit applies`}},
+		{"known domain, no rule matches: a note", nil, []string{"--domain", "shop", "-d", "nosuchkey=x"},
+			want{0, []string{`^overall: OK$`}, `note: no limit applies to this request: no rule of domain "shop" matches these descriptors`}},
 		{"unknown domain, --require-limit", nil, []string{"--require-limit", "--domain", "shpo", "-d", "plan=free"},
 			want{3, []string{`^overall: OK$`}, `no domain "shpo"`}},
 		{"a limit applies, --require-limit", nil, []string{"--require-limit", "--domain", "shop", "-d", "client=required"},
