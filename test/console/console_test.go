@@ -38,6 +38,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -85,6 +86,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5, name: per_client}
   - key: path
     rate_limit: {unit: second, requests_per_unit: 100000, name: paths}
+  - key: tokens
+    rate_limit: {unit: hour, requests_per_unit: 100, name: token_budget, cost: charge}
 `
 
 // xssValue is a descriptor value that would run script if the page put it
@@ -449,6 +452,22 @@ func TestConsole(t *testing.T) {
 		}
 		if n := eval[int](t, ctx, `document.querySelectorAll('img').length`); n != 0 {
 			t.Errorf("%d img elements after explaining the HTML value", n)
+		}
+		// A budget charged 150 of 100 (cost: charge) shows its overdraft.
+		charge, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if _, err := s.rls.ShouldRateLimit(charge, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tokens", Value: "dave"}}, HitsAddend: wrapperspb.UInt64(150)}}}); err != nil {
+			t.Fatalf("charge: %v", err)
+		}
+		run(t, ctx,
+			setValue("#explain-domain", "shop"),
+			setValue("#explain-descriptors", "tokens=dave"),
+			do(`document.getElementById('explain-result').replaceChildren()`),
+			chromedp.Click(chromedp.CSS("#explain-submit")))
+		waitJS(t, ctx, "explain answers", `!!document.querySelector('#explain-decision strong')`)
+		if got := eval[string](t, ctx, `document.getElementById('explain-result').textContent`); !strings.Contains(got, "overdrawn by 50") || !strings.Contains(got, "cost: charge") {
+			t.Errorf("explain of a budget charged 150 of 100: %q, want it overdrawn by 50 and its cost named", got)
 		}
 		screenshot(t, ctx, shots, "3-explain", "#panel-explain")
 	})

@@ -330,8 +330,10 @@ async function explain(ev) {
       const ok = l.replaced_by ? true : (left === null ? null : left > 0);
       const soft = d.rule.shadow_mode || d.rule.quota_mode;
       if (ok === false && !soft) over = true;
-      rows.push(row([String(i), entries, where, l.label + ': ' + l.effective.limit + ' per ' + l.unit + ' (' + l.algorithm + ', ' + l.effective.source + ')',
-        l.key, left === null ? 'not read' : String(left),
+      // An overdrawn budget (cost: charge) says by how much.
+      const leftText = left === null ? 'not read' : (st && st.overdraft > 0 ? '0 (overdrawn by ' + st.overdraft + ')' : String(left));
+      rows.push(row([String(i), entries, where, l.label + ': ' + l.effective.limit + ' per ' + l.unit + ' (' + l.algorithm + ', ' + l.effective.source + (l.cost === 'charge' ? ', cost: charge' : '') + ')',
+        l.key, leftText,
         el('td', ok === false ? 'bad' : 'good', l.replaced_by ? 'replaced by ' + l.replaced_by : ok === null ? '?' : ok ? 'OK' : (soft ? 'OVER_LIMIT (soft: answered OK)' : 'OVER_LIMIT'))]));
     }
   });
