@@ -53,6 +53,9 @@ type example struct {
 	// setup are the document's earlier export blocks (see isSetup), run
 	// before script as a reader's shell would have run them.
 	setup string
+	// recipe is the envoy-rls rule file and Envoy virtual hosts of a
+	// block that says recipe=NAME (env "recipe").
+	recipe recipe
 	// want is the output the document shows; hasWant is false when it
 	// shows none, and the block must then exit 0.
 	want    string
@@ -129,6 +132,7 @@ func examples(t *testing.T) []example {
 		}
 		rel, _ := filepath.Rel(repoRoot, path)
 		var setup []string
+		recipes := recipesOf(t, rel, parseFences(string(data)))
 		for _, f := range parseFences(string(data)) {
 			if len(f.info) == 0 || !shellLangs[f.info[0]] {
 				continue
@@ -146,6 +150,14 @@ func examples(t *testing.T) []example {
 				if f.has(env) {
 					e.env = env
 				}
+			}
+			if name := f.recipeName(); name != "" {
+				r := recipes[name]
+				if r.rules == "" || r.virtualHosts == "" {
+					t.Errorf("%s:%d: recipe %q needs a yaml recipe=%s block with its rule file (domain: ...) and one with its Envoy virtual_hosts", rel, f.line, name, name)
+					continue
+				}
+				e.env, e.recipe = "recipe", r
 			}
 			if f.info[0] == "console" {
 				e.script, e.want = splitConsole(f.lines)
@@ -239,11 +251,23 @@ func runExample(t *testing.T, e example) {
 	if e.env == "redis" {
 		ports["6379"] = strconv.Itoa(redistest.Standalone(t).Port)
 	}
-	if e.env != "" {
-		startServer(t, ws, ports, e.env == "redis")
+	switch e.env {
+	case "serve", "redis", "envoy":
+		startServer(t, ws, "examples/config", ports, e.env == "redis")
+	case "recipe":
+		if err := os.Mkdir(filepath.Join(ws, "recipe"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "recipe", "rules.yaml"), []byte(e.recipe.rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startServer(t, ws, "recipe", ports, false)
 	}
-	if e.env == "envoy" {
-		startEnvoy(t, ports)
+	switch e.env {
+	case "envoy":
+		startEnvoy(t, ports, "")
+	case "recipe":
+		startEnvoy(t, ports, e.recipe.virtualHosts)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), blockTimeout)
 	defer cancel()
@@ -326,11 +350,12 @@ func workspace(t *testing.T) string {
 	return ws
 }
 
-// startServer starts envoy-rls serve in ws on the mapped ports, as make
-// run does plus the admin token, and waits until it is ready.
-func startServer(t *testing.T, ws string, ports map[string]string, withRedis bool) {
+// startServer starts envoy-rls serve in ws on the rules of configDir and
+// the mapped ports, as make run does plus the admin token, and waits until
+// it is ready.
+func startServer(t *testing.T, ws, configDir string, ports map[string]string, withRedis bool) {
 	t.Helper()
-	args := []string{"serve", "--config-dir", "examples/config",
+	args := []string{"serve", "--config-dir", configDir,
 		"--grpc-addr", "127.0.0.1:" + ports["8081"], "--http-addr", "127.0.0.1:" + ports["8080"],
 		"--debug-addr", "127.0.0.1:" + ports["6070"], "--admin-token-file", "admin-token", "--log-format", "console"}
 	if withRedis {
@@ -371,12 +396,19 @@ func startServer(t *testing.T, ws string, ports map[string]string, withRedis boo
 }
 
 // startEnvoy runs a real Envoy on examples/envoy/envoy.yaml, its ports
-// mapped to this run's, in front of the server startServer started.
-func startEnvoy(t *testing.T, ports map[string]string) {
+// mapped to this run's, in front of the server startServer started; with
+// virtualHosts (a recipe's), its ingress listener's virtual hosts are
+// those instead.
+func startEnvoy(t *testing.T, ports map[string]string, virtualHosts string) {
 	t.Helper()
 	bootstrap, err := os.ReadFile(filepath.Join(repoRoot, "examples", "envoy", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if virtualHosts != "" {
+		if bootstrap, err = withVirtualHosts(bootstrap, virtualHosts); err != nil {
+			t.Fatal(err)
+		}
 	}
 	envoytest.Start(t, []byte(mapPorts(string(bootstrap), ports)), envoytest.Options{Name: "examples-envoy"})
 }
