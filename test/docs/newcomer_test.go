@@ -122,14 +122,18 @@ type code struct {
 	text string
 }
 
-// spanRE is an inline code span.
-var spanRE = regexp.MustCompile("`[^`\n]+`")
+// spanRE is an inline code span; it may wrap onto the next line.
+var spanRE = regexp.MustCompile("`[^`]+`")
 
-// codeOf returns a document's inline code spans and the lines of its
-// shell blocks.
+// codeOf returns a document's inline code spans (a wrapped span's line
+// break read as a space) and the lines of its shell blocks.
 func codeOf(doc string) []code {
 	var out []code
 	inFence, shell := false, false
+	// prose is the text outside fences, each line's start recorded, so a
+	// span found in it knows its line.
+	var prose strings.Builder
+	var starts, lineNos []int
 	for i, l := range strings.Split(doc, "\n") {
 		trimmed := strings.TrimSpace(l)
 		if strings.HasPrefix(trimmed, "```") {
@@ -138,16 +142,31 @@ func codeOf(doc string) []code {
 				shell = len(info) > 0 && shellLangs[info[0]]
 			}
 			inFence = !inFence
+			// A fence ends any span: no span runs across one.
+			prose.WriteString("\x00")
 			continue
 		}
 		switch {
 		case inFence && shell:
 			out = append(out, code{i + 1, strings.TrimPrefix(trimmed, "$ ")})
 		case !inFence:
-			for _, s := range spanRE.FindAllString(l, -1) {
-				out = append(out, code{i + 1, strings.Trim(s, "`")})
+			starts, lineNos = append(starts, prose.Len()), append(lineNos, i+1)
+			prose.WriteString(l + " ")
+		}
+	}
+	text := prose.String()
+	for _, loc := range spanRE.FindAllStringIndex(text, -1) {
+		span := text[loc[0]+1 : loc[1]-1]
+		if strings.Contains(span, "\x00") {
+			continue
+		}
+		line := 0
+		for j, st := range starts {
+			if st <= loc[0] {
+				line = lineNos[j]
 			}
 		}
+		out = append(out, code{line, strings.Join(strings.Fields(span), " ")})
 	}
 	return out
 }
