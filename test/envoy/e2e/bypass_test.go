@@ -7,6 +7,7 @@ import (
 )
 
 // TestNoPathBypass: every limit the shipped envoy.yaml puts on a path
+// (and, in TestNoPathBypassAtTheGateway, the shipped Istio gateway filter)
 // holds for every spelling of that path a client can send. Envoy's :path
 // carries the query, and an upstream may decode %2F, merge "//" or ignore
 // a trailing slash, so a limit keyed on the raw path would let
@@ -17,8 +18,15 @@ import (
 // passes afterwards, so the 429s are the route's, not a blanket refusal.
 //
 // The variants are decided by Envoy (normalization, routing, the actions),
-// not by the store, so the case runs on the in-process store only.
+// not by the store, so the cases run on the in-process store only.
 func TestNoPathBypass(t *testing.T) {
+	runPathBypassCases(t, stackOpts{})
+}
+
+// runPathBypassCases runs the cases on stacks started with base (its
+// Store and Rules set here).
+func runPathBypassCases(t *testing.T, base stackOpts) {
+	t.Helper()
 	loginVariants := []string{
 		"/api/login?x=1", "/api/login/", "/api/login/?x=1", "/api%2Flogin", "/api%2flogin",
 		"//api/login", "/api/./login", "/api/x/../login",
@@ -52,8 +60,9 @@ func TestNoPathBypass(t *testing.T) {
 	const allowed = 2
 	for _, c := range cases {
 		t.Run(c.limit, func(t *testing.T) {
-			s := startStack(t, stackOpts{Store: onMemory,
-				Rules: smallRules(t, map[string]limitSpec{c.limit: {RPU: allowed, Unit: c.unit}})})
+			o := base
+			o.Store, o.Rules = onMemory, smallRules(t, map[string]limitSpec{c.limit: {RPU: allowed, Unit: c.unit}})
+			s := startStack(t, o)
 			n := 0
 			from := func() string {
 				n++
