@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"testing"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/istiopatch"
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
 	"github.com/envoy-rls/envoy-rls/internal/shipped"
 )
 
@@ -53,11 +57,15 @@ func TestNoPathBypassAtTheGateway(t *testing.T) {
 // stream.
 func gatewayEnvoyFilter(t *testing.T, stream []byte) istiopatch.Filter {
 	t.Helper()
-	docs, err := kubelint.SplitYAML(stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range docs {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		js, err := yaml.YAMLToJSON(doc)
 		if err != nil {
 			t.Fatal(err)
