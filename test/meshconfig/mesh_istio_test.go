@@ -16,6 +16,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	networking "istio.io/api/networking/v1alpha3"
@@ -331,7 +332,8 @@ func checkRLSCluster(cluster string, services []*corev1.Service) error {
 
 // baseVirtualHost returns the virtual host Istio generates before any
 // EnvoyFilter applies. At the gateway it follows the VirtualService of
-// docs/deploying.md (a route named "login" for /api/login, then a catch-all);
+// docs/deploying.md (a route named "login" for /api/login and its subpaths,
+// then a catch-all);
 // a sidecar's inbound virtual host has a single catch-all route.
 func baseVirtualHost(ctx networking.EnvoyFilter_PatchContext) (*routev3.VirtualHost, error) {
 	to := func(cluster string) *routev3.Route_Route {
@@ -344,7 +346,7 @@ func baseVirtualHost(ctx networking.EnvoyFilter_PatchContext) (*routev3.VirtualH
 			Name:    "edge.example.com:80",
 			Domains: []string{"edge.example.com", "edge.example.com:*"},
 			Routes: []*routev3.Route{
-				{Name: "login", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Path{Path: "/api/login"}}, Action: to(cluster)},
+				{Name: "login", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "/api/login(/.*)?"}}}, Action: to(cluster)},
 				{Name: "default", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}, Action: to(cluster)},
 			},
 		}, nil

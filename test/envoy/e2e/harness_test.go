@@ -136,6 +136,9 @@ type stackOpts struct {
 	// FixedGRPCPort gives envoy-rls a fixed gRPC port, so a Restart serves
 	// where Envoy's cluster points.
 	FixedGRPCPort bool
+	// RLSCluster names the bootstrap's cluster that envoy-rls is; ""
+	// means envoy_rls, envoy.yaml's.
+	RLSCluster string
 }
 
 // stack is one Envoy → envoy-rls → Redis chain with an upstream.
@@ -194,8 +197,12 @@ func startStack(t *testing.T, o stackOpts) *stack {
 // returns it and its listener's URL.
 func startEnvoy(t *testing.T, o stackOpts, rlsAddr, upstreamAddr string) (*envoytest.Envoy, string) {
 	t.Helper()
+	rlsCluster := o.RLSCluster
+	if rlsCluster == "" {
+		rlsCluster = "envoy_rls"
+	}
 	addrs := envoytest.Addresses{
-		Clusters:  map[string]string{"envoy_rls": rlsAddr, "echo": upstreamAddr},
+		Clusters:  map[string]string{rlsCluster: rlsAddr, "echo": upstreamAddr},
 		Listeners: map[string]string{"ingress": "127.0.0.1:0"},
 		Admin:     "127.0.0.1:0",
 	}

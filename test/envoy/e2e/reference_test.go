@@ -32,11 +32,11 @@ descriptors:
     descriptors:
       - key: user_id
         rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: path
-    value: /api/orders
+  - key: route
+    value: api
     rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: path
-    value: /healthz
+  - key: route
+    value: healthz
     rate_limit: {unlimited: true}
   - key: header_match
     value: write
@@ -66,7 +66,15 @@ func commonSequence() []request {
 	add(5, request{Path: "/hello", From: "127.0.0.54", Header: map[string]string{"x-user-id": "p1", "x-api-tier": "partner"}})
 	add(3, request{Path: "/healthz", From: "127.0.0.55"})
 	add(2, request{Path: "/", From: "127.0.0.66"})
-	add(3, request{Method: http.MethodPost, Path: "/api/items", From: "127.0.0.56", Header: map[string]string{"x-user-id": "w1"}})
+	// Writes, over the shadow rule from the second on. They go to the
+	// login route, whose route=login no rule here limits, each from its
+	// own address (the login route's per-address limit stays far off): a
+	// write to /api/items would share route=api's counter with the reads
+	// above, and a shadow request over its limit is counted there by
+	// envoy-rls and not by the reference.
+	for i := range 3 {
+		add(1, request{Method: http.MethodPost, Path: "/api/login", From: fmt.Sprintf("127.0.0.%d", 60+i), Header: map[string]string{"x-user-id": "w1"}})
+	}
 	add(10, request{Path: "/hello", From: "127.0.0.57"})
 	// The partner user again, without the tier: only user_id (4 an hour)
 	// applies, of which the partner requests admitted used 3.

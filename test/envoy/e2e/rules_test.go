@@ -152,7 +152,8 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		},
 	}, {
 		// login_path counts every client together; it comes from the
-		// virtual host's path action, which the login route INCLUDEs.
+		// virtual host's route=login action, which the login route
+		// INCLUDEs.
 		name:   "login_path",
 		limits: map[string]limitSpec{"login_path": {RPU: 3, Unit: "hour"}},
 		reqs: []request{
@@ -167,7 +168,7 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 			"api_paths":        {},
 		},
 	}, {
-		// Any other /api/ path, and every query, share one counter.
+		// Any other /api path, and every query, share one counter.
 		name:   "api_paths",
 		limits: map[string]limitSpec{"api_paths": {RPU: 3, Unit: "month"}},
 		reqs: []request{
@@ -179,13 +180,13 @@ func TestEveryRateLimitEntryReachesItsRule(t *testing.T) {
 		allowed: 3,
 		want:    decisions{"api_paths": {"ok": 3, "over_limit": 2}, "login_path": {}},
 	}, {
-		// /healthz is unlimited: a rule matches its path, none counts it.
+		// /healthz is unlimited: a rule matches its route, none counts it.
 		name:      "/healthz unlimited",
 		reqs:      []request{{Path: "/healthz", From: "127.0.0.41"}},
 		sends:     5,
 		allowed:   -1,
 		want:      decisions{"per_ip": {"ok": 5}, "api_paths": {}, "login_path": {}},
-		unlimited: []string{"path=/healthz"},
+		unlimited: []string{"route=healthz"},
 	}, {
 		// As shipped (5 a minute per address). The route's own entry and
 		// the virtual host's (vh_rate_limits: INCLUDE) apply together.

@@ -45,6 +45,15 @@ func TestRLQSBlanketRules(t *testing.T) {
 			t.Errorf("explain name=%s: rlqs assignments %+v, want edge-1's %s", tc.name, qs, tc.kind)
 		}
 	}
+	// Every spelling of the blocked path is blocked: Envoy's :path carries
+	// the query, and an upstream may resolve "//", %2F and dot segments,
+	// so examples/rlqs/envoy.yaml normalizes the path and its matchers
+	// match the whole of it. /health/../admin is not the unlimited bucket.
+	for _, p := range []string{"/admin?x=1", "/admin/", "/admin/x?y=1", "//admin", "/admin%2Fx", "/health/../admin", "/health/..%2Fadmin", "/health%2F..%2Fadmin"} {
+		if code := g.get(0, p, ""); code != http.StatusTooManyRequests {
+			t.Errorf("GET %s: %d, want 429 like /admin", p, code)
+		}
+	}
 	// The replica's metrics count the assignments, the stream and what
 	// Envoy reported.
 	metrics := g.metrics(t, 0)

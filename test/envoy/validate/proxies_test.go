@@ -164,7 +164,7 @@ func sidecarBootstrap(services []*corev1.Service) map[string]any {
 func gatewayBootstrap(services []*corev1.Service, gatewayAPI bool) map[string]any {
 	port := 8080
 	routes := []any{
-		route("login", map[string]any{"path": "/api/login"}, httpbinCluster),
+		route("login", map[string]any{"safe_regex": map[string]any{"regex": "/api/login(/.*)?"}}, httpbinCluster),
 		route("default", map[string]any{"prefix": "/"}, httpbinCluster),
 	}
 	if gatewayAPI {
