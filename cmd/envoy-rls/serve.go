@@ -227,7 +227,7 @@ func (c *serveConfig) checkRuleDir() error {
 // and validate alike: how to point the command at one (how), and an
 // example command line that works in a checkout.
 func noRuleDir(dir, how, example string) error {
-	return fmt.Errorf("--config-dir: no rule directory at %s; point %s, e.g. envoy-rls %s in a checkout of envoy-rls", dir, how, example)
+	return fmt.Errorf("--config-dir: no rule directory at %s; point %s, e.g. bin/envoy-rls %s in a checkout of envoy-rls (make run does it)", dir, how, example)
 }
 
 // serveOptions are the serve flags that parse into values.

@@ -201,7 +201,7 @@ func TestValidatePaths(t *testing.T) {
 		{name: "missing --config-dir", args: []string{"--config-dir", missing}, code: 2,
 			want: "--config-dir: no rule directory at " + missing + "; point validate at one"},
 		{name: "missing twin, serve's example", env: map[string]string{"ENVOY_RLS_CONFIG_DIR": missing}, code: 2,
-			want: "e.g. envoy-rls validate examples/config in a checkout"},
+			want: "e.g. bin/envoy-rls validate examples/config in a checkout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
