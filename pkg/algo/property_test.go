@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/randsteps"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/randsteps"
 )
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/randsteps"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/randsteps"
 )
 
 // checkSubWindowBound checks the bound of a sliding window in N ≥ 2

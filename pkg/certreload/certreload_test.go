@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
 )
 
 // files writes a server pair (serial) and the CA into dir and returns

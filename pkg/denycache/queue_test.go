@@ -3,7 +3,7 @@ package denycache
 import (
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 )
 
 // TestQueueSuite: queue mode passes through the cache, whose denials of a

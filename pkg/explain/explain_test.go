@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rulestest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/rulestest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 

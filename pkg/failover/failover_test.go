@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

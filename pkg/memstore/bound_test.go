@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

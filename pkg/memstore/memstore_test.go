@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

@@ -3,7 +3,7 @@ package memstore
 import (
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 )
 
 // TestQueueSuite runs the queue-mode scenarios on the in-process store.

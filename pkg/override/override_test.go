@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rulestest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

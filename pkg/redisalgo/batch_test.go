@@ -16,9 +16,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

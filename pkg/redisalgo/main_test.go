@@ -3,7 +3,7 @@ package redisalgo
 import (
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // TestMain lets every test file of the package share one standalone server,

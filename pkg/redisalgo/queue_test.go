@@ -5,8 +5,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

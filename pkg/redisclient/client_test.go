@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
 )
 
 func TestParseURL(t *testing.T) {

@@ -3,7 +3,7 @@ package redisclient
 import (
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // TestMain lets the tests share one standalone server, one cluster and one

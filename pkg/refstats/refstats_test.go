@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/statsdtest"
 )
 
 // source is a table of cumulative counters, as rls.ReferenceMetrics

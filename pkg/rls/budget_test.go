@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/envoy-rls/envoy-rls/internal/rulestest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 

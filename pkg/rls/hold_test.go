@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 )
 
 // queueRules: VIPs queue for up to 500 ms at 10/s, burst 1; the others are

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/upstream"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/upstream"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/lease"

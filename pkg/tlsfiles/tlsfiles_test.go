@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
 )
 
 // writeFiles writes a CA certificate, a client certificate and its key,

@@ -9,7 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/envoy-rls/envoy-rls/internal/rulestest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rulestest"
 	"github.com/envoy-rls/envoy-rls/pkg/memstore"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/otlptest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/otlptest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 

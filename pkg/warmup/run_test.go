@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )

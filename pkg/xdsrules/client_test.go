@@ -9,8 +9,8 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/xdstest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/xdstest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsrules"

@@ -13,14 +13,14 @@ func TestCheckFailsOnBrokenRule(t *testing.T) {
 	t.Parallel()
 	const mod = "example.com/m"
 	rules := map[string]rule{
-		"pkg/core":    {stdlibOnly: true},
-		"pkg/store":   {allow: []string{"pkg/core"}, forbid: []string{"google.golang.org/grpc"}},
-		"pkg/api":     {allow: []string{"pkg/core"}, forbidDirect: []string{"google.golang.org/grpc"}},
-		"pkg/svc":     {allow: []string{"pkg/core"}},
-		"internal/tt": {testSupport: true},
-		"test/doc":    {sealed: true},
-		"test/e2e":    {sealed: true, testAllow: []string{"internal/tt"}},
-		"cmd/x":       {allow: []string{"*"}},
+		"pkg/core":            {stdlibOnly: true},
+		"pkg/store":           {allow: []string{"pkg/core"}, forbid: []string{"google.golang.org/grpc"}},
+		"pkg/api":             {allow: []string{"pkg/core"}, forbidDirect: []string{"google.golang.org/grpc"}},
+		"pkg/svc":             {allow: []string{"pkg/core"}},
+		"internal/testkit/tt": {},
+		"test/doc":            {sealed: true},
+		"test/e2e":            {sealed: true, testAllow: []string{"internal/testkit/tt"}},
+		"cmd/x":               {allow: []string{"*"}},
 	}
 	clean := func() []goPackage {
 		return []goPackage{
@@ -29,11 +29,11 @@ func TestCheckFailsOnBrokenRule(t *testing.T) {
 			{ImportPath: "example.com/m/pkg/core", Imports: []string{"fmt"}, Deps: []string{"fmt"}},
 			{ImportPath: "example.com/m/pkg/store", Imports: []string{"example.com/m/pkg/core"}, Deps: []string{"example.com/m/pkg/core", "fmt"}},
 			{ImportPath: "example.com/m/pkg/svc", Imports: []string{"example.com/m/pkg/core", "google.golang.org/grpc"},
-				Deps: []string{"example.com/m/pkg/core", "fmt", "google.golang.org/grpc"}, TestImports: []string{"example.com/m/internal/tt"}},
+				Deps: []string{"example.com/m/pkg/core", "fmt", "google.golang.org/grpc"}, TestImports: []string{"example.com/m/internal/testkit/tt"}},
 			{ImportPath: "example.com/m/pkg/api", Imports: []string{"example.com/m/pkg/svc"}, Deps: []string{"example.com/m/pkg/svc", "google.golang.org/grpc"}},
-			{ImportPath: "example.com/m/internal/tt"},
+			{ImportPath: "example.com/m/internal/testkit/tt"},
 			{ImportPath: "example.com/m/test/doc"},
-			{ImportPath: "example.com/m/test/e2e", TestImports: []string{"example.com/m/internal/tt"}},
+			{ImportPath: "example.com/m/test/e2e", TestImports: []string{"example.com/m/internal/testkit/tt"}},
 			{ImportPath: "example.com/m/cmd/x", Imports: []string{"example.com/m/pkg/svc", "example.com/m/pkg/store"}},
 		}
 	}
@@ -59,11 +59,11 @@ func TestCheckFailsOnBrokenRule(t *testing.T) {
 			return edit(p, "example.com/m/pkg/api", func(g *goPackage) { g.Imports = append(g.Imports, "google.golang.org/grpc") })
 		}, "pkg/api imports google.golang.org/grpc, which its package doc forbids"},
 		{"test support from service code", func(p []goPackage) []goPackage {
-			return edit(p, "example.com/m/pkg/svc", func(g *goPackage) { g.Imports = append(g.Imports, "example.com/m/internal/tt") })
-		}, "pkg/svc imports internal/tt, which is test support: only _test.go files, test support and test/ may import it"},
+			return edit(p, "example.com/m/pkg/svc", func(g *goPackage) { g.Imports = append(g.Imports, "example.com/m/internal/testkit/tt") })
+		}, "pkg/svc imports internal/testkit/tt, which is test support: only _test.go files, test support and test/ may import it"},
 		{"composition root and test support", func(p []goPackage) []goPackage {
-			return edit(p, "example.com/m/cmd/x", func(g *goPackage) { g.Imports = append(g.Imports, "example.com/m/internal/tt") })
-		}, "cmd/x imports internal/tt, which is test support: only _test.go files, test support and test/ may import it"},
+			return edit(p, "example.com/m/cmd/x", func(g *goPackage) { g.Imports = append(g.Imports, "example.com/m/internal/testkit/tt") })
+		}, "cmd/x imports internal/testkit/tt, which is test support: only _test.go files, test support and test/ may import it"},
 		{"sealed package", func(p []goPackage) []goPackage {
 			return edit(p, "example.com/m/pkg/svc", func(g *goPackage) { g.XTestImports = append(g.XTestImports, "example.com/m/test/doc") })
 		}, "pkg/svc's tests import test/doc, which no package may import"},

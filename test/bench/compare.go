@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // The comparison (--compare) runs envoyproxy/ratelimit (the reference)

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // The phase through Envoy (--envoy, issue 29) measures what a user behind
@@ -266,7 +266,7 @@ func (b *bench) upEnvoy(s *envoyStack) error {
 // envoyFatal carries an envoytest failure out of Start (see benchTB).
 type envoyFatal string
 
-// benchTB is the testing.TB that internal/envoytest's helpers take, for a
+// benchTB is the testing.TB that internal/testkit/envoytest's helpers take, for a
 // driver that has none: a failure ends the helper by a panic that
 // startEnvoy turns back into an error, and cleanups (stopping Envoy) run
 // when the bench closes.

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // samplesOf makes one sample per round with p50 = the given values (NaN:

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // redisServer is the driver's own redis-server: loopback only, no

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // server is a running envoy-rls or floor process.

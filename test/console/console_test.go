@@ -40,9 +40,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // Hang guards: they only bound how long a broken build can stall a test;

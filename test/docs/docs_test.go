@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // Bounds that only keep a broken build from hanging the test.

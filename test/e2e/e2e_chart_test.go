@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/xdstest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/xdstest"
 )
 
 // chartDir is the Helm chart, from this package's directory.

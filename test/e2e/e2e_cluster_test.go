@@ -13,8 +13,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // exhaustClient sends shopRules' per_client token bucket (5 per hour) for

@@ -12,7 +12,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // Rule files of the drop-in trial, each as a ConfigMap key (no extension).

@@ -18,12 +18,12 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/otlptest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
-	"github.com/envoy-rls/envoy-rls/internal/xdstest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/otlptest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/statsdtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/xdstest"
 )
 
 // egEnvironment is the container environment of Envoy Gateway's

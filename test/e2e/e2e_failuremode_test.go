@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // Flags of the failure-mode servers.

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // TestBadFlagsAndEnv starts serve with a bad flag or environment value:

@@ -12,8 +12,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/backendtest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // leaseRules: one hot-key limit per leasing algorithm, each `lease: auto`.

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // queueRules: the shaping limit (gcra, 10/s, burst 1, 500 ms of

@@ -15,8 +15,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // blockRules is one domain whose only rule denies everything: what a

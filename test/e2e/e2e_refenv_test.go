@@ -11,7 +11,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // refRules is a rule file in envoyproxy/ratelimit's own format: a limit

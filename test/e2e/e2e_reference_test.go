@@ -6,7 +6,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/upstream"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/upstream"
 )
 
 // referenceRules mixes envoyproxy/ratelimit's wildcard and share_threshold

@@ -7,7 +7,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 // TestReferenceEnvMergeDomainConfig: with envoyproxy/ratelimit's

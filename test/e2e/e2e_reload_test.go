@@ -9,7 +9,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 )
 
 // apiRules returns a one-rule domain "api" whose limit is n per hour.

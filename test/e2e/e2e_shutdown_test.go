@@ -14,7 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	refpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 )
 
 // openStream starts a reflection stream: an RPC that stays in flight until

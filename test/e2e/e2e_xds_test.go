@@ -18,9 +18,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
-	"github.com/envoy-rls/envoy-rls/internal/xdstest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/xdstest"
 )
 
 const xdsNode = "rls-e2e"

@@ -4,7 +4,7 @@
 // cmd/envoy-rls once; every test starts its own server on free loopback
 // ports (127.0.0.1:0 for gRPC, HTTP and debug; the real addresses are read
 // from the "envoy-rls serving" log line), so tests run in parallel. Redis tests start their own
-// redis-server through internal/redistest.
+// redis-server through internal/testkit/redistest.
 //
 // Set E2E_ENVOY_RLS_BIN to a prebuilt binary to test it instead of building.
 // Nothing here imports the service's packages: the binary is a black box.
@@ -36,8 +36,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
-	"github.com/envoy-rls/envoy-rls/internal/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 )
 
 // testVersion is stamped into the binary TestMain builds; "" when the binary

@@ -8,7 +8,7 @@
 // then has a real Envoy load the Envoy configs and EnvoyFilters): Envoy's
 // bootstrap/v3 protos (every Any unpacked, every message validated with its
 // protoc-gen-validate rules), Istio's EnvoyFilter, the typed Kubernetes API
-// objects after an in-process kustomize build, checked by internal/kubelint.
+// objects after an in-process kustomize build, checked by internal/testkit/kubelint.
 // A descriptor simulator then computes what the shipped route actions would
 // send for sample requests and checks that each descriptor reaches the
 // intended rule of the shipped rules, and a mutation test shows that broken

@@ -14,8 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // udsDocRel is the guide whose Unix-socket sidecar example is checked here,

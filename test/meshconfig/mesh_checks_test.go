@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 

@@ -17,7 +17,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 	"github.com/envoy-rls/envoy-rls/test/envoy/checks"
 )
 
@@ -203,7 +203,7 @@ func checkComposeEnvoy(c *composeFile, envoyYAML []byte) []error {
 	}
 	// The compose stack runs the Envoy the native tests run.
 	if want := "envoyproxy/envoy:v" + envoytest.Version; env.Image != want {
-		errs = append(errs, fmt.Errorf("%s: service envoy runs %q, want %q (the Envoy of internal/envoytest and the Makefile's ENVOY_VERSION)", composeRel, env.Image, want))
+		errs = append(errs, fmt.Errorf("%s: service envoy runs %q, want %q (the Envoy of internal/testkit/envoytest and the Makefile's ENVOY_VERSION)", composeRel, env.Image, want))
 	}
 	b, _, err := loadBootstrap("envoy-config/envoy.yaml", envoyYAML)
 	if err != nil {

@@ -251,7 +251,7 @@ func TestDockerIgnore(t *testing.T) {
 		{"go.sum", false},
 		{"cmd/envoy-rls/main.go", false},
 		{"pkg/rules/parse.go", false},
-		{"internal/redistest/redistest.go", false},
+		{"internal/testkit/redistest/redistest.go", false},
 		{"examples/config/edge.yaml", false},
 		{".git/HEAD", true},
 		{"envoy-rls", true},

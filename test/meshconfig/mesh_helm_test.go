@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // The Helm chart and the values files its tests render: the chart's

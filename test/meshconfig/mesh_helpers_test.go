@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // repoRoot returns the repository root.

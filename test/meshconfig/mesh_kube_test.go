@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // manifestsDir is the kustomization root, relative to the repository.

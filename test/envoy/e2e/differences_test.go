@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/refproc"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/refproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // differenceRules hold one rule per difference docs/migrating.md lists

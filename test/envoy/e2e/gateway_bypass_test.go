@@ -11,13 +11,13 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/istiopatch"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/istiopatch"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 // TestNoPathBypassAtTheGateway runs pathBypassCases through a real Envoy
 // configured as an Istio ingress gateway with the shipped gateway
-// EnvoyFilter applied (internal/istiopatch, as istiod would): the
+// EnvoyFilter applied (internal/testkit/istiopatch, as istiod would): the
 // kustomize base's and the Helm chart's with its default values. The
 // gateway routes as docs/deploying.md's VirtualService says (a route
 // named login for /api/login and its subpaths, then a catch-all) and

@@ -17,7 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // grpcRules limit the gRPC route of grpcBootstrap: two calls a minute.

@@ -1,4 +1,4 @@
-// Package e2e runs envoy-rls behind a real Envoy (1.40, internal/envoytest):
+// Package e2e runs envoy-rls behind a real Envoy (1.40, internal/testkit/envoytest):
 // every test starts, on free loopback ports, Redis (or none, for the
 // in-process store), the built envoy-rls binary, a real HTTP upstream, and
 // Envoy running the shipped envoy-config/envoy.yaml with only its addresses
@@ -18,9 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // binPath is the envoy-rls binary TestMain built.
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // repoPath is a path inside the repository.
-func repoPath(rel string) string { return rlsproc.RepoPath(rel) }
+func repoPath(rel string) string { return childproc.RepoPath(rel) }
 
 func readRepoFile(t testing.TB, rel string) []byte {
 	t.Helper()

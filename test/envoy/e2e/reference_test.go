@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/refproc"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/refproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // commonRules are rules for envoy.yaml's descriptors in the form both

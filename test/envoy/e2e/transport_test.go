@@ -8,8 +8,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
 )
 
 // tlsFiles are the PEM files of one mTLS setup: a CA, envoy-rls's server

@@ -1,5 +1,5 @@
 // Package rlqs runs envoy-rls as a Rate Limit Quota Service behind real
-// Envoys (1.40, internal/envoytest): Envoys running the shipped
+// Envoys (1.40, internal/testkit/envoytest): Envoys running the shipped
 // examples/rlqs/envoy.yaml (addresses moved to loopback, one instance name
 // each) in front of real upstreams, pointing at envoy-rls replicas (the
 // built binary) that share one real Redis. probe_test.go pins down what
@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // binPath is the envoy-rls binary TestMain built.

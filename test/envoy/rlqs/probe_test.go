@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // probeServer is a minimal RLQS server that records what Envoy sends and

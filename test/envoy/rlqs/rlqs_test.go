@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // TestRLQSExampleValidates: Envoy accepts the shipped RLQS example.

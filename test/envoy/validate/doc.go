@@ -1,4 +1,4 @@
-// Package validate has a real Envoy (internal/envoytest, `envoy --mode
+// Package validate has a real Envoy (internal/testkit/envoytest, `envoy --mode
 // validate`) judge everything the repository ships for Envoy: every
 // bootstrap YAML file (envoy-config/envoy.yaml, and any other found
 // outside bin/ and testdata/), every Istio EnvoyFilter of the
@@ -7,7 +7,7 @@
 // sets, and the complete bootstraps and EnvoyFilters the guides show.
 //
 // An EnvoyFilter is not a bootstrap: its patches are applied (by
-// internal/istiopatch, as istiod applies them) to a minimal bootstrap of
+// internal/testkit/istiopatch, as istiod applies them) to a minimal bootstrap of
 // the proxy it is for, a sidecar's or a gateway's, shaped and named the
 // way istiod generates them, with a cluster for every Service port the
 // manifests define. Envoy then decides whether it would load the result.

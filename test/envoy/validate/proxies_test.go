@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/istiopatch"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/istiopatch"
 )
 
 // The workload the shipped sidecar EnvoyFilters select (Istio's httpbin

@@ -15,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-rls/envoy-rls/internal/envoytest"
-	"github.com/envoy-rls/envoy-rls/internal/istiopatch"
-	"github.com/envoy-rls/envoy-rls/internal/kubelint"
-	"github.com/envoy-rls/envoy-rls/internal/shipped"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/istiopatch"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
 
 const (

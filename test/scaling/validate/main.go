@@ -1,5 +1,5 @@
 // Command validate runs the real system at small scale for docs/scaling.md:
-// a 3-master Redis Cluster (with replicas, internal/redistest), several
+// a 3-master Redis Cluster (with replicas, internal/testkit/redistest), several
 // envoy-rls processes on it, and a bounded closed-loop gRPC load whose keys
 // follow the model's Zipf shape, spread evenly over the replicas. It prints
 // per master the script calls, the script work (GET calls: one per
@@ -43,8 +43,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 )
 
 func main() {

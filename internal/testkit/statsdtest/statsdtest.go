@@ -8,7 +8,6 @@
 package statsdtest
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +26,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // startTimeout only keeps a broken setup from hanging a test.
@@ -50,18 +49,13 @@ func NoMapping() string {
 // bin/tools/statsd_exporter of this module (make test-deps), else one on
 // PATH.
 func Binary() (string, error) {
-	if p := os.Getenv("STATSD_EXPORTER_BIN"); p != "" {
-		return p, nil
-	}
-	_, file, _, _ := runtime.Caller(0)
-	local := filepath.Join(filepath.Dir(file), "..", "..", "bin", "tools", "statsd_exporter")
-	if _, err := os.Stat(local); err == nil {
-		return local, nil
-	}
-	if p, err := exec.LookPath("statsd_exporter"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("statsdtest: statsd_exporter not found in bin/tools (run make test-deps, or set STATSD_EXPORTER_BIN)")
+	return childproc.Tool{
+		Name:    "statsdtest: statsd_exporter",
+		Env:     "STATSD_EXPORTER_BIN",
+		Pinned:  []string{"bin/tools/statsd_exporter"},
+		Path:    []string{"statsd_exporter"},
+		Install: "run make test-deps",
+	}.Find()
 }
 
 // Exporter is one running statsd_exporter.

@@ -5,12 +5,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // TestVersionMatchesMakefile: the version the tests look for is the one
 // `make test-deps` installs.
 func TestVersionMatchesMakefile(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "Makefile"))
+	b, err := os.ReadFile(filepath.Join(childproc.Root(), "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,13 +16,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // Version is the envoyproxy/ratelimit module version the project compares
@@ -39,22 +38,12 @@ const startTimeout = 30 * time.Second
 // Binary returns the reference binary: $REF_BIN, else the one `make
 // test-deps` installs under test/bench/.bin/<Version>/service_cmd.
 func Binary() (string, error) {
-	if p := os.Getenv("REF_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("refproc: REF_BIN=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	p := filepath.Join(repoRoot(), "test", "bench", ".bin", Version, "service_cmd")
-	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("refproc: envoyproxy/ratelimit %s not found at %s (run make test-deps, or set REF_BIN)", Version, p)
-	}
-	return p, nil
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return childproc.Tool{
+		Name:    "refproc: envoyproxy/ratelimit " + Version,
+		Env:     "REF_BIN",
+		Pinned:  []string{"test/bench/.bin/" + Version + "/service_cmd"},
+		Install: "run make test-deps",
+	}.Find()
 }
 
 // RulesDir is where the reference reads the rule files of root.

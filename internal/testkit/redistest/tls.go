@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/testcert"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/testcert"
 )
 
 // TLSFiles are the PEM files of a TLS-enabled server, for clients: the CA

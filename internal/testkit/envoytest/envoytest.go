@@ -20,13 +20,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // Version is the Envoy release the project tests against; the Makefile's
@@ -48,21 +47,12 @@ type TB = childproc.TB
 // used: it may be any version, and the tests' verdicts are Envoy
 // 1.40.0's; point ENVOY_BIN at it to use it on purpose.
 func Binary() (string, error) {
-	if p := os.Getenv("ENVOY_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("envoytest: ENVOY_BIN=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	matches, _ := filepath.Glob(filepath.Join(root, "bin", "tools", "envoy-"+Version, "lib", "python3*", "site-packages", "envoy", "_bin", "envoy"))
-	for _, p := range matches {
-		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("envoytest: Envoy %s not found in bin/tools/envoy-%s (run make test-deps, or set ENVOY_BIN)", Version, Version)
+	return childproc.Tool{
+		Name:    "envoytest: Envoy " + Version,
+		Env:     "ENVOY_BIN",
+		Pinned:  []string{"bin/tools/envoy-" + Version + "/lib/python3*/site-packages/envoy/_bin/envoy"},
+		Install: "run make test-deps",
+	}.Find()
 }
 
 func mustBinary(t TB) string {

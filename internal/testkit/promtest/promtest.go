@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // startTimeout bounds how long a start may take on a loaded machine; it
@@ -48,16 +48,13 @@ type Server struct {
 // Binary returns the prometheus binary: $PROMETHEUS_BIN, else prometheus
 // on PATH, else /usr/bin/prometheus.
 func Binary() (string, error) {
-	if p := os.Getenv("PROMETHEUS_BIN"); p != "" {
-		return p, nil
-	}
-	if p, err := exec.LookPath("prometheus"); err == nil {
-		return p, nil
-	}
-	if _, err := os.Stat("/usr/bin/prometheus"); err == nil {
-		return "/usr/bin/prometheus", nil
-	}
-	return "", errors.New("promtest: prometheus not found (install the Debian package prometheus: make test-deps, or set PROMETHEUS_BIN)")
+	return childproc.Tool{
+		Name:    "promtest: prometheus",
+		Env:     "PROMETHEUS_BIN",
+		Pinned:  []string{"/usr/bin/prometheus"},
+		Path:    []string{"prometheus"},
+		Install: "install the Debian package prometheus: make test-deps",
+	}.Find()
 }
 
 // Start runs Prometheus scraping targets (host:port of /metrics

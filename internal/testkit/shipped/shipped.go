@@ -12,16 +12,15 @@ package shipped
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -34,13 +33,9 @@ const (
 	ChartDir = "charts/envoy-rls"
 )
 
-// Root returns the repository root: this package lives in internal/shipped.
+// Root returns the repository root: this package lives in internal/testkit/shipped.
 func Root() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("shipped: cannot locate the package source")
-	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	root := childproc.Root()
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		return "", fmt.Errorf("shipped: repository root %s has no go.mod: %w", root, err)
 	}
@@ -176,29 +171,22 @@ func KustomizeBuild(fsys filesys.FileSystem, dir string) ([]byte, error) {
 
 // HelmBin returns helm: $HELM_BIN, else bin/tools/helm (make test-deps
 // builds it there), else helm on PATH.
-func HelmBin(root string) (string, error) {
-	if p := os.Getenv("HELM_BIN"); p != "" {
-		return p, nil
-	}
-	if p := filepath.Join(root, "bin", "tools", "helm"); fileExists(p) {
-		return p, nil
-	}
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("shipped: helm not found: run make test-deps (go install helm.sh/helm/v3/cmd/helm into bin/tools) or set HELM_BIN")
-}
+func HelmBin() (string, error) { return HelmTool.Find() }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+// HelmTool is helm under the kit's tool policy (childproc.Tool).
+var HelmTool = childproc.Tool{
+	Name:    "shipped: helm",
+	Env:     "HELM_BIN",
+	Pinned:  []string{"bin/tools/helm"},
+	Path:    []string{"helm"},
+	Install: "run make test-deps, which builds helm into bin/tools",
 }
 
 // Helm runs helm in root with args and returns its standard output. home
 // is helm's config, cache and data directory (a temporary one: no user's
 // settings or repositories; the chart has no dependencies).
 func Helm(root, home string, args ...string) ([]byte, error) {
-	bin, err := HelmBin(root)
+	bin, err := HelmBin()
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // startTimeout bounds how long a process may take to answer PING.

@@ -16,14 +16,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // Bounds that only keep a broken build from hanging a test; nothing
@@ -39,7 +38,7 @@ func Build(dir string) (string, error) {
 	if p := os.Getenv("E2E_ENVOY_RLS_BIN"); p != "" {
 		return p, nil
 	}
-	root := RepoPath(".")
+	root := childproc.Root()
 	bin := filepath.Join(dir, "envoy-rls")
 	cmd := exec.Command("go", "build", "-ldflags", "-X main.version=e2e-test", "-o", bin, "./cmd/envoy-rls")
 	cmd.Dir = root
@@ -243,16 +242,10 @@ func exitCode(err error) int {
 	return -1
 }
 
-// RepoPath is rel inside the repository this package was built from.
-func RepoPath(rel string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", rel)
-}
-
 // ReadRepoFile reads rel inside the repository, failing t when it cannot.
 func ReadRepoFile(t testing.TB, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(RepoPath(rel))
+	b, err := os.ReadFile(childproc.RepoPath(rel))
 	if err != nil {
 		t.Fatalf("read %s: %v", rel, err)
 	}
