@@ -46,6 +46,10 @@ type dropIn struct {
 	files rules.FileLayout
 	// algorithm is true when drop-in mode set --default-algorithm.
 	algorithm bool
+	// charges is true when drop-in mode set --count-denied-hits, as the
+	// reference counts denied hits unless its
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true.
+	charges bool
 }
 
 // environment is what a command reads besides its arguments: the
@@ -90,6 +94,10 @@ func (c *serveConfig) applyEnv(fs *flag.FlagSet, env environment) error {
 	if c.dropIn.on && !given("default-algorithm") {
 		c.defaultAlgorithm = algo.FixedWindow.String()
 		c.dropIn.algorithm = true
+	}
+	if c.dropIn.on && !given("count-denied-hits") && len(setVars(env.lookup, []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"})) == 0 {
+		c.countDeniedHits = true
+		c.dropIn.charges = true
 	}
 	if c.dropIn.on && !given("config-dir") && len(setVars(env.lookup, refRuntimeVars)) == 0 {
 		// The reference's own default, not the image's examples.
@@ -161,6 +169,9 @@ func logDropIn(log *zap.Logger, c *serveConfig) {
 	if d.algorithm {
 		fields = append(fields, zap.String("algorithms", "fixed_window is envoyproxy/ratelimit's only algorithm; set --default-algorithm (ENVOY_RLS_DEFAULT_ALGORITHM) to one of "+
 			algo.AlgorithmNames()+" for every rule, or algorithm: on a rate_limit for one"))
+	}
+	if d.charges {
+		fields = append(fields, zap.String("costs", "every limit that names no cost is cost: charge (--count-denied-hits), counting denied hits as envoyproxy/ratelimit does unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true; set that, or --count-denied-hits=false, to count only admitted requests"))
 	}
 	log.Info("drop-in mode: envoyproxy/ratelimit's defaults", fields...)
 }

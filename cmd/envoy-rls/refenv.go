@@ -111,7 +111,7 @@ var refMappings = []refMapping{
 	{vars: []string{"NEAR_LIMIT_RATIO"}, flag: "near-limit-ratio",
 		detail: "used by the reference's counters, which --reference-metrics exports"},
 	{vars: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, flag: "count-denied-hits", conv: countDenied,
-		detail: "envoy-rls counts no denied hits unless --count-denied-hits; the reference counts them unless this is true"},
+		detail: "the reference counts denied hits unless this is true; envoy-rls counts them with --count-denied-hits (cost: charge by default), which drop-in mode turns on unless this is true"},
 	{vars: []string{"CONFIG_TYPE"}, flag: "config-source", conv: configType},
 	{vars: []string{"CONFIG_GRPC_XDS_SERVER_URL"}, flag: "xds-server"},
 	{vars: []string{"CONFIG_GRPC_XDS_NODE_ID"}, flag: "xds-node-id"},

@@ -93,7 +93,7 @@ func serveFlagSet(name string) (*serveConfig, *flag.FlagSet) {
 	fs.IntVar(&c.limits.MaxValueBytes, "max-value-bytes", rls.DefaultRequestLimits.MaxValueBytes, "longest descriptor entry value (and domain) in bytes")
 	fs.Int64Var(&c.maxRequestCost, "max-request-cost", algo.DefaultMaxCost, "most state writes one request may cause: one per limit, plus one per hit on a sliding_log limit; a costlier request gets INVALID_ARGUMENT before anything is written, and no merged Redis script call carries more")
 	fs.StringVar(&c.limitOverrides, "limit-overrides", rls.OverridesAllow.String(), "what a descriptor's own limit override (from Envoy request metadata) may do: allow (replace the configured limit, as envoyproxy/ratelimit does) | lower-only (only a limit no looser than the matched rule's) | ignore")
-	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "count the hits of a denied request on its fixed_window limits, as envoyproxy/ratelimit does by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false), so clients that keep sending while blocked use up their other limits and stay blocked; by default a denied request consumes nothing")
+	fs.BoolVar(&c.countDeniedHits, "count-denied-hits", false, "make cost: charge the default of every limit that names no cost: every hit is counted, a denied request's and a charge past the limit included, as envoyproxy/ratelimit counts by default (its STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false); on in drop-in mode unless that variable is true. By default a denied request consumes nothing (cost: request)")
 	fs.BoolVar(&c.referenceMetrics, "reference-metrics", false, "also export envoyproxy/ratelimit's counters on /metrics, named and labelled as its Prometheus exporter does, for dashboards built on it: per limit ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,over_limit,shadow_mode}, per call ratelimit_service_{total_requests,response_time_seconds,should_rate_limit_error}, per rule load ratelimit_service_config_load_{success,error} (USE_PROMETHEUS=true)")
 	fs.Float64Var(&c.nearLimitRatio, "near-limit-ratio", 0.8, "with --reference-metrics, the share of a limit above which hits count as near_limit (envoyproxy/ratelimit's NEAR_LIMIT_RATIO); in (0, 1]")
 	fs.StringVar(&c.dropInFlag, "drop-in", dropInAuto, "envoyproxy/ratelimit's defaults (fixed_window, every file under --config-dir read with RUNTIME_IGNOREDOTFILES, a missing requests_per_unit read as 0, /srv/runtime_data/current/config when nothing names the rule directory): on | off | auto (on when started as "+refName+" or when RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or RUNTIME_APPDIRECTORY set the rule directory); flags given still win")
@@ -246,7 +246,7 @@ func (c *serveConfig) rulesOptions() (rules.Options, error) {
 		return rules.Options{}, err
 	}
 	return rules.Options{DefaultAlgorithm: alg, SlidingLogCap: int64(c.slidingLogCap), MergeDomains: c.mergeDomains, MaxDelay: c.hold.maxDelay,
-		Files: c.dropIn.files, ZeroMissingRequestsPerUnit: c.dropIn.on}, nil
+		Files: c.dropIn.files, ZeroMissingRequestsPerUnit: c.dropIn.on, DefaultCharge: c.countDeniedHits}, nil
 }
 
 // check parses and checks every flag, naming the flag in each error.
@@ -338,7 +338,7 @@ func (c *serveConfig) appConfig(log *zap.Logger) (app.Config, error) {
 	ac.Service = app.ServiceConfig{MaxHeld: c.hold.maxHeld, Service: rls.Config{
 		DefaultAlgorithm: opts.defaultAlgorithm,
 		ShadowMode:       c.shadowMode,
-		CountDeniedHits:  c.countDeniedHits,
+		DefaultCharge:    c.countDeniedHits,
 		Headers:          opts.headers,
 		Limits:           c.limits,
 		MaxRequestCost:   c.maxRequestCost,

@@ -68,10 +68,17 @@ func fracCeil(q, f int64) int64 {
 // ⌊slack/T⌋, capped at burst: the largest k ≤ burst with k·T ≤ slack. The
 // exact slack·limit/period can exceed 2^53, so a float estimate is corrected
 // with exact comparisons; the result is exact whatever the estimate, so the
-// two executors agree although their estimates need not.
+// two executors agree although their estimates need not. A negative slack
+// is a debt (charges, or a burst lowered by a reload): the result is then
+// minus its whole tokens rounded up, −⌈debt/T⌉, at most burst + 1 deep.
 func tokens(sq, sf, period, limit, burst int64) int64 {
 	if sq < 0 {
-		return 0
+		dq, df := fracSub(0, 0, sq, sf, limit)
+		k := tokens(dq, df, period, limit, burst)
+		if q, r := mulDiv(k, period, limit); q != dq || r != df {
+			k++
+		}
+		return -k
 	}
 	est := (float64(sq)*float64(limit) + float64(sf)) / float64(period)
 	k := burst
@@ -108,7 +115,7 @@ func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, De
 		tat, frac = now, 0
 	}
 	if refund {
-		q, r := mulDiv(min(hits, burst), period, limit)
+		q, r := debt(hits, period, limit, burst)
 		tat, frac = fracSub(tat, frac, q, r, limit)
 		if tat < now {
 			tat, frac = now, 0
@@ -131,6 +138,43 @@ func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, De
 	}
 	sq, sf := fracSub(bq, br, tat-now, frac, limit)
 	return State{Time: tat, Frac: frac}, Decision{Allowed: true, Remaining: tokens(sq, sf, period, limit, burst), ResetAfter: fracCeil(tat-now, frac)}
+}
+
+// debt returns hits·T as q + r/limit for at most two capacities of hits
+// (more count as two): a charge's debt and a refund's give-back are never
+// larger (overdrawBucket). Each part is a mulDiv of at most burst hits, so
+// every product stays exact.
+func debt(hits, period, limit, burst int64) (q, r int64) {
+	if hits <= burst {
+		return mulDiv(hits, period, limit)
+	}
+	q, r = mulDiv(min(hits-burst, burst), period, limit)
+	bq, br := mulDiv(burst, period, limit)
+	return fracAdd(q, r, bq, br, limit)
+}
+
+// overdrawBucket returns the bucket s with hits charged as a debt: TAT
+// moves to max(TAT, now) + hits·T, but never past now + 2·burst·T. A
+// bucket is then at most one capacity in debt, and full again within two
+// refills: a charge larger than that is counted as that much, which keeps
+// every value exact in Lua (debt) and a runaway charge from locking a
+// client out for longer than two refills.
+func overdrawBucket(p Policy, s State, now, hits int64) State {
+	limit, period, burst := p.Limit, p.Period, p.Capacity()
+	tat, frac := s.Time, s.Frac
+	if frac < 0 || frac >= limit {
+		tat, frac = tat+1, 0
+	}
+	if tat < now {
+		tat, frac = now, 0
+	}
+	q, r := debt(hits, period, limit, burst)
+	tat, frac = fracAdd(tat, frac, q, r, limit)
+	cq, cr := debt(2*burst, period, limit, burst)
+	if !fracLE(tat-now, frac, cq, cr) {
+		tat, frac = fracAdd(now, 0, cq, cr, limit)
+	}
+	return State{Time: tat, Frac: frac}
 }
 
 // expiryTokenBucket is the time until TAT, rounded up; a Frac outside

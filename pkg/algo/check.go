@@ -24,6 +24,16 @@ type Check struct {
 	Hits int64
 	// Refund gives Hits back instead of consuming them (is_negative_hits).
 	Refund bool
+	// Charge counts Hits even when they do not fit (a limit's `cost:
+	// charge`): the check is still denied then, and the request with
+	// it, but the hits are counted past the limit (Charge in state.go),
+	// and they are counted whatever the request's other checks decide.
+	// A budget charged when a response is done (Envoy's
+	// apply_on_stream_done, whose answer Envoy ignores) needs it: a
+	// refused charge would be a response nobody pays for. Charges never
+	// queue, take or lease. It is what the check does, not which counter
+	// it is.
+	Charge bool
 	// Take makes Hits the most to consume: the check consumes as many of
 	// them as fit now, at least one, and reports how many in
 	// Decision.Granted; when none fits it is denied like a one-hit check.

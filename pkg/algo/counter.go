@@ -95,19 +95,23 @@ func SharedCounters(checks []Check) bool {
 // smallest Limit, then the smallest Capacity. For fixed_window,
 // sliding_window and sliding_log the stored state does not depend on the
 // limit, so admitting under the smallest limit is admitting under every
-// one; every check on the counter reports the merged decision.
+// one; every check on the counter reports the merged decision. The merged
+// check is a charge when any consuming check on the counter is (and the
+// sum consumes): counting a charge is the one promise that must hold.
 func Merge(checks []Check) (merged []Check, owner []int) {
 	if !SharedCounters(checks) {
 		return nil, nil
 	}
 	owner = make([]int, len(checks))
 	net := make([]int64, 0, len(checks))
+	charged := make([]bool, 0, len(checks))
 	for i := range checks {
 		c := &checks[i]
 		j := slices.IndexFunc(merged, func(m Check) bool { return SameCounter(&m, c) })
 		if j < 0 {
 			merged = append(merged, *c)
 			net = append(net, 0)
+			charged = append(charged, false)
 			j = len(merged) - 1
 		} else {
 			if stricter(c.Policy, merged[j].Policy) {
@@ -121,10 +125,11 @@ func Merge(checks []Check) (merged []Check, owner []int) {
 			net[j] -= max(c.Hits, 0)
 		} else {
 			net[j] += max(c.Hits, 0)
+			charged[j] = charged[j] || c.Charge
 		}
 	}
 	for j := range merged {
-		merged[j].Hits, merged[j].Refund = net[j], false
+		merged[j].Hits, merged[j].Refund, merged[j].Charge = net[j], false, charged[j] && net[j] > 0
 		if net[j] < 0 {
 			merged[j].Hits, merged[j].Refund = -net[j], true
 		}
@@ -148,11 +153,15 @@ const DefaultMaxCost int64 = 1000
 
 // Cost returns how many state writes c can cause: one for its counter,
 // and for a sliding log one per logged hit, which is one sorted-set member
-// each (at most Limit: more hits than that are denied and write nothing).
+// each (at most Limit: more hits than that are denied and write nothing;
+// a charge logs all of its hits).
 // A request's cost is the sum over its checks; it bounds the time a script
 // runs and the memory one request can claim.
 func (c *Check) Cost() int64 {
 	if c.Policy.Algorithm == SlidingLog {
+		if c.Charge && !c.Refund {
+			return max(1, c.Hits)
+		}
 		return max(1, min(c.Hits, c.Policy.Limit))
 	}
 	return 1

@@ -33,7 +33,7 @@ func stepSlidingLog(p Policy, s State, now, hits int64, refund, build bool) (Sta
 	if count+hits > limit {
 		// The (count+hits−limit)-th oldest entry must expire first.
 		k := count + hits - limit
-		return State{Log: live}, Decision{Remaining: max(limit-count, 0), ResetAfter: logReset(count, newest, period, now), RetryAfter: live[k-1] + period - now}
+		return State{Log: live}, Decision{Remaining: limit - count, ResetAfter: logReset(count, newest, period, now), RetryAfter: live[k-1] + period - now}
 	}
 	if hits > 0 && (count == 0 || now > newest) {
 		newest = now

@@ -41,7 +41,7 @@ package algo
 
 // reservable reports whether c, denied with d, may reserve its hits.
 func reservable(c *Check, d Decision) bool {
-	return c.MaxDelay > 0 && !c.Take && !c.Refund && c.Hits > 0 && c.Policy.Algorithm.spec().MayQueue &&
+	return c.MaxDelay > 0 && !c.Take && !c.Refund && !c.Charge && c.Hits > 0 && c.Policy.Algorithm.spec().MayQueue &&
 		d.RetryAfter > 0 && d.RetryAfter <= c.MaxDelay
 }
 

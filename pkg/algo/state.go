@@ -32,19 +32,27 @@ type State struct {
 // place past len(s.Log), which s does not see). Step is pure and safe for
 // concurrent use.
 //
-//   - hits > 0 consumes them if they fit; a denied step consumes nothing.
-//   - hits == 0 only checks: nothing is consumed, and Allowed reports
-//     whether the state is within the limit (as envoyproxy/ratelimit does
-//     for a zero hits_addend).
+//   - hits > 0 consumes them if they fit; a denied step consumes nothing
+//     (Charge counts them anyway).
+//   - hits == 0 only checks: nothing is consumed, and the check is allowed
+//     exactly when one hit would be (probe): a spent limit (nothing left)
+//     denies it, as an overdrawn one does. Remaining is what is left.
 //   - refund gives hits back: a window count drops (not below 0), a log
 //     loses its newest hits entries, a bucket's TAT moves back by
-//     hits·period/limit (not before now; at most burst tokens). The decision
-//     is then the check-only decision of the refunded state.
+//     hits·period/limit (not before now; at most two capacities, the
+//     deepest debt a charge leaves). The decision is then the refunded
+//     state's, allowed.
 //
-// Hits larger than the capacity are denied with Remaining 0 and RetryAfter
-// Never: they would never fit. A Limit of 0 (or a non-positive Period or an
-// unknown algorithm) denies every hit the same way and leaves s unchanged.
+// Hits larger than the capacity are denied with RetryAfter Never: they
+// would never fit. A Limit of 0 (or a non-positive Period or an unknown
+// algorithm) denies every hit and every check-only request the same way
+// and leaves s unchanged; its ResetAfter is the end of the period-aligned
+// window holding now, as envoyproxy/ratelimit reports for any limit.
 // Negative hits count as 0.
+//
+// Remaining is negative when the limit is overdrawn (charges, or a limit
+// lowered below what was counted): it is minus the hits counted past the
+// limit, or for a bucket minus the whole tokens of its debt.
 func Step(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
 	return step(p, s, now, hits, refund, true)
 }
@@ -56,8 +64,16 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 		hits = 0
 	}
 	if p.Limit <= 0 || p.Period <= 0 {
-		return s, blocked(hits, refund)
+		return s, blocked(p, now, refund)
 	}
+	if hits == 0 && !refund {
+		return s, probe(p, s, now)
+	}
+	return stepAlgorithm(p, s, now, hits, refund, build)
+}
+
+// stepAlgorithm is step for a positive limit and period, by algorithm.
+func stepAlgorithm(p Policy, s State, now, hits int64, refund, build bool) (State, Decision) {
 	switch p.Algorithm {
 	case FixedWindow:
 		return stepFixedWindow(p, s, now, hits, refund)
@@ -72,15 +88,74 @@ func step(p Policy, s State, now, hits int64, refund, build bool) (State, Decisi
 		// One bucket; only the Redis storage differs (see bucket.go).
 		return stepTokenBucket(p, s, now, hits, refund)
 	}
-	return s, blocked(hits, refund)
+	return s, blocked(p, now, refund)
 }
 
-// blocked is the decision of a policy that admits nothing.
-func blocked(hits int64, refund bool) Decision {
-	if hits == 0 || refund {
-		return Decision{Allowed: true}
+// probe is the decision of a check-only request (hits 0) on s: what is
+// left and when the limit resets, as the state tells, allowed exactly
+// when one hit would be, with that hit's RetryAfter. So a budget that is
+// spent (0 left) or overdrawn denies a check, which is what a caller that
+// checks before it charges needs (docs/rules.md, "Costs and charges").
+func probe(p Policy, s State, now int64) Decision {
+	_, d := stepAlgorithm(p, s, now, 0, false, false)
+	_, one := stepAlgorithm(p, s, now, 1, false, false)
+	d.Allowed, d.RetryAfter = one.Allowed, one.RetryAfter
+	return d
+}
+
+// Charge applies hits > 0 that are counted whatever the limit says
+// (Check.Charge, a rule's `cost: charge`): when they fit it is Step;
+// when they do not, they are counted all the same (overdraw) and the
+// decision is the check-only decision of the overdrawn state, denied. The
+// overdraft stays until the window ends or the refill pays it back. A
+// limit of 0 counts nothing (it admits nothing to charge for).
+func Charge(p Policy, s State, now, hits int64) (State, Decision) {
+	return charge(p, s, now, hits, true)
+}
+
+// charge is Charge; build as in step.
+func charge(p Policy, s State, now, hits int64, build bool) (State, Decision) {
+	ns, d := step(p, s, now, hits, false, build)
+	if d.Allowed || hits <= 0 || p.Limit <= 0 || p.Period <= 0 {
+		return ns, d
 	}
-	return never(0)
+	ns = overdraw(p, s, now, hits, build)
+	d = probe(p, ns, now)
+	d.Allowed = false
+	return ns, d
+}
+
+// overdraw returns s with hits counted past the limit. The window
+// algorithms and the log count them as a step under a limit raised by
+// MaxLimit would: an overdraft is at most MaxLimit hits deep, which keeps
+// sliding_window's products exact (count·2^20 < 2^53); a counter already
+// deeper than that counts nothing more. A bucket goes into debt
+// (overdrawBucket).
+func overdraw(p Policy, s State, now, hits int64, build bool) State {
+	if p.Algorithm.UsesBurst() {
+		return overdrawBucket(p, s, now, hits)
+	}
+	q := p
+	q.Limit += MaxLimit
+	ns, d := stepAlgorithm(q, s, now, hits, false, build)
+	if !d.Allowed {
+		return s
+	}
+	return ns
+}
+
+// blocked is the decision of a policy that admits nothing: refunds pass,
+// everything else is denied for good. ResetAfter is the end of the
+// period-aligned window holding now (0 without a period).
+func blocked(p Policy, now int64, refund bool) Decision {
+	reset := int64(0)
+	if p.Period > 0 {
+		reset = windowStart(now, p.Period) + p.Period - now
+	}
+	if refund {
+		return Decision{Allowed: true, ResetAfter: reset}
+	}
+	return never(reset)
 }
 
 // never is the decision for hits that can never fit, on a limit that
@@ -126,6 +201,13 @@ func Expiry(p Policy, s State, now int64) int64 {
 // check-only decision of their unchanged state. Otherwise every consuming
 // check's state is replaced by its new state. Refunds always apply; a
 // check-only check's state is never replaced.
+//
+// Charges (Check.Charge) are counted whatever the request's outcome: a
+// denied charge denies the request like any check (allowed is false, and
+// the other checks consume nothing), but its own hits are counted past
+// the limit (Charge). Envoy ignores the answer to a charge made when a
+// stream is done, so a charge must not depend on the request's other
+// descriptors.
 //
 // In queue mode (Check.MaxDelay, see reserve.go) a token_bucket or gcra
 // check denied with RetryAfter within its MaxDelay does not deny: the
@@ -182,7 +264,17 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 	}
 	for i := range checks {
 		c := &checks[i]
-		if c.Refund || c.Hits <= 0 || (!allowed && !out[i].Allowed) {
+		if c.Refund || c.Hits <= 0 {
+			continue
+		}
+		if c.Charge {
+			// A charge is counted whatever the other checks decided:
+			// it is not all or nothing (docs/rules.md, "Costs and
+			// charges").
+			states[i], out[i] = charge(c.Policy, states[i], now, c.Hits, true)
+			continue
+		}
+		if !allowed && !out[i].Allowed {
 			continue
 		}
 		switch {

@@ -46,12 +46,14 @@ func TestStepTables(t *testing.T) {
 				{at: 100_000, hits: 1, want: Decision{Allowed: true, Remaining: 2, ResetAfter: 900_000}},
 				{at: 100_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 900_000}},
 				{at: 200_000, hits: 1, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: 800_000}},
-				{at: 200_000, hits: 0, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 800_000}},
+				// A spent limit denies a check-only request: one hit would not fit.
+				{at: 200_000, hits: 0, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: 800_000}},
 				{at: 200_000, hits: 4, want: Decision{Remaining: 0, ResetAfter: 800_000, RetryAfter: Never}},
 				{at: 999_999, hits: 1, want: Decision{Remaining: 0, ResetAfter: 1, RetryAfter: 1}},
 				{at: 1_000_000, hits: 1, want: Decision{Allowed: true, Remaining: 2, ResetAfter: sec}},
-				{at: 1_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
-				{at: 1_000_000, hits: 5, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
+				// ResetAfter is the window's end, with hits or without.
+				{at: 1_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: sec}},
+				{at: 1_000_000, hits: 5, refund: true, want: Decision{Allowed: true, Remaining: 3, ResetAfter: sec}},
 			},
 		},
 		{
@@ -67,7 +69,7 @@ func TestStepTables(t *testing.T) {
 				{at: 2_000_000, hits: 2, want: Decision{Allowed: true, Remaining: 0, ResetAfter: sec}},
 				{at: 2_000_000, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 1, ResetAfter: sec}},
 				{at: 2_500_000, hits: 0, want: Decision{Allowed: true, Remaining: 1, ResetAfter: 500_000}},
-				{at: 5_000_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: 0}},
+				{at: 5_000_000, hits: 0, want: Decision{Allowed: true, Remaining: 3, ResetAfter: sec}},
 			},
 		},
 		{
@@ -150,9 +152,11 @@ func TestStepTables(t *testing.T) {
 			name: "zero_limit_blocks",
 			p:    Policy{Algorithm: TokenBucket, Limit: 0, Period: Minute, Burst: 10},
 			steps: []stepCase{
-				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: 0, RetryAfter: Never}},
-				{at: 0, hits: 0, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 0}},
-				{at: 0, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 0, ResetAfter: 0}},
+				// A block rule denies checks too; its reset is the end of the
+				// minute, as envoyproxy/ratelimit reports.
+				{at: 0, hits: 1, want: Decision{Remaining: 0, ResetAfter: Minute - t0%Minute, RetryAfter: Never}},
+				{at: 0, hits: 0, want: Decision{Remaining: 0, ResetAfter: Minute - t0%Minute, RetryAfter: Never}},
+				{at: 0, hits: 1, refund: true, want: Decision{Allowed: true, Remaining: 0, ResetAfter: Minute - t0%Minute}},
 			},
 		},
 	}
@@ -202,8 +206,8 @@ func TestApplyAll(t *testing.T) {
 			if ApplyAll(checks, states, t0, out) {
 				t.Fatal("request with a denied limit was allowed")
 			}
-			if !out[0].Allowed || out[0].Remaining != 10 || out[0].ResetAfter != 0 {
-				t.Errorf("admitting limit of a denied request: got %+v, want its unchanged check-only decision", out[0])
+			if _, want := Step(checks[0].Policy, State{}, t0, 0, false); out[0] != want || !out[0].Allowed || out[0].Remaining != 10 {
+				t.Errorf("admitting limit of a denied request: got %+v, want its unchanged check-only decision %+v", out[0], want)
 			}
 			if out[1].Allowed || out[1].Remaining != 0 || out[1].RetryAfter != Never {
 				t.Errorf("denying limit: got %+v", out[1])
@@ -253,7 +257,8 @@ func TestApplyAllCheckOnlyDenialBlocks(t *testing.T) {
 	if ApplyAll(checks, states, t0, out) {
 		t.Fatal("check-only over the limit did not deny the request")
 	}
-	if out[0].Allowed || out[0].Remaining != 0 || !out[1].Allowed || out[1].Remaining != 4 {
+	// Remaining says how far the lowered limit is overdrawn: 5 of 3.
+	if out[0].Allowed || out[0].Remaining != -2 || !out[1].Allowed || out[1].Remaining != 4 {
 		t.Fatalf("got %+v", out)
 	}
 	if states[1].Time != 0 || states[1].Frac != 0 {

@@ -138,7 +138,7 @@ func stepSubWindows(p Policy, s State, now, hits int64, refund bool) (State, Dec
 	case hits > limit:
 		return ns, never(reset)
 	case !allowed:
-		return ns, Decision{Remaining: max(limit-used, 0), ResetAfter: reset, RetryAfter: subWait(limit, hits, period, n, c, counts) - now}
+		return ns, Decision{Remaining: limit - used, ResetAfter: reset, RetryAfter: subWait(limit, hits, period, n, c, counts) - now}
 	}
 	return ns, Decision{Allowed: true, Remaining: limit - used - hits, ResetAfter: reset}
 }

@@ -10,6 +10,9 @@ func windowStart(now, period int64) int64 {
 // count + hits ≤ limit, and denied hits are not counted. A stored window
 // later than now's (the clock went back, e.g. after a failover) stays the
 // current one while it holds hits, so a clock step never resets a count.
+// ResetAfter is always the end of the current window, whether or not it
+// holds hits: what envoyproxy/ratelimit reports, and what a client told
+// "check only" needs to know.
 func stepFixedWindow(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
 	limit, period := p.Limit, p.Period
 	start := windowStart(now, period)
@@ -22,21 +25,15 @@ func stepFixedWindow(p Policy, s State, now, hits int64, refund bool) (State, De
 		hits = 0
 	}
 	ns := State{Time: start, Count: count}
-	reset := int64(0)
-	if count > 0 {
-		reset = start + period - now
-	}
+	reset := start + period - now
 	if hits > limit {
 		return ns, never(reset)
 	}
 	if count+hits > limit {
-		return ns, Decision{Remaining: max(limit-count, 0), ResetAfter: reset, RetryAfter: start + period - now}
+		return ns, Decision{Remaining: limit - count, ResetAfter: reset, RetryAfter: reset}
 	}
 	count += hits
 	ns.Count = count
-	if count > 0 {
-		reset = start + period - now
-	}
 	return ns, Decision{Allowed: true, Remaining: limit - count, ResetAfter: reset}
 }
 
@@ -62,7 +59,8 @@ func slidingQuantum(period int64) (step, steps int64) {
 }
 
 // stepSlidingWindow: the previous and the current aligned window; the
-// estimate prev·(1 − elapsed/period) + curr must stay ≤ limit.
+// estimate prev·(1 − elapsed/period) + curr must stay ≤ limit. ResetAfter
+// is always the end of the current window, as for fixed_window.
 //
 // The weight (1 − elapsed/period) = rem/period (rem = time left in the
 // current window) is taken as remSteps/steps with remSteps = ⌈rem/step⌉ and
@@ -98,21 +96,15 @@ func stepSlidingWindow(p Policy, s State, now, hits int64, refund bool) (State, 
 		hits = 0
 	}
 	ns := State{Time: start, Count: curr, Prev: prev}
-	reset := int64(0)
-	if curr > 0 || prev > 0 {
-		reset = start + period - now
-	}
+	reset := start + period - now
+	used := curr + weighted
 	if hits > limit {
 		return ns, never(reset)
 	}
-	used := curr + weighted
 	if used+hits > limit {
-		return ns, Decision{Remaining: max(limit-used, 0), ResetAfter: reset, RetryAfter: slidingWait(limit, period, start, curr, prev, hits, step, steps) - now}
+		return ns, Decision{Remaining: limit - used, ResetAfter: reset, RetryAfter: slidingWait(limit, period, start, curr, prev, hits, step, steps) - now}
 	}
 	ns.Count += hits
-	if hits > 0 {
-		reset = start + period - now
-	}
 	return ns, Decision{Allowed: true, Remaining: limit - used - hits, ResetAfter: reset}
 }
 

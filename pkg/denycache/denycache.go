@@ -164,9 +164,9 @@ var _ algo.Applier = (*Cache)(nil)
 
 // Apply implements algo.Applier (the contract is stated there). A request of which some
 // non-refund check is known to be denied is denied here (see the package
-// comment for what it reports); a request that carries a refund, and every
-// other request, goes to the wrapped backend, whose denials are
-// remembered.
+// comment for what it reports); a request that carries a refund or a
+// charge, and every other request, goes to the wrapped backend, whose
+// denials are remembered (but a charge's request's).
 func (c *Cache) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
 		return c.next.Apply(ctx, at, checks)
@@ -174,6 +174,16 @@ func (c *Cache) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([
 	for i := range checks {
 		if checks[i].Refund {
 			return c.applyRefund(ctx, at, checks)
+		}
+	}
+	for i := range checks {
+		if checks[i].Charge && checks[i].Hits > 0 {
+			// A charge is counted whatever is known of its limits
+			// (algo.Check.Charge): it must reach the backend. Its
+			// denials are not recorded, and none it makes is lost by
+			// that: the next request finds them in the backend.
+			count(&c.bypasses, c.bypassC)
+			return c.next.Apply(ctx, at, checks)
 		}
 	}
 	now := at.UnixMicro()

@@ -230,7 +230,8 @@ func New(next Backend, opts Options) (*Layer, error) {
 
 // leasable reports whether c may be served from a lease.
 func leasable(c *algo.Check) bool {
-	if !c.Lease || c.Refund || c.Take || c.Hits <= 0 {
+	// A charge must reach the shared state whole, past the limit too.
+	if !c.Lease || c.Refund || c.Take || c.Charge || c.Hits <= 0 {
 		return false
 	}
 	spec, _ := c.Policy.Algorithm.Spec()

@@ -683,9 +683,10 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 			c.script.eval = true
 			s.sending = append(s.sending, c)
 		case c.script.plain && errors.Is(c.script.err, errNotCounted):
-			// A count at or below 0: lean.lua reads it as apply.lua
-			// does (plain.go), and EVAL cannot meet NOSCRIPT.
-			c.script.plain, c.script.lean, c.script.eval = false, true, true
+			// A count at or below 0: lean.lua (apply.lua for a charge)
+			// reads it as apply.lua does (plain.go), and EVAL cannot
+			// meet NOSCRIPT.
+			c.script.plain, c.script.lean, c.script.eval = false, leanChecks(c.checks), true
 			s.sending = append(s.sending, c)
 		}
 	}
@@ -712,7 +713,7 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		}
 		// parseApplyInts's errors carry the package prefix and the detail.
 		c.evalNow, c.allowed, c.err = parseApplyInts(c.script.reply, c.out)
-		if c.script.plain && c.err == nil && !c.allowed {
+		if c.script.plain && c.err == nil && !c.allowed && c.script.ints[2]&codeCharge == 0 {
 			s.sending = append(s.sending, c)
 		}
 	}

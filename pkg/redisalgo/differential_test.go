@@ -100,6 +100,10 @@ func TestObservedScriptWrapsApply(t *testing.T) {
 	}
 }
 
+// maxDiffNow is the latest time a differential step is taken at: the
+// year 2090.
+const maxDiffNow = luaT0 + 63*algo.Year
+
 var diffPeriods = []int64{7, 1000, 999_983, algo.Second, 7*algo.Second + 3, algo.Minute, algo.Hour, algo.Day, algo.Year, 1<<21 + 1}
 
 // diffPolicy returns a random valid policy of algorithm a, often at the
@@ -158,6 +162,7 @@ type diffLimit struct {
 func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(seed, 0xd1ff))
+	cr := rand.New(rand.NewPCG(seed, 0xc4a6))
 	prefix := redistest.KeyPrefix(t)
 	limits := make([]diffLimit, 12)
 	for i := range limits {
@@ -177,6 +182,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 		// takes counts allowed takes granted [0] less than they asked,
 		// [1] all of it.
 		takes [2]int
+		// overdrawn counts the charges counted past their limit, per
+		// algorithm.
+		overdrawn = map[algo.Algorithm]int{}
 		// reserved are queue-mode reservations a later step may cancel;
 		// queued counts [0] delayed requests, [1] cancels that gave back,
 		// [2] cancels that could not.
@@ -206,13 +214,24 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 			// The entry names the limit's own key, so that ApplyAll sees
 			// distinct counters as the script does.
-			c := algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund, Take: take}
+			// A charge (cost: charge) is counted even past the limit, and
+			// often is larger than what is left. It is drawn from its own
+			// stream, so that the rest of each seed's run (and what it
+			// covers) is what it was before charges.
+			charge := !refund && !take && cr.IntN(5) == 0
+			if charge {
+				hits = 1 + cr.Int64N(3*max(l.p.Capacity(), 1))
+			}
+			c := algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits, Refund: refund, Take: take, Charge: charge}
 			c.MaxDelay, c.ReservedAt = diffQueueMode(r, c, l.key, reserved)
 			checks = append(checks, c)
 			keys = append(keys, l.key)
 		}
 		first := limits[pick[0]].p
-		now += randsteps.Gap(r, first.Period, first.Limit)
+		// Time stays where algo.MaxPeriod's bound holds it exact (before
+		// the year 2100): with periods of a year, steps of up to ten
+		// periods would otherwise pass 2^53 µs in a long run.
+		now = min(now+randsteps.Gap(r, first.Period, first.Limit), maxDiffNow)
 		for i := range keys {
 			// A fixed window's key names the window holding now.
 			keys[i] = windowKey(keys[i], checks[i].Policy, now)
@@ -245,6 +264,9 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			if g := goOut[i].Granted; c.Take && g > 0 {
 				takes[min(g/c.Hits, 1)]++
 			}
+			if c.Charge && !goOut[i].Allowed && goOut[i].Remaining < 0 {
+				overdrawn[c.Policy.Algorithm]++
+			}
 			switch {
 			case c.ReservedAt != 0 && goOut[i].Granted > 0:
 				queued[1]++
@@ -274,6 +296,12 @@ func runDifferential(t *testing.T, client *redis.Client, seed uint64, steps int)
 			}
 		}
 	}
+	for _, a := range algo.Algorithms {
+		if overdrawn[a] == 0 {
+			t.Errorf("%v: no charge counted past its limit; want overdrafts exercised", a)
+		}
+	}
+	t.Logf("charges counted past their limit: %v", overdrawn)
 	if takes[0] == 0 || takes[1] == 0 {
 		t.Errorf("takes: %d granted in part, %d granted whole; want both exercised", takes[0], takes[1])
 	}

@@ -44,7 +44,20 @@ var leanCodes = [...]int64{int64(algo.FixedWindow), int64(algo.FixedWindow) + co
 // encoding, not from the check's fields, means no rule of lean.lua's is
 // restated here: a check the encoder marks for anything lean.lua lacks
 // (MaxDelay's queue mode, say) goes to apply.lua.
+//
+// A check-only check (0 hits) is not lean: its decision is a probe, one
+// hit that is not consumed (algo.probe), which lean.lua does not make.
 func leanCheck(c *algo.Check) bool {
 	code, _, _ := applyCode(c)
-	return (code == leanCodes[0] || code == leanCodes[1]) && c.Policy.Limit > 0 && c.Policy.Period > 0
+	return (code == leanCodes[0] || code == leanCodes[1]) && c.Hits >= 1 && c.Policy.Limit > 0 && c.Policy.Period > 0
+}
+
+// plainCharge reports whether c is a charge (algo.Check.Charge) that a
+// plain call can count: but for the charge, a check lean.lua takes, of at
+// least one hit. Its HINCRBY counts the hits whatever they find, which is
+// what a charge is.
+func plainCharge(c *algo.Check) bool {
+	code, _, _ := applyCode(c)
+	code -= codeCharge
+	return (code == leanCodes[0] || code == leanCodes[1]) && c.Charge && c.Hits >= 1 && c.Policy.Limit > 0 && c.Policy.Period > 0
 }

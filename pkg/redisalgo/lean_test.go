@@ -23,7 +23,8 @@ var leanObserved = redis.NewScript(observePrologue + strings.Replace(leanLua, "\
 
 // TestDifferentialLean holds lean.lua to algo.ApplyAll as TestDifferential
 // holds apply.lua: random fixed-window requests of one to three limits,
-// with hits from 0 to over the limit, limit changes, and both a given now
+// with hits from 1 to over the limit (a check-only request is a probe,
+// which only apply.lua makes), limit changes, and both a given now
 // and the server's TIME; identical decisions, stored state (which
 // parseState also requires to be apply.lua's spelling) and TTLs.
 func TestDifferentialLean(t *testing.T) {
@@ -70,6 +71,7 @@ func runLeanDifferential(t *testing.T, client *redis.Client, seed uint64, steps 
 		for _, i := range r.Perm(len(limits))[:1+r.IntN(3)] {
 			l := limits[i]
 			hits, _ := randsteps.Hits(r, l.p.Capacity())
+			hits = max(hits, 1)
 			checks = append(checks, algo.Check{Entries: []algo.Entry{{Key: "key", Value: l.key}}, Policy: l.p, Hits: hits})
 			keys = append(keys, l.key)
 		}
@@ -132,7 +134,9 @@ func TestLeanChecks(t *testing.T) {
 	}{
 		{name: "none", checks: nil, want: false},
 		{name: "one fixed window", checks: []algo.Check{{Policy: fw, Hits: 1}}, want: true},
-		{name: "hits and check-only", checks: []algo.Check{{Policy: fw, Hits: 5}, {Policy: fw, Hits: 0}}, want: true},
+		{name: "hits", checks: []algo.Check{{Policy: fw, Hits: 5}, {Policy: fw, Hits: 2}}, want: true},
+		{name: "check-only, a probe", checks: []algo.Check{{Policy: fw, Hits: 5}, {Policy: fw, Hits: 0}}, want: false},
+		{name: "charge", checks: []algo.Check{{Policy: fw, Hits: 5, Charge: true}}, want: false},
 		{name: "refund", checks: []algo.Check{{Policy: fw, Hits: 1, Refund: true}}, want: false},
 		{name: "take", checks: []algo.Check{{Policy: fw, Hits: 3, Take: true}}, want: false},
 		{name: "zero limit", checks: []algo.Check{{Policy: algo.Policy{Algorithm: algo.FixedWindow, Period: algo.Second}, Hits: 1}}, want: false},
@@ -182,7 +186,7 @@ func TestLeanMatchesApply(t *testing.T) {
 			var checks []algo.Check
 			for _, i := range r.Perm(len(pols))[:1+r.IntN(3)] {
 				hits, _ := randsteps.Hits(r, pols[i].Capacity())
-				checks = append(checks, algo.Check{Policy: pols[i], Hits: hits})
+				checks = append(checks, algo.Check{Policy: pols[i], Hits: max(hits, 1)})
 				names = append(names, strconv.Itoa(i))
 			}
 			if r.IntN(40) == 0 {
@@ -319,6 +323,7 @@ func TestLeanCheckIsLeanFraming(t *testing.T) {
 		func(c *algo.Check) { c.Refund = true },
 		func(c *algo.Check) { c.Refund, c.ReservedAt = true, 5 },
 		func(c *algo.Check) { c.Take = true },
+		func(c *algo.Check) { c.Charge = true },
 		func(c *algo.Check) { c.Policy.Limit = 0 },
 	} {
 		c := base

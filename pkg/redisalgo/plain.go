@@ -60,8 +60,10 @@ import (
 
 // plainCheck reports whether c can be a plain call: a check lean.lua
 // takes (a consuming fixed_window with a positive limit and period and no
-// burst) of one hit.
-func plainCheck(c *algo.Check) bool { return c.Hits == 1 && leanCheck(c) }
+// burst) of one hit, or such a check's charge of any hits (plainCharge):
+// HINCRBY counts a charge's hits whatever they find, and a denied charge
+// is not given back.
+func plainCheck(c *algo.Check) bool { return (c.Hits == 1 && leanCheck(c)) || plainCharge(c) }
 
 // windowTTL is the PEXPIRE, in ms, of a fixed window's hash at now: to its
 // window's end and windowMargin beyond, rounded up (apply.lua's ttlMs of
@@ -111,7 +113,12 @@ var (
 // arguments point into c's hash, field and ttl, which stay unchanged until
 // the round trip is done.
 func (m *merger) addPlain(ctx context.Context, c *scriptCall) {
-	incr := redis.NewIntCmd(ctx, argHIncrBy, &c.keys[0], &c.fields[0], argOne)
+	hits := argOne
+	if c.ints[2]&codeHits != 0 {
+		// appendApplyInts's hits, after code, limit and period.
+		hits = &c.ints[5]
+	}
+	incr := redis.NewIntCmd(ctx, argHIncrBy, &c.keys[0], &c.fields[0], hits)
 	m.cmds = append(m.cmds, incr)
 	var exp *redis.BoolCmd
 	if c.expire {
@@ -137,7 +144,7 @@ func (p plainCmds) split() {
 		c.err = err
 		return
 	}
-	now, limit, period := c.ints[1], c.ints[3], c.ints[4]
+	now, code, limit, period := c.ints[1], c.ints[2], c.ints[3], c.ints[4]
 	count, left := p.incr.Val(), windowLeft(period, now)
 	r := &c.plainReply
 	switch {
@@ -146,6 +153,10 @@ func (p plainCmds) split() {
 		return
 	case count <= limit:
 		*r = [...]int64{now, 1, 1, limit - count, left, 0, 0}
+	case code&codeCharge != 0:
+		// A charge past the limit stays counted: the check-only
+		// decision of the overdrawn window, denied (algo.Charge).
+		*r = [...]int64{now, 0, 0, limit - count, left, left, 0}
 	default:
 		// Denied: the hit is given back (giveBack), and the window,
 		// full already, reads as full.

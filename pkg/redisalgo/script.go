@@ -59,6 +59,8 @@ const (
 	// codeExtra: the queue-mode argument follows hits: MaxDelay, or a
 	// cancel's ReservedAt.
 	codeExtra = 128
+	// codeCharge makes a consume a charge (algo.Check.Charge).
+	codeCharge = 256
 )
 
 // ErrBadReply is wrapped by every error parseApplyInts returns for a reply
@@ -143,6 +145,8 @@ func applyCode(c *algo.Check) (code, burst, extra int64) {
 		code += codeRefund
 	case c.Take:
 		code += codeTake
+	case c.Charge:
+		code += codeCharge
 	}
 	burst = burstArg(c.Policy)
 	if burst != 0 {
@@ -213,8 +217,9 @@ func parseApplyInts(vals []int64, out []algo.Decision) (now int64, allowed bool,
 		switch {
 		case !in(i, 0, 1):
 			return 0, false, bad(i, 0, 1)
-		case !in(i+1, 0, maxInt):
-			return 0, false, bad(i+1, 0, maxInt)
+		case !in(i+1, -maxInt, maxInt):
+			// Negative: overdrawn (charges).
+			return 0, false, bad(i+1, -maxInt, maxInt)
 		case !in(i+2, 0, maxInt):
 			return 0, false, bad(i+2, 0, maxInt)
 		case !in(i+3, algo.Never, maxInt):

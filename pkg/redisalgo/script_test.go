@@ -97,7 +97,6 @@ func TestParseApplyReply(t *testing.T) {
 		{"status_wrongtype", with(1, int64(statusWrongType)), "WRONGTYPE", ErrWrongType},
 		{"status_failed", with(1, int64(statusFailed)), "apply.lua failed on this request", ErrScriptFailed},
 		{"allowed_nil", with(7, nil), "element 7 (limit 2 allowed) is <nil>", nil},
-		{"remaining_negative", with(3, int64(-1)), "element 3 (limit 1 remaining) is -1", nil},
 		{"reset_negative", with(9, int64(-5)), "element 9 (limit 2 reset_after µs) is -5", nil},
 		{"granted_negative", with(11, int64(-1)), "element 11 (limit 2 granted) is -1", nil},
 		{"retry_below_never", with(10, int64(-2)), "element 10 (limit 2 retry_after µs) is -2, want -1..", nil},

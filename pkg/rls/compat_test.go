@@ -519,13 +519,15 @@ func runCompat(t *testing.T, sc compatScenario, newBackend func(*testing.T) (Bac
 	backend, prefix := newBackend(t)
 	domain := prefix + sc.domain
 	yaml := withDomain(t, sc.yaml, sc.domain, domain)
-	snap := rulestest.Snapshot(t, sc.name+".yaml", yaml, rules.Options{DefaultAlgorithm: algo.FixedWindow})
+	// --count-denied-hits makes every limit a charge, in the rules and
+	// for overrides alike.
+	snap := rulestest.Snapshot(t, sc.name+".yaml", yaml, rules.Options{DefaultAlgorithm: algo.FixedWindow, DefaultCharge: countDenied})
 	s := newService(t, snap, Config{
 		Backend:          backend,
 		Now:              clk.Now,
 		DefaultAlgorithm: algo.FixedWindow,
 		ShadowMode:       sc.globalShadow,
-		CountDeniedHits:  countDenied,
+		DefaultCharge:    countDenied,
 	})
 	for i, st := range sc.steps {
 		clk.Advance(st.advance)

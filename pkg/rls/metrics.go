@@ -57,7 +57,7 @@ const (
 	codeOverLimit
 	// codeNotApplied: the limit would have admitted the hits, but another
 	// limit of the request denied it, so (all or nothing) it consumed none
-	// (unless Config.CountDeniedHits counted them: then it is codeOK).
+	// (a charge is counted all the same: then it is codeOK).
 	codeNotApplied
 )
 
@@ -161,7 +161,7 @@ func (m *Metrics) observeChecks(domain string, p *plan, globalShadow bool) {
 		switch {
 		case !p.decisions[i].Allowed:
 			code = codeOverLimit
-		case denied && !p.meta[i].countedDenied:
+		case denied && !p.checks[i].Charge:
 			code = codeNotApplied
 		}
 		k := decisionLabels{

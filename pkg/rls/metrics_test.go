@@ -177,18 +177,18 @@ descriptors:
 	}
 }
 
-// TestReferenceMetricsCountDenied: when --count-denied-hits fills a
-// denied limit, the reference's counters still split the denied hits by
-// the count before, as the reference does.
+// TestReferenceMetricsCountDenied: when a charge is counted past its
+// limit (cost: charge, as --count-denied-hits makes it), the reference's
+// counters split the denied hits by the count before, as the reference
+// does.
 func TestReferenceMetricsCountDenied(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, _ := newTestService(t, `
 domain: ref
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window}
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: fixed_window, cost: charge}
 `, func(c *Config) {
-		c.CountDeniedHits = true
 		c.ReferenceMetrics = NewReferenceMetrics(reg, 0.8)
 	})
 	for _, hits := range []uint32{7, 5, 1} { // 7 within; 12: 2 over, 2 near; then 1 over

@@ -52,6 +52,9 @@ type overrideRules struct {
 	policy      OverridePolicy
 	defaultAlgo algo.Algorithm
 	logCap      int64
+	// defaultCharge is the cost of an override that matches no rule
+	// (Config.DefaultCharge); one that matches a rule keeps its cost.
+	defaultCharge bool
 }
 
 // check turns a descriptor's own limit into a check, or reports ok false
@@ -71,10 +74,10 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
 		mult = m.GetValue()
 	}
-	alg := or.defaultAlgo
+	alg, charge := or.defaultAlgo, or.defaultCharge
 	ruleID := overrideRuleID
 	if r != nil && len(r.Limits) > 0 {
-		alg = r.Limits[0].Policy.Algorithm
+		alg, charge = r.Limits[0].Policy.Algorithm, r.Limits[0].Charge
 		ruleID = r.ID
 	}
 	hi, period := bits.Mul64(uint64(unit.Micros()), uint64(mult))
@@ -88,7 +91,7 @@ func (or overrideRules) check(domain string, entries []algo.Entry, o *ratelimitv
 	if or.policy == OverridesLowerOnly && (r == nil || len(r.Limits) == 0 || looser(pol, r.Limits[0].Policy)) {
 		return algo.Check{}, checkMeta{}, false, nil
 	}
-	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol},
+	return algo.Check{Domain: domain, Entries: entries, HashTag: -1, Policy: pol, Charge: charge},
 		checkMeta{limit: limitView{unit: responseUnit(unit), multiplier: mult, rpu: o.GetRequestsPerUnit()}, ruleID: ruleID, limitLabel: overrideRuleID},
 		true, nil
 }

@@ -39,13 +39,6 @@ type checkMeta struct {
 	quota  bool
 	// soft limits (shadow or quota mode) report but never deny.
 	soft bool
-	// countedDenied: the limit admitted, another denied the request, and
-	// Config.CountDeniedHits consumed its hits anyway.
-	countedDenied bool
-	// filled: the limit denied, and Config.CountDeniedHits filled it up to
-	// its limit; deniedRemaining is what it had left before.
-	filled          bool
-	deniedRemaining int64
 }
 
 // overridden is a descriptor's limit override as a check, when ok.
@@ -166,7 +159,7 @@ func (p *plan) build(req *pb.RateLimitRequest, snap *rules.Snapshot, known bool,
 			// Unknown domain: no limit applies, as envoyproxy/ratelimit does.
 		case p.overrides[i].ok:
 			c, m := p.overrides[i].check, p.overrides[i].meta
-			c.Hits, c.Refund, m.desc = hits, refund, i
+			c.Hits, c.Refund, c.Charge, m.desc = hits, refund, c.Charge && !refund, i
 			p.checks = append(p.checks, c)
 			p.meta = append(p.meta, m)
 		case r == nil:
@@ -204,6 +197,7 @@ func (p *plan) addRuleChecks(domain string, entries []algo.Entry, r *rules.Rule,
 			Policy:  pol,
 			Hits:    hits,
 			Refund:  refund,
+			Charge:  l.Charge && !refund,
 			Lease:   l.Lease,
 			// Queue mode (hold.go decides whether it applies).
 			MaxDelay: l.MaxDelay.Microseconds(),

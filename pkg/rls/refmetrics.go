@@ -137,16 +137,13 @@ func (m *ReferenceMetrics) observe(p *plan) {
 		hits := uint64(c.Hits)
 		s.counts[refTotal].Add(hits)
 		limit := uint64(max(c.Policy.Limit, 0))
-		remaining := d.Remaining
-		if meta.filled {
-			// The count before --count-denied-hits filled the limit is
-			// the one the reference compares with.
-			remaining = meta.deniedRemaining
-		}
-		used := uint64(max(c.Policy.Limit-remaining, 0))
-		before, after := used, used+hits
-		if d.Allowed {
-			before, after = used-min(used, hits), used
+		// Remaining is what is left after the hits when they were
+		// counted (admitted, or a charge), else before them; the
+		// reference compares the count after them with the limit.
+		used := max(c.Policy.Limit-d.Remaining, 0)
+		before, after := uint64(used), uint64(used)+hits
+		if d.Allowed || c.Charge {
+			before, after = uint64(max(used-c.Hits, 0)), uint64(used)
 		}
 		near := uint64(math.Floor(float64(limit) * m.nearRatio))
 		switch {

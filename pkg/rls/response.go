@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -125,12 +124,15 @@ func retryWait(d algo.Decision) int64 {
 	return d.RetryAfter
 }
 
-// setMicros sets d to us microseconds (negative counts as 0), exactly as
-// durationpb.New would, without allocating a new message.
-func setMicros(d *durationpb.Duration, us int64) {
-	nanos := (time.Duration(max(us, 0)) * time.Microsecond).Nanoseconds()
-	secs := nanos / 1e9
-	d.Seconds, d.Nanos = secs, int32(nanos-secs*1e9)
+// setResetSeconds sets d, a status's duration_until_reset, to us
+// microseconds rounded up to whole seconds. Envoy turns it into the
+// X-RateLimit-Reset header by dropping the fraction, so a fraction would
+// tell a client one second early, and a client that waits exactly that
+// long comes back inside the same window; envoyproxy/ratelimit sends
+// whole seconds too. The µs stay in explain, the console and the
+// decision log.
+func setResetSeconds(d *durationpb.Duration, us int64) {
+	d.Seconds, d.Nanos = ceilSeconds(us), 0
 }
 
 // inlineStatuses is how many statuses respBlock holds without a separate
@@ -198,7 +200,7 @@ func (p *plan) response(req *pb.RateLimitRequest, globalShadow bool, h HeaderOpt
 			blk.lim.UnitMultiplier = wrapperspb.UInt32(m.limit.multiplier)
 		}
 		st.LimitRemaining = clampRemaining(d.Remaining)
-		setMicros(&blk.dur, d.ResetAfter)
+		setResetSeconds(&blk.dur, d.ResetAfter)
 		st.DurationUntilReset = &blk.dur
 
 		hardDenied, quotaDenied := false, false

@@ -30,12 +30,11 @@ type Config struct {
 	// ShadowMode answers OK to every request while still counting and
 	// reporting what would have been denied.
 	ShadowMode bool
-	// CountDeniedHits counts the hits of a denied request on its
-	// fixed_window limits, as envoyproxy/ratelimit does (it increments
-	// every limit of a request before comparing, unless its
-	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is set), instead of consuming
-	// nothing: see countDenied.
-	CountDeniedHits bool
+	// DefaultCharge is the cost of a request's own limit override that
+	// matches no rule: a charge (algo.Check.Charge) when set, as
+	// --count-denied-hits makes every limit that names no cost (rules
+	// carry their own, rules.Limit.Charge).
+	DefaultCharge bool
 	// Headers selects which rate-limit headers are added to responses.
 	Headers HeaderOptions
 	// Limits bounds the size of accepted requests.
@@ -253,86 +252,18 @@ func (s *Service) decide(ctx context.Context, req *pb.RateLimitRequest, snap *ru
 
 // overrides is how plan.build treats limit overrides.
 func (s *Service) overrides() overrideRules {
-	return overrideRules{policy: s.cfg.Overrides, defaultAlgo: s.cfg.DefaultAlgorithm, logCap: s.cfg.SlidingLogCap}
+	return overrideRules{policy: s.cfg.Overrides, defaultAlgo: s.cfg.DefaultAlgorithm, logCap: s.cfg.SlidingLogCap, defaultCharge: s.cfg.DefaultCharge}
 }
 
-// countDenied, once a request is denied, counts its hits on its
-// fixed_window limits the way envoyproxy/ratelimit does, so that clients
-// which keep sending while blocked stay blocked as they would there: a
-// limit that admitted the hits consumes them anyway, and a limit that
-// denied them is filled up to its limit (the reference counts them beyond
-// it; either way the window denies every further hit and reports 0
-// remaining, so the decisions are the same). Other algorithms keep
-// consuming nothing. The hits go in one more backend call, all or
-// nothing; when traffic from elsewhere fills a limit in between, that
-// call is denied and nothing more is counted, so this may count less than
-// the reference, never more. Its failure leaves the request's answer
-// as decided; the extra counting is only logged.
-func (s *Service) countDenied(ctx context.Context, p *plan) {
-	soft := func(i int) bool { return s.cfg.ShadowMode || p.meta[i].soft }
-	if !p.deniedBy(soft) {
-		return
-	}
-	p.batch = p.batch[:0]
-	p.owner = p.owner[:0]
-	for i := range p.checks {
-		c := p.checks[i]
-		if !c.Refund && c.Policy.Algorithm == algo.FixedWindow && !p.decisions[i].Allowed {
-			c.Hits = min(c.Hits, max(p.decisions[i].Remaining, 0))
-		}
-		if c.Refund || c.Policy.Algorithm != algo.FixedWindow || c.Hits <= 0 {
-			p.owner = append(p.owner, -1)
-			continue
-		}
-		p.batch = append(p.batch, c)
-		p.owner = append(p.owner, len(p.batch)-1)
-	}
-	if len(p.batch) == 0 {
-		return
-	}
-	decisions, err := s.cfg.Backend.Apply(ctx, p.now, p.batch)
-	if err != nil || len(decisions) != len(p.batch) {
-		s.log.Debug("counting a denied request's hits failed", zap.Error(err))
-		return
-	}
-	for _, d := range decisions {
-		if !d.Allowed {
-			return
-		}
-	}
-	for i, j := range p.owner {
-		if j < 0 {
-			continue
-		}
-		if p.decisions[i].Allowed {
-			p.decisions[i] = decisions[j]
-			p.meta[i].countedDenied = true
-		} else {
-			p.meta[i].filled, p.meta[i].deniedRemaining = true, p.decisions[i].Remaining
-			p.decisions[i].Remaining = decisions[j].Remaining
-		}
-	}
-}
-
-// apply runs the plan's checks on the backend. A soft limit (shadow or
-// quota mode, or every limit under global shadow mode) must not stop the
-// other limits from consuming: the request really passes, so it must be
-// counted. When only soft limits denied, the request is applied again
-// without the denied soft limits, whose first decisions are kept.
-func (s *Service) apply(ctx context.Context, p *plan) error {
-	if err := s.applyAllOrNothing(ctx, p); err != nil {
-		return err
-	}
-	if s.cfg.CountDeniedHits {
-		s.countDenied(ctx, p)
-	}
-	return nil
-}
-
-// applyAllOrNothing applies the plan's checks as
+// apply runs the plan's checks on the backend, as
 // docs/architecture.md#all-or-nothing says: a denied request consumes
-// nothing.
-func (s *Service) applyAllOrNothing(ctx context.Context, p *plan) error {
+// nothing but its charges. A soft limit (shadow or quota mode, or every
+// limit under global shadow mode) must not stop the other limits from
+// consuming: the request really passes, so it must be counted. When only
+// soft limits denied, the request is applied again without the denied
+// soft limits, whose first decisions are kept, and without its charges,
+// which the first run counted whatever it decided.
+func (s *Service) apply(ctx context.Context, p *plan) error {
 	p.selectChecks(func(int) bool { return true })
 	if err := s.run(ctx, p); err != nil {
 		return err
@@ -341,7 +272,7 @@ func (s *Service) applyAllOrNothing(ctx context.Context, p *plan) error {
 	if !p.onlySoftDenied(soft) {
 		return nil
 	}
-	p.selectChecks(func(i int) bool { return !soft(i) || p.decisions[i].Allowed })
+	p.selectChecks(func(i int) bool { return !p.checks[i].Charge && (!soft(i) || p.decisions[i].Allowed) })
 	if len(p.batch) == 0 {
 		return nil
 	}

@@ -165,12 +165,15 @@ func TestBurstDenyRecover(t *testing.T) {
 			// bucket refills in one period too), and for a sliding window
 			// in sub-windows when its newest sub-window has left the
 			// period: within a period and one sub-window.
+			// It is whole seconds rounded up (what Envoy's header
+			// carries), so at most 2s for the sliding window.
 			most := time.Second
 			if a == algo.SlidingWindow {
-				most += time.Second/time.Duration(algo.DefaultSubWindows) + time.Microsecond // sub-windows are whole µs
+				most = 2 * time.Second
 			}
-			if reset := resp.Statuses[0].GetDurationUntilReset().AsDuration(); reset <= 0 || reset > most {
-				t.Fatalf("duration_until_reset = %v, want within (0, %v]", reset, most)
+			reset := resp.Statuses[0].GetDurationUntilReset().AsDuration()
+			if reset <= 0 || reset > most || reset%time.Second != 0 {
+				t.Fatalf("duration_until_reset = %v, want whole seconds within (0, %v]", reset, most)
 			}
 			// Retry-After is when this request would pass, in whole
 			// seconds rounded up (backendtest proves the µs value exact).
@@ -563,10 +566,11 @@ descriptors:
 }
 
 // TestCountDeniedHits: a client that keeps sending while a per-second
-// limit blocks it uses up its daily fixed_window limit with
-// Config.CountDeniedHits, as with envoyproxy/ratelimit, and so stays
-// blocked after the second is over; without it, the blocked requests
-// consume nothing. Limits of other algorithms never count denied hits.
+// limit blocks it uses up its daily limit when the limits are charges
+// (cost: charge, the default under --count-denied-hits), as with
+// envoyproxy/ratelimit, and so stays blocked after the second is over;
+// without it, the blocked requests consume nothing. Charges count on
+// every algorithm.
 func TestCountDeniedHits(t *testing.T) {
 	const yaml = `
 domain: hammer
@@ -589,11 +593,16 @@ descriptors:
 	}{
 		{false, "user=a", ok},
 		{true, "user=a", over},
-		{true, "svc=a", ok},
+		{false, "svc=a", ok},
+		{true, "svc=a", over},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/count_denied=%v", tt.entry, tt.countDenied), func(t *testing.T) {
-			s, clk := newTestService(t, yaml, func(c *Config) { c.CountDeniedHits = tt.countDenied })
+			rules := yaml
+			if tt.countDenied {
+				rules = strings.ReplaceAll(yaml, "}", ", cost: charge}")
+			}
+			s, clk := newTestService(t, rules, nil)
 			for i, want := range []pb.RateLimitResponse_Code{ok, over, over} {
 				if got := call(t, s, request("hammer", desc(tt.entry))).GetOverallCode(); got != want {
 					t.Fatalf("request %d: %s, want %s", i, got, want)

@@ -5,7 +5,7 @@
 //
 // The file format is a superset of envoyproxy/ratelimit's: every field that
 // format accepts keeps its meaning, and the extensions (unit_multiplier,
-// algorithm, burst, rate_limits, hash_tag, sub_windows, lease, warmup,
+// algorithm, burst, rate_limits, hash_tag, sub_windows, lease, cost, warmup,
 // on_limit) are listed in docs/architecture.md#config-sources.
 // Validation is strict and reports every problem at once, each with the
 // file, line and YAML path of the offending node.

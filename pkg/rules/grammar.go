@@ -128,7 +128,7 @@ var (
 	descriptorFields = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode",
 		"quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "hash_tag", "metadata"}
 	rateLimitFields = []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst",
-		"sub_windows", "unlimited", "name", "replaces", "lease", "warmup", "on_limit", "max_delay"}
+		"sub_windows", "unlimited", "name", "replaces", "lease", "warmup", "on_limit", "max_delay", "cost"}
 	replacesFields = []string{"name"}
 )
 

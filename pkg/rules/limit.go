@@ -25,7 +25,7 @@ func (p *parser) singleLimit(n *yaml.Node, path string, r *Rule) bool {
 	r.ID = name
 	if unlimited {
 		ok := true
-		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "sub_windows", "lease", "warmup", "on_limit", "max_delay"} {
+		for _, k := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst", "sub_windows", "lease", "warmup", "on_limit", "max_delay", "cost"} {
 			if kn, has := f[k]; has {
 				p.errorf(kn.Line, path+"."+k, "set together with unlimited: true (want either unlimited or a limit)")
 				ok = false
@@ -131,8 +131,9 @@ func (p *parser) limit(f map[string]*yaml.Node, line int, path, name string) (Li
 	lease, leaseOK := p.lease(f, path, alg)
 	warmup, warmupOK := p.warmup(f, path)
 	maxDelay, delayOK := p.onLimit(f, line, path, alg, lease)
-	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup, MaxDelay: maxDelay}
-	if !(unitOK && rpuOK && multOK && algOK && burstOK && subsOK && leaseOK && warmupOK && delayOK) {
+	charge, costOK := p.cost(f, path, lease, maxDelay > 0)
+	l := Limit{Name: name, Unit: unit, UnitMultiplier: mult, RequestsPerUnit: rpu, Lease: lease, Warmup: warmup, MaxDelay: maxDelay, Charge: charge}
+	if !(unitOK && rpuOK && multOK && algOK && burstOK && subsOK && leaseOK && warmupOK && delayOK && costOK) {
 		return l, false
 	}
 	if alg == algo.SlidingLog && int64(rpu) > p.opts.slidingLogCap() {
@@ -216,6 +217,39 @@ func named[T any](p *parser, n *yaml.Node, path, what, want string, parse func(s
 		return zero, false
 	}
 	return v, true
+}
+
+// cost reads `cost: request | charge` (Options.DefaultCharge decides when
+// absent). A charge is counted even past the limit, which neither a lease
+// (it hands out hits the shared state already holds) nor queue mode (it
+// waits for room) can do, so either refuses an explicit charge and keeps
+// the default from making one.
+func (p *parser) cost(f map[string]*yaml.Node, path string, lease, delay bool) (bool, bool) {
+	cn, has := f["cost"]
+	if !has {
+		return p.opts.DefaultCharge && !lease && !delay, true
+	}
+	s, ok := p.str(cn, path+".cost")
+	if !ok {
+		return false, false
+	}
+	switch strings.ToLower(s) {
+	case "request":
+		return false, true
+	case "charge":
+	default:
+		p.errorf(cn.Line, path+".cost", "unknown cost %q (want request|charge)", s)
+		return false, false
+	}
+	switch {
+	case lease:
+		p.errorf(cn.Line, path+".cost", "charge with lease: auto: a lease cannot count hits past the limit (want one of them)")
+		return false, false
+	case delay:
+		p.errorf(cn.Line, path+".cost", "charge with on_limit: delay: a charge is counted at once, it never waits (want one of them)")
+		return false, false
+	}
+	return true, true
 }
 
 // lease reads `lease: auto | off` (off when absent). auto lets a replica

@@ -21,6 +21,12 @@ type Options struct {
 	// MaxDelay is the longest max_delay a limit may set (--max-delay); zero
 	// means DefaultMaxDelay.
 	MaxDelay time.Duration
+	// DefaultCharge makes `cost: charge` the default of limits that name
+	// no cost (--count-denied-hits, and drop-in mode as envoyproxy/
+	// ratelimit counts by default); a limit with lease: auto or on_limit:
+	// delay stays `cost: request` unless it says otherwise, since neither
+	// can count past the limit.
+	DefaultCharge bool
 	// MergeDomains lets several files of a directory define one domain,
 	// as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their top-level
 	// descriptors are joined, in file name order. Without it a domain
@@ -203,4 +209,10 @@ type Limit struct {
 	// limit is queued for at most this long instead of denied
 	// (algo.Check.MaxDelay). 0, `on_limit: deny`, the default, denies.
 	MaxDelay time.Duration
+	// Charge is `cost: charge`: every hit is counted, even past the limit
+	// (algo.Check.Charge), as a budget charged when a response is done
+	// needs; `cost: request`, the default unless Options.DefaultCharge,
+	// counts a request only when it is admitted. docs/rules.md, "Costs
+	// and charges".
+	Charge bool
 }

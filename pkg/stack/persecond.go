@@ -102,7 +102,8 @@ func (p perSecond) refund(ctx context.Context, now time.Time, apply applyFunc, c
 	var back []algo.Check
 	var idx []int
 	for i, c := range checks {
-		if c.Refund || c.Hits <= 0 {
+		// A charge stays counted whatever the other side decided.
+		if c.Refund || c.Charge || c.Hits <= 0 {
 			continue
 		}
 		back = append(back, giveBack(c, d[i]))

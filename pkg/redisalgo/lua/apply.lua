@@ -25,14 +25,17 @@
 --           algo.Check.ReservedAt) + 32 when burst follows + 64 when hits
 --           follows + 128 when one more argument follows hits: max_delay
 --           µs of a consume in queue mode (algo.Check.MaxDelay), or the
---           reserved time of a cancel. After the request's limits come
+--           reserved time of a cancel; + 256 makes a consume a charge
+--           (algo.Check.Charge: counted even when it does not fit, and
+--           whatever the request's other limits decide). After the request's limits come
 --           the fields of its fixed_window limits, in order: each one's
 --           field in its hash (redisalgo.AppendField). The common request
 --           (one limit, one hit, no burst, at TIME) is 5 arguments: Redis
 --           and Lua pay for each one, and at moderate load a script call
 --           carries one request.
--- Reply     per request: now, status, then per limit: allowed, remaining,
---           reset_after µs, retry_after µs (-1: never), granted (what an
+-- Reply     per request: now, status, then per limit: allowed, remaining
+--           (negative: overdrawn by that much), reset_after µs,
+--           retry_after µs (-1: never), granted (what an
 --           allowed take consumed, or a cancel gave back, else 0;
 --           algo.Decision has their meaning). An allowed limit's
 --           retry_after is its algo.Decision.Delay: 0 unless the request
@@ -43,8 +46,8 @@
 -- Needs Redis 7.0 or later (PEXPIRE … NX; ZRANGE … BYSCORE is 6.2).
 --
 -- First every limit is decided without writing; then, if every limit that
--- is not a refund allowed, the consuming limits are written. Refunds are
--- always written; check-only limits never are.
+-- is not a refund allowed, the consuming limits are written. Refunds and
+-- charges are always written; check-only limits never are.
 --
 -- Numbers: Lua numbers are doubles, exact for integers below 2^53, and
 -- algo.Policy.Validate keeps every intermediate below that. Numbers are never
@@ -145,18 +148,22 @@ local function never(reset)
   return false, 0, reset, NEVER
 end
 
--- algo.blocked
-local function blocked(hits, refund)
-  if hits == 0 or refund then
-    return true, 0, 0, 0
-  end
-  return never(0)
-end
-
 -- algo.windowStart
 local function windowStart(now, period)
   local _, off = divmod(now, period)
   return now - off
+end
+
+-- algo.blocked: reset is the end of the period-aligned window.
+local function blocked(period, now, refund)
+  local reset = 0
+  if period > 0 then
+    reset = windowStart(now, period) + period - now
+  end
+  if refund then
+    return true, 0, reset, 0
+  end
+  return never(reset)
 end
 
 -- algo.stepFixedWindow
@@ -171,21 +178,15 @@ local function stepFixedWindow(limit, period, s, now, hits, refund)
     hits = 0
   end
   local ns = {t = start, c = count}
-  local reset = 0
-  if count > 0 then
-    reset = start + period - now
-  end
+  local reset = start + period - now
   if hits > limit then
     return ns, never(reset)
   end
   if count + hits > limit then
-    return ns, false, math.max(limit - count, 0), reset, start + period - now
+    return ns, false, limit - count, reset, reset
   end
   count = count + hits
   ns.c = count
-  if count > 0 then
-    reset = start + period - now
-  end
   return ns, true, limit - count, reset, 0
 end
 
@@ -240,21 +241,15 @@ local function stepSlidingWindow(limit, period, s, now, hits, refund)
     hits = 0
   end
   local ns = {t = start, c = curr, p = prev}
-  local reset = 0
-  if curr > 0 or prev > 0 then
-    reset = start + period - now
-  end
+  local reset = start + period - now
+  local used = curr + weighted
   if hits > limit then
     return ns, never(reset)
   end
-  local used = curr + weighted
   if used + hits > limit then
-    return ns, false, math.max(limit - used, 0), reset, slidingWait(limit, period, start, curr, prev, hits, step, steps) - now
+    return ns, false, limit - used, reset, slidingWait(limit, period, start, curr, prev, hits, step, steps) - now
   end
   ns.c = ns.c + hits
-  if hits > 0 then
-    reset = start + period - now
-  end
   return ns, true, limit - used - hits, reset, 0
 end
 
@@ -399,7 +394,7 @@ local function stepSubWindows(limit, period, n, s, now, hits, refund)
   if hits > limit then
     return ns, never(reset)
   elseif not allowed then
-    return ns, false, math.max(limit - used, 0), reset, subWait(limit, hits, period, n, c, counts) - now
+    return ns, false, limit - used, reset, subWait(limit, hits, period, n, c, counts) - now
   end
   return ns, true, limit - used - hits, reset, 0
 end
@@ -440,7 +435,7 @@ local function stepSlidingLog(key, limit, period, now, hits, refund)
   end
   if count + hits > limit then
     local k = count + hits - limit
-    return {remove = removed, add = 0}, false, math.max(limit - count, 0), logReset(count, newest, period, now),
+    return {remove = removed, add = 0}, false, limit - count, logReset(count, newest, period, now),
       logEntry(key, first, k - 1) + period - now
   end
   if hits > 0 and (count == 0 or now > newest) then
@@ -490,10 +485,17 @@ local function fracCeil(q, f)
 end
 
 -- algo.tokens: a float estimate corrected by exact comparisons, so the
--- result is exact whatever the estimate.
+-- result is exact whatever the estimate; a debt (negative slack) is minus
+-- its whole tokens rounded up.
 local function tokens(sq, sf, period, limit, burst)
   if sq < 0 then
-    return 0
+    local dq, df = fracSub(0, 0, sq, sf, limit)
+    local k = tokens(dq, df, period, limit, burst)
+    local q, r = mulDiv(k, period, limit)
+    if q ~= dq or r ~= df then
+      k = k + 1
+    end
+    return -k
   end
   local est = (sq * limit + sf) / period
   local k = burst
@@ -517,6 +519,35 @@ local function tokens(sq, sf, period, limit, burst)
   return k
 end
 
+-- algo.debt: hits·T for at most two capacities of hits, in two exact parts.
+local function debt(hits, period, limit, burst)
+  if hits <= burst then
+    return mulDiv(hits, period, limit)
+  end
+  local q, r = mulDiv(math.min(hits - burst, burst), period, limit)
+  local bq, br = mulDiv(burst, period, limit)
+  return fracAdd(q, r, bq, br, limit)
+end
+
+-- algo.overdrawBucket: TAT moves to max(TAT, now) + hits·T, never past
+-- now + 2·burst·T.
+local function overdrawBucket(limit, period, burst, s, now, hits)
+  local tat, frac = s.t, s.f
+  if frac < 0 or frac >= limit then
+    tat, frac = tat + 1, 0
+  end
+  if tat < now then
+    tat, frac = now, 0
+  end
+  local q, r = debt(hits, period, limit, burst)
+  tat, frac = fracAdd(tat, frac, q, r, limit)
+  local cq, cr = debt(2 * burst, period, limit, burst)
+  if not fracLE(tat - now, frac, cq, cr) then
+    tat, frac = fracAdd(now, 0, cq, cr, limit)
+  end
+  return {t = tat, f = frac}
+end
+
 -- algo.stepTokenBucket, for token_bucket and gcra
 local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
   local tat, frac = s.t, s.f
@@ -527,7 +558,7 @@ local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
     tat, frac = now, 0
   end
   if refund then
-    local q, r = mulDiv(math.min(hits, burst), period, limit)
+    local q, r = debt(hits, period, limit, burst)
     tat, frac = fracSub(tat, frac, q, r, limit)
     if tat < now then
       tat, frac = now, 0
@@ -749,21 +780,19 @@ local function load(l, now)
   return {t = t, f = f}
 end
 
--- algo.step: returns the new state (nil: leave the key alone), allowed,
--- remaining, reset, retry.
-local function step(l, now, hits, refund)
-  if hits < 0 then
-    hits = 0
+-- capacity is algo.Policy.Capacity of l.
+local function capacity(l)
+  if (l.alg == 4 or l.alg == 5) and l.burst > 0 and l.limit > 0 then
+    return l.burst
   end
+  return l.limit
+end
+
+-- algo.stepAlgorithm: returns the new state (nil: leave the key alone),
+-- allowed, remaining, reset, retry.
+local function stepAlgorithm(l, now, hits, refund)
   local limit, period, a = l.limit, l.period, l.alg
-  if limit <= 0 or period <= 0 then
-    return nil, blocked(hits, refund)
-  end
-  -- algo.Policy.Capacity
-  local burst = limit
-  if (a == 4 or a == 5) and l.burst > 0 then
-    burst = l.burst
-  end
+  local burst = capacity(l)
   if a == 1 then
     return stepFixedWindow(limit, period, l.state, now, hits, refund)
   elseif a == 2 and l.sub > 1 then
@@ -775,8 +804,51 @@ local function step(l, now, hits, refund)
   elseif a == 4 or a == 5 then
     return stepTokenBucket(limit, period, burst, l.state, now, hits, refund)
   end
-  return nil, blocked(hits, refund)
+  return nil, blocked(period, now, refund)
 end
+
+-- algo.probe: a check-only request's decision, allowed exactly when one
+-- hit would be.
+local function probe(l, now)
+  local _, _, rem, reset = stepAlgorithm(l, now, 0, false)
+  local _, allowed, _, _, retry = stepAlgorithm(l, now, 1, false)
+  return allowed, rem, reset, retry
+end
+
+-- algo.step
+local function step(l, now, hits, refund)
+  if hits < 0 then
+    hits = 0
+  end
+  if l.limit <= 0 or l.period <= 0 then
+    return nil, blocked(l.period, now, refund)
+  end
+  if hits == 0 and not refund then
+    return nil, probe(l, now)
+  end
+  return stepAlgorithm(l, now, hits, refund)
+end
+
+-- MAX_LIMIT is algo.MaxLimit: how far past its limit a window or log may
+-- be overdrawn.
+local MAX_LIMIT = 4294967295
+
+-- algo.overdraw: the state with hits counted past the limit (a step under
+-- a limit raised by MAX_LIMIT; a bucket goes into debt). nil: count
+-- nothing more.
+local function overdraw(l, now, hits)
+  if l.alg == 4 or l.alg == 5 then
+    return overdrawBucket(l.limit, l.period, capacity(l), l.state, now, hits)
+  end
+  l.limit = l.limit + MAX_LIMIT
+  local ns, allowed = stepAlgorithm(l, now, hits, false)
+  l.limit = l.limit - MAX_LIMIT
+  if not allowed then
+    return nil
+  end
+  return ns
+end
+
 
 -- algo.take: consume min(hits, the check-only remaining), at least one
 -- hit; returns what step returns, then granted.
@@ -801,7 +873,7 @@ end
 
 -- algo.reservable: l was denied with l.retry.
 local function reservable(l)
-  return l.maxDelay > 0 and not l.take and not l.refund and l.hits > 0 and (l.alg == 4 or l.alg == 5)
+  return l.maxDelay > 0 and not l.take and not l.refund and not l.charge and l.hits > 0 and (l.alg == 4 or l.alg == 5)
     and l.retry > 0 and l.retry <= l.maxDelay
 end
 
@@ -934,16 +1006,44 @@ local function commit(l, now)
   redis.call('SET', key, stateValue(l, ns), 'PX', ms)
 end
 
+-- algo.charge, written: l's hits are counted whether or not they fit (a
+-- limit's cost: charge, algo.Check.Charge). When they fit, l.ns is written
+-- as for any consume. When they do not, they are counted past the limit
+-- (overdraw), and the decision is the check-only one of the written state
+-- (read back from Redis for a sliding log), denied.
+local function commitCharge(l, now)
+  if l.allowed then
+    commit(l, now)
+    return
+  end
+  if l.limit <= 0 or l.period <= 0 then
+    return
+  end
+  local ns = overdraw(l, now, l.hits)
+  if ns ~= nil then
+    l.ns = ns
+    commit(l, now)
+    if l.alg ~= 3 then
+      l.state = ns
+    end
+  end
+  local _
+  _, l.remaining, l.reset, l.retry = probe(l, now)
+  l.allowed = false
+  l.granted = 0
+end
+
 -- Bits of a limit's code above its algorithm (see ARGV).
-local MODE, BURST, HITS, EXTRA = 8, 32, 64, 128
+local MODE, BURST, HITS, EXTRA, CHARGE = 8, 32, 64, 128, 256
 
 -- limitArgs returns the number of ARGV entries of the limit whose code is
 -- ARGV[b], or nil when that is no code.
 local function limitArgs(b)
   local code = tonumber(ARGV[b])
-  if code == nil or code < 0 or code >= 2 * EXTRA then
+  if code == nil or code < 0 or code >= 2 * CHARGE then
     return nil
   end
+  code = code % CHARGE
   local m = 3
   if code % HITS >= BURST then
     m = m + 1
@@ -970,6 +1070,8 @@ local function applyRequest(r, now, reply)
   local b, f = r.a, r.f
   for i = 1, r.n do
     local code = tonumber(ARGV[b])
+    local charged = code >= CHARGE
+    code = code % CHARGE
     local mode = math.floor(code / MODE) % 4
     -- Every field is in the constructor, which sizes the table once.
     local l = {
@@ -983,6 +1085,7 @@ local function applyRequest(r, now, reply)
       hits = 1,
       refund = mode == 1 or mode == 3,
       take = mode == 2,
+      charge = charged and mode == 0,
       maxDelay = 0,
       reservedAt = 0,
       granted = 0,
@@ -1043,7 +1146,10 @@ local function applyRequest(r, now, reply)
   reply[#reply + 1] = allowed and 1 or 0
   for i = 1, r.n do
     local l = limits[i]
-    if not l.refund and l.hits > 0 and (l.allowed or allowed) then
+    if l.charge and l.hits > 0 then
+      -- A charge is counted whatever the request's outcome.
+      commitCharge(l, now)
+    elseif not l.refund and l.hits > 0 and (l.allowed or allowed) then
       if allowed then
         if wait > 0 then
           -- algo.admitAt: a bucket consumes at its reserved time.
@@ -1103,7 +1209,7 @@ while a <= nargs do
     if m == nil then
       return redis.error_reply(MALFORMED)
     end
-    if tonumber(ARGV[a]) % MODE == 1 then
+    if tonumber(ARGV[a]) % CHARGE % MODE == 1 then
       fields = fields + 1
     end
     a = a + m

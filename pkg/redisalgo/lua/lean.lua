@@ -1,7 +1,7 @@
 -- lean.lua applies the common call, every limit a plain fixed window, as
 -- apply.lua would: the same KEYS, ARGV, reply and storage (apply.lua's
 -- header documents them), for calls whose every limit has code 1, or
--- 1 + 64 with hits (consume, no burst, no take, no refund), a positive
+-- 1 + 64 with hits of at least 1 (consume, no burst, no take, no refund), a positive
 -- limit and a positive period. The backend sends such calls here
 -- (scriptCall.lean) and every other call to apply.lua; both scripts write
 -- the same values, so a counter may go through either.
@@ -49,27 +49,24 @@ end
 
 -- apply.lua's stepFixedWindow without refunds (algo.stepFixedWindow):
 -- returns the new window start and count, allowed, remaining, reset,
--- retry.
+-- retry. The backend sends no check-only limit here (a probe,
+-- algo.probe), so hits is at least 1, except for the report of an
+-- admitting limit in a denied request (hits 0 below), whose state one
+-- more hit fits: its probe and this step agree.
 local function step(limit, period, t, c, now, hits)
   local _, off = divmod(now, period)
   local start, count = now - off, 0
   if t >= start and c > 0 then
     start, count = t, c
   end
-  local reset = 0
-  if count > 0 then
-    reset = start + period - now
-  end
+  local reset = start + period - now
   if hits > limit then
     return start, count, false, 0, reset, -1
   end
   if count + hits > limit then
-    return start, count, false, math.max(limit - count, 0), reset, start + period - now
+    return start, count, false, limit - count, reset, reset
   end
   count = count + hits
-  if count > 0 then
-    reset = start + period - now
-  end
   return start, count, true, limit - count, reset, 0
 end
 
@@ -78,7 +75,7 @@ end
 -- says so, then the n limits' fields (each key is a fixed window's hash,
 -- as in apply.lua). Anything else is an error reply, so that nothing is
 -- written.
-local MALFORMED = 'ERR lean.lua: malformed arguments: want per request n (or -n and now), per key code 1 or 65, a positive limit and period, and hits after code 65, then the n fields, with n keys each'
+local MALFORMED = 'ERR lean.lua: malformed arguments: want per request n (or -n and now), per key code 1 or 65, a positive limit and period, and hits of at least 1 after code 65, then the n fields, with n keys each'
 local nargs, nkeys = #ARGV, #KEYS
 local reqs, a, k = {}, 1, 0
 while a <= nargs do
@@ -100,7 +97,8 @@ while a <= nargs do
     end
     a = a + 3
     if code == 65 then
-      if tonumber(ARGV[a]) == nil then
+      local hits = tonumber(ARGV[a])
+      if hits == nil or hits < 1 then
         return redis.error_reply(MALFORMED)
       end
       a = a + 1
@@ -139,7 +137,7 @@ for _, r in ipairs(reqs) do
     local code, limit, period, hits = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), 1
     b = b + 3
     if code == 65 then
-      hits = math.max(tonumber(ARGV[b]), 0)
+      hits = tonumber(ARGV[b])
       b = b + 1
     end
     local v = redis.pcall('HGET', KEYS[rk + i], ARGV[fa + i - 1])
