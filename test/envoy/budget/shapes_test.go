@@ -165,7 +165,7 @@ type budget struct {
 // limitYAML is the budget as a rule's rate_limit, marked cost: charge
 // (a stream-done charge counts even past the limit).
 func (b budget) limitYAML() string {
-	return fmt.Sprintf("{unit: second, unit_multiplier: %d, requests_per_unit: %d, algorithm: %s}", b.PeriodSec, b.Tokens, b.Algorithm)
+	return fmt.Sprintf("{unit: second, unit_multiplier: %d, requests_per_unit: %d, algorithm: %s, cost: charge}", b.PeriodSec, b.Tokens, b.Algorithm)
 }
 
 // shapesRules are the rule files for both shapes' domains, each budget
