@@ -279,7 +279,7 @@ func TestBudgetThroughEnvoy(t *testing.T) {
 				b := budget{Tokens: 600, PeriodSec: 4, Algorithm: alg}
 				up := startLLM(t)
 				rls := startRLS(t, shapesRules(b), addrOf(redisFor(t, st)))
-				_, url := startEnvoy(t, "shapes", shapesBootstrap(), rls.GRPCAddr, up.Addr)
+				_, url := startEnvoy(t, "shapes", shapesBootstrap(), []string{rls.GRPCAddr}, up.Addr)
 				rlss := []*rlsproc.Proc{rls}
 				shapes := []shape{aiShape, egShape}
 				trs := make([]traffic, len(shapes))

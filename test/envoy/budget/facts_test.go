@@ -207,7 +207,7 @@ func TestStreamDoneFacts(t *testing.T) {
 		"/allmissing": probeEntry("ok", false, "{number: 0}") +
 			probeEntry("missing", true, `{format: "%DYNAMIC_METADATA(probe:absent)%"}`),
 	}
-	_, url := startEnvoy(t, "probe", probeBootstrap(routes), recAddr, up.Addr)
+	_, url := startEnvoy(t, "probe", probeBootstrap(routes), []string{recAddr}, up.Addr)
 
 	run := func(path string, wantStatus int, want []string) {
 		t.Helper()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/envoy-rls/envoy-rls/internal/envoytest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
@@ -134,18 +136,26 @@ func startRLS(t *testing.T, rules map[string]string, redisAddr string, extra ...
 	return rlsproc.Start(t, binPath, append(args, extra...), nil)
 }
 
-// startEnvoy runs bootstrap with its envoy_rls cluster at rlsAddr, its
-// llm cluster at the upstream and its ingress listener on a free port,
-// and returns it with the listener's URL.
-func startEnvoy(t *testing.T, name string, bootstrap []byte, rlsAddr, llmAddr string) (*envoytest.Envoy, string) {
+// startEnvoy runs bootstrap with its envoy_rls cluster at the replicas
+// rlsAddrs (Envoy balances over them), its llm cluster at the upstream,
+// and its ingress listener and the others named in listeners on free
+// ports, and returns it with ingress's URL.
+func startEnvoy(t *testing.T, name string, bootstrap []byte, rlsAddrs []string, llmAddr string, listeners ...string) (*envoytest.Envoy, string) {
 	t.Helper()
-	local, err := envoytest.Rewrite(bootstrap, envoytest.Addresses{
-		Clusters:  map[string]string{"envoy_rls": rlsAddr, "llm": llmAddr},
+	addrs := envoytest.Addresses{
+		Clusters:  map[string]string{"envoy_rls": rlsAddrs[0], "llm": llmAddr},
 		Listeners: map[string]string{"ingress": "127.0.0.1:0"},
 		Admin:     "127.0.0.1:0",
-	})
+	}
+	for _, l := range listeners {
+		addrs.Listeners[l] = "127.0.0.1:0"
+	}
+	local, err := envoytest.Rewrite(bootstrap, addrs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(rlsAddrs) > 1 {
+		local = withEndpoints(t, local, "envoy_rls", rlsAddrs)
 	}
 	e := envoytest.Start(t, local, envoytest.Options{Name: name})
 	la, err := e.ListenerAddr("ingress")
@@ -153,6 +163,43 @@ func startEnvoy(t *testing.T, name string, bootstrap []byte, rlsAddr, llmAddr st
 		t.Fatal(err)
 	}
 	return e, "http://" + la
+}
+
+// withEndpoints gives the bootstrap's static cluster one endpoint per
+// address (envoytest.Rewrite gives it one).
+func withEndpoints(t *testing.T, bootstrap []byte, cluster string, addrs []string) []byte {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal(bootstrap, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var eps []any
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := strconv.Atoi(port)
+		eps = append(eps, map[string]any{"endpoint": map[string]any{"address": map[string]any{
+			"socket_address": map[string]any{"address": host, "port_value": p}}}})
+	}
+	found := false
+	static, _ := doc["static_resources"].(map[string]any)
+	clusters, _ := static["clusters"].([]any)
+	for _, c := range clusters {
+		if c, ok := c.(map[string]any); ok && c["name"] == cluster {
+			c["load_assignment"] = map[string]any{"cluster_name": cluster, "endpoints": []any{map[string]any{"lb_endpoints": eps}}}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the bootstrap has no cluster %q", cluster)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // redisFor returns a fresh Redis for st, or nil in-process.

@@ -1,0 +1,204 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
+)
+
+// The reservation pattern's shipped files.
+const (
+	exampleBootstrap = "examples/budget/envoy.yaml"
+	exampleRules     = "examples/budget/config/llm.yaml"
+)
+
+// reservationRules are examples/budget/config/llm.yaml's descriptor with
+// the test's budget: one per user, cost: charge.
+func reservationRules(b budget) map[string]string {
+	return map[string]string{"llm.yaml": `domain: llm
+descriptors:
+  - key: user
+    rate_limit: ` + b.limitYAML() + `
+`}
+}
+
+// estimateErrors are how far each request's estimate is from its real
+// size, in turn: mostly over (a max_tokens figure is a ceiling), up to
+// maxUnder under.
+var estimateErrors = []int64{30, -10, 10, 0, 20, -5, 15, -10}
+
+const maxUnder = 10
+
+// estimator returns a request's estimate from its size, cycling through
+// estimateErrors.
+func estimator() func(int64) int64 {
+	var mu sync.Mutex
+	i := 0
+	return func(size int64) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		i++
+		return max(1, size+estimateErrors[i%len(estimateErrors)])
+	}
+}
+
+// counted sums every fixed-window counter in r: what the replicas counted
+// in all.
+func counted(t *testing.T, r *redistest.Server) int64 {
+	t.Helper()
+	ctx := context.Background()
+	c := r.Client(t)
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, k := range keys {
+		if typ, _ := c.Type(ctx, k).Result(); typ != "hash" {
+			continue
+		}
+		fields, err := c.HGetAll(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range fields {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("counter %s holds %q", k, v)
+			}
+			sum += n
+		}
+	}
+	return sum
+}
+
+// awayFromHourEdge waits, when the next full hour is near, until it has
+// passed, so that a run's charges fall in one hour's window.
+func awayFromHourEdge() {
+	now := time.Now()
+	if next := now.Truncate(time.Hour).Add(time.Hour); next.Sub(now) < 30*time.Second {
+		time.Sleep(time.Until(next) + time.Second)
+	}
+}
+
+// pattern is one way of charging a budget, as the clients see it.
+type pattern struct {
+	Name      string
+	Bootstrap func(t *testing.T) []byte
+	// Listeners beside ingress that need a free port.
+	Listeners []string
+	Rules     func(b budget) map[string]string
+	Path      string
+	Header    func(run string) map[string]string
+	Estimate  func(int64) int64
+	// RequestHits is what a request charges on the request path, and
+	// Reserves whether it reserves its estimate there instead.
+	RequestHits int64
+	Reserves    bool
+	// StreamDoneOnDeny: a 429 makes a stream-done call too (the
+	// reservation's refund).
+	StreamDoneOnDeny bool
+	// Overshoot is the bound on tokens admitted beyond the budget.
+	Overshoot func(clients int) int64
+}
+
+func chargeAfter(clients int) int64 { return maxSize * int64(clients) }
+
+var patterns = []pattern{
+	{Name: "ai-gateway", Bootstrap: func(*testing.T) []byte { return shapesBootstrap() }, Rules: shapesRules,
+		Path: aiPath, Header: aiShape.Header, RequestHits: 1, Overshoot: chargeAfter},
+	{Name: "envoy-gateway", Bootstrap: func(*testing.T) []byte { return shapesBootstrap() }, Rules: shapesRules,
+		Path: egPath, Header: egShape.Header, Overshoot: chargeAfter},
+	{Name: "reservation", Bootstrap: func(t *testing.T) []byte { return rlsproc.ReadRepoFile(t, exampleBootstrap) },
+		Listeners: []string{"model"}, Rules: reservationRules, Path: "/v1/chat/completions",
+		Header:   func(run string) map[string]string { return map[string]string{"x-user-id": run} },
+		Reserves: true, StreamDoneOnDeny: true,
+		Overshoot: func(clients int) int64 { return maxUnder * int64(clients) }},
+}
+
+// TestSharedBudget: 8 concurrent clients on one budget of 1000 tokens an
+// hour (a fixed window), through 4 Envoys, to 2 envoy-rls replicas on one
+// Redis, for each pattern: the AI Gateway's and Envoy Gateway's check then
+// charge, which admit at most 1000 + 80 × 8 tokens (80 the largest
+// response), and the reservation pattern of examples/budget, which admits
+// at most 1000 + 10 × 8 (10 the largest amount by which an estimate falls
+// short). Every pattern spends the budget, and Redis's counter equals what
+// was charged: every stream-done charge (and refund) was counted.
+func TestSharedBudget(t *testing.T) {
+	const clients, envoys = 8, 4
+	if data := string(rlsproc.ReadRepoFile(t, exampleRules)); !strings.Contains(data, "cost: charge") || !strings.Contains(data, "key: user") {
+		t.Fatalf("%s no longer has the user budget with cost: charge that reservationRules copies", exampleRules)
+	}
+	b := budget{Tokens: 1000, PeriodSec: 3600, Algorithm: "fixed_window"}
+	for _, p := range patterns {
+		t.Run(p.Name, func(t *testing.T) {
+			up := startLLM(t)
+			red := redistest.Standalone(t)
+			var rls []*rlsproc.Proc
+			var addrs []string
+			for range 2 {
+				r := startRLS(t, p.Rules(b), red.Addr)
+				rls, addrs = append(rls, r), append(addrs, r.GRPCAddr)
+			}
+			boot := p.Bootstrap(t)
+			var urls []string
+			for i := range envoys {
+				_, url := startEnvoy(t, fmt.Sprintf("%s-%d", p.Name, i), boot, addrs, up.Addr, p.Listeners...)
+				urls = append(urls, url)
+			}
+			tr := traffic{URLs: urls, Path: p.Path, Header: p.Header(strings.ReplaceAll(t.Name(), "/", "-")),
+				Clients: clients, DelayMS: 20, PerClient: 200}
+			if p.Reserves {
+				tr.Estimate = estimator()
+			}
+			before := rlsCalls(t, rls)
+			awayFromHourEdge()
+			calls := tr.burst()
+			check(t, calls)
+			requests, admitted, tokens := tally(calls)
+			want := before + requests + admitted
+			if p.StreamDoneOnDeny {
+				want = before + 2*requests
+			}
+			waitLanded(t, rls, want)
+
+			charged := tokens + int64(requests)*p.RequestHits
+			over := tokens - b.Tokens
+			bound := p.Overshoot(clients)
+			t.Logf("%s: %d tokens an hour, %d clients, %d Envoys, 2 replicas: %d requests, %d admitted, %d tokens admitted, overshoot %+d (bound %d), %d charged",
+				p.Name, b.Tokens, clients, envoys, requests, admitted, tokens, over, bound, charged)
+			if over > bound {
+				t.Errorf("%d tokens admitted: %d over the budget, above the bound %d", tokens, over, bound)
+			}
+			if admitted == requests {
+				t.Errorf("all %d requests admitted: the budget was never spent", requests)
+			}
+			if got := counted(t, red); got != charged {
+				t.Errorf("Redis counted %d, want %d: every request-path hit, stream-done charge and refund (the upstream reported %d tokens in %d responses)",
+					got, charged, tokens, admitted)
+			}
+			if n, tok := up.totals(); int64(n) != int64(admitted) || tok != tokens {
+				t.Errorf("the upstream served %d responses of %d tokens, the clients saw %d of %d", n, tok, admitted, tokens)
+			}
+			// The budget spent, the next request is denied: any request
+			// with a charge after, one reserving more than is left with a
+			// reservation (the settled counter is the real usage, so what
+			// is left is exactly the budget less the tokens admitted).
+			est := int64(1)
+			if p.Reserves {
+				est = max(1, b.Tokens-tokens+1)
+			}
+			if c := ask(urls[0]+p.Path, tr.Header, 1, est, 0); c.Err != nil || c.Status != http.StatusTooManyRequests {
+				t.Errorf("after the budget was spent a request (estimate %d) got %d (%v), want 429", est, c.Status, c.Err)
+			}
+		})
+	}
+}
