@@ -125,80 +125,88 @@ var patterns = []pattern{
 }
 
 // TestSharedBudget: 8 concurrent clients on one budget of 1000 tokens an
-// hour (a fixed window), through 4 Envoys, to 2 envoy-rls replicas on one
-// Redis, for each pattern: the AI Gateway's and Envoy Gateway's check then
+// hour, through 4 Envoys, to 2 envoy-rls replicas on one Redis, for each
+// algorithm and pattern: the AI Gateway's and Envoy Gateway's check then
 // charge, which admit at most 1000 + 80 × 8 tokens (80 the largest
 // response), and the reservation pattern of examples/budget, which admits
 // at most 1000 + 10 × 8 (10 the largest amount by which an estimate falls
-// short). Every pattern spends the budget, and Redis's counter equals what
-// was charged: every stream-done charge (and refund) was counted.
+// short). Every pattern spends the budget, and on the fixed window Redis's
+// counter equals what was charged: every stream-done charge (and refund)
+// was counted.
 func TestSharedBudget(t *testing.T) {
-	const clients, envoys = 8, 4
 	if data := string(rlsproc.ReadRepoFile(t, exampleRules)); !strings.Contains(data, "cost: charge") || !strings.Contains(data, "key: user") {
 		t.Fatalf("%s no longer has the user budget with cost: charge that reservationRules copies", exampleRules)
 	}
-	b := budget{Tokens: 1000, PeriodSec: 3600, Algorithm: "fixed_window"}
-	for _, p := range patterns {
-		t.Run(p.Name, func(t *testing.T) {
-			up := startLLM(t)
-			red := redistest.Standalone(t)
-			var rls []*rlsproc.Proc
-			var addrs []string
-			for range 2 {
-				r := startRLS(t, p.Rules(b), red.Addr)
-				rls, addrs = append(rls, r), append(addrs, r.GRPCAddr)
-			}
-			boot := p.Bootstrap(t)
-			var urls []string
-			for i := range envoys {
-				_, url := startEnvoy(t, fmt.Sprintf("%s-%d", p.Name, i), boot, addrs, up.Addr, p.Listeners...)
-				urls = append(urls, url)
-			}
-			tr := traffic{URLs: urls, Path: p.Path, Header: p.Header(strings.ReplaceAll(t.Name(), "/", "-")),
-				Clients: clients, DelayMS: 20, PerClient: 200}
-			if p.Reserves {
-				tr.Estimate = estimator()
-			}
-			before := rlsCalls(t, rls)
-			awayFromHourEdge()
-			calls := tr.burst()
-			check(t, calls)
-			requests, admitted, tokens := tally(calls)
-			want := before + requests + admitted
-			if p.StreamDoneOnDeny {
-				want = before + 2*requests
-			}
-			waitLanded(t, rls, want)
+	for _, alg := range algorithms {
+		for _, p := range patterns {
+			t.Run(alg+"/"+p.Name, func(t *testing.T) { sharedRun(t, p, budget{Tokens: 1000, PeriodSec: 3600, Algorithm: alg}) })
+		}
+	}
+}
 
-			charged := tokens + int64(requests)*p.RequestHits
-			over := tokens - b.Tokens
-			bound := p.Overshoot(clients)
-			t.Logf("%s: %d tokens an hour, %d clients, %d Envoys, 2 replicas: %d requests, %d admitted, %d tokens admitted, overshoot %+d (bound %d), %d charged",
-				p.Name, b.Tokens, clients, envoys, requests, admitted, tokens, over, bound, charged)
-			if over > bound {
-				t.Errorf("%d tokens admitted: %d over the budget, above the bound %d", tokens, over, bound)
-			}
-			if admitted == requests {
-				t.Errorf("all %d requests admitted: the budget was never spent", requests)
-			}
-			if got := counted(t, red); got != charged {
-				t.Errorf("Redis counted %d, want %d: every request-path hit, stream-done charge and refund (the upstream reported %d tokens in %d responses)",
-					got, charged, tokens, admitted)
-			}
-			if n, tok := up.totals(); int64(n) != int64(admitted) || tok != tokens {
-				t.Errorf("the upstream served %d responses of %d tokens, the clients saw %d of %d", n, tok, admitted, tokens)
-			}
-			// The budget spent, the next request is denied: any request
-			// with a charge after, one reserving more than is left with a
-			// reservation (the settled counter is the real usage, so what
-			// is left is exactly the budget less the tokens admitted).
-			est := int64(1)
-			if p.Reserves {
-				est = max(1, b.Tokens-tokens+1)
-			}
-			if c := ask(urls[0]+p.Path, tr.Header, 1, est, 0); c.Err != nil || c.Status != http.StatusTooManyRequests {
-				t.Errorf("after the budget was spent a request (estimate %d) got %d (%v), want 429", est, c.Status, c.Err)
-			}
-		})
+// sharedRun is one pattern's run of TestSharedBudget on budget b.
+func sharedRun(t *testing.T, p pattern, b budget) {
+	t.Helper()
+	const clients, envoys = 8, 4
+	up := startLLM(t)
+	red := redistest.Standalone(t)
+	var rls []*rlsproc.Proc
+	var addrs []string
+	for range 2 {
+		r := startRLS(t, p.Rules(b), red.Addr)
+		rls, addrs = append(rls, r), append(addrs, r.GRPCAddr)
+	}
+	boot := p.Bootstrap(t)
+	var urls []string
+	for i := range envoys {
+		_, url := startEnvoy(t, fmt.Sprintf("%s-%d", p.Name, i), boot, addrs, up.Addr, p.Listeners...)
+		urls = append(urls, url)
+	}
+	tr := traffic{URLs: urls, Path: p.Path, Header: p.Header(strings.ReplaceAll(t.Name(), "/", "-")),
+		Clients: clients, DelayMS: 20, PerClient: 200}
+	if p.Reserves {
+		tr.Estimate = estimator()
+	}
+	before := rlsCalls(t, rls)
+	awayFromHourEdge()
+	calls := tr.burst()
+	check(t, calls)
+	requests, admitted, tokens := tally(calls)
+	want := before + requests + admitted
+	if p.StreamDoneOnDeny {
+		want = before + 2*requests
+	}
+	waitLanded(t, rls, want)
+
+	charged := tokens + int64(requests)*p.RequestHits
+	over := tokens - b.Tokens
+	bound := p.Overshoot(clients) + newModel(b).refill(calls[0].Sent, calls[len(calls)-1].Sent)
+	t.Logf("%s, %s: %d tokens an hour, %d clients, %d Envoys, 2 replicas: %d requests, %d admitted, %d tokens admitted, overshoot %+d (bound %d), %d charged",
+		p.Name, b.Algorithm, b.Tokens, clients, envoys, requests, admitted, tokens, over, bound, charged)
+	if over > bound {
+		t.Errorf("%d tokens admitted: %d over the budget, above the bound %d", tokens, over, bound)
+	}
+	if admitted == requests {
+		t.Errorf("all %d requests admitted: the budget was never spent", requests)
+	}
+	// A fixed window's counters are plain integers in Redis: their
+	// sum is every hit counted.
+	if got := counted(t, red); b.Algorithm == "fixed_window" && got != charged {
+		t.Errorf("Redis counted %d, want %d: every request-path hit, stream-done charge and refund (the upstream reported %d tokens in %d responses)",
+			got, charged, tokens, admitted)
+	}
+	if n, tok := up.totals(); int64(n) != int64(admitted) || tok != tokens {
+		t.Errorf("the upstream served %d responses of %d tokens, the clients saw %d of %d", n, tok, admitted, tokens)
+	}
+	// The budget spent, the next request is denied: any request
+	// with a charge after, one reserving more than is left with a
+	// reservation (the settled counter is the real usage, so what
+	// is left is exactly the budget less the tokens admitted).
+	est := int64(1)
+	if p.Reserves {
+		est = max(1, b.Tokens-tokens+1+newModel(b).refill(calls[0].Sent, time.Now()))
+	}
+	if c := ask(urls[0]+p.Path, tr.Header, 1, est, 0); c.Err != nil || c.Status != http.StatusTooManyRequests {
+		t.Errorf("after the budget was spent a request (estimate %d) got %d (%v), want 429", est, c.Status, c.Err)
 	}
 }
