@@ -130,8 +130,9 @@ func (m model) mustDeny(t, first time.Time, total int64) bool {
 		// Hits count in full while their sub-window is inside the period.
 		return total >= m.b.Tokens && t.Before(trunc(first, m.period/subWindows).Add(m.period))
 	case "token_bucket":
-		// The bucket holds at most B + rate·(t − first) − total.
-		return float64(m.b.Tokens)+m.rate()*t.Sub(first).Seconds()-float64(total) < 1
+		// The bucket holds at most max(B − total, −B) + rate·(t − first):
+		// its debt is at most one capacity deep.
+		return float64(max(m.b.Tokens-total, -m.b.Tokens))+m.rate()*t.Sub(first).Seconds() < 1
 	}
 	panic(m.b.Algorithm)
 }
@@ -250,9 +251,12 @@ func holdAndPayBack(t *testing.T, run budgetRun, tr traffic) {
 	}
 	at := m.paidBack(first, time.Now(), total)
 	time.Sleep(time.Until(at))
-	if c := ask(url, tr.Header, 1, 1, 0); c.Err != nil || c.Status != http.StatusOK {
+	c := ask(url, tr.Header, 1, 1, 0)
+	if c.Err != nil || c.Status != http.StatusOK {
 		t.Errorf("%s: once the budget was paid back, a request got %d (%v), want 200", run.Shape.Name, c.Status, c.Err)
 	}
+	t.Logf("%s, %s: %d of 8 requests after the budget was spent fell where it must deny, and were; %v after the first request, one passed again",
+		run.Shape.Name, run.Budget.Algorithm, asserted, c.Sent.Sub(first).Round(10*time.Millisecond))
 }
 
 // awayFromEdge waits, for a fixed window, until just after a window
