@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 )
@@ -74,6 +75,7 @@ func splitEntries(s string) ([]string, error) {
 type checkFlags struct {
 	addr, domain              string
 	hits                      uint
+	checkOnly, refund         bool
 	timeout                   time.Duration
 	caFile, certFile, keyFile string
 	descs                     descriptorFlags
@@ -87,7 +89,9 @@ func (c *cli) checkCommand() *cobra.Command {
 	fs := newFlagSet("check")
 	fs.StringVar(&f.addr, "addr", "localhost:8081", "gRPC address of envoy-rls")
 	fs.StringVar(&f.domain, "domain", "", "rate-limit domain")
-	fs.UintVar(&f.hits, "hits", 0, "hits_addend for the request (0 means 1)")
+	fs.UintVar(&f.hits, "hits", 0, "hits_addend for the request (0 means 1): a request's cost, or a charge's")
+	fs.BoolVar(&f.checkOnly, "check-only", false, "send every descriptor with hits_addend 0: check the budget, consume nothing (denied when it is spent or overdrawn)")
+	fs.BoolVar(&f.refund, "refund", false, "give --hits back (every descriptor's is_negative_hits), as Envoy's hits_addend.is_negative_hits does")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "deadline for the call")
 	fs.StringVar(&f.caFile, "tls-ca", "", "CA bundle to verify the server; enables TLS")
 	fs.StringVar(&f.certFile, "tls-cert", "", "client certificate for mTLS")
@@ -101,6 +105,11 @@ and print it per descriptor. Each call consumes hits like Envoy's.
 Exit codes: 0 OK, 1 OVER_LIMIT, 2 error.`,
 		Example: `  # one request of a client IP to the example rules' "edge" domain
   envoy-rls check --addr localhost:8081 --domain edge -d remote_address=203.0.113.7
+
+  # a token budget: check it, then charge 800 tokens, then give 100 back
+  envoy-rls check --domain edge -d user_id=alice --check-only
+  envoy-rls check --domain edge -d user_id=alice --hits 800
+  envoy-rls check --domain edge -d user_id=alice --hits 100 --refund
 
   # two descriptors in one request
   envoy-rls check --domain edge -d remote_address=203.0.113.7 -d user_id=alice`,
@@ -121,6 +130,18 @@ func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int 
 	if f.domain == "" || len(f.descs) == 0 {
 		fmt.Fprintln(stderr, "envoy-rls check: --domain and at least one -d are required")
 		return 2
+	}
+	if f.checkOnly && f.refund {
+		fmt.Fprintln(stderr, "envoy-rls check: --check-only and --refund: a check consumes nothing and gives nothing back (want one of them)")
+		return 2
+	}
+	for _, d := range f.descs {
+		switch {
+		case f.checkOnly:
+			d.HitsAddend = wrapperspb.UInt64(0)
+		case f.refund:
+			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(uint64(max(f.hits, 1))), true
+		}
 	}
 	creds, err := clientCredentials(f.caFile, f.certFile, f.keyFile)
 	if err != nil {

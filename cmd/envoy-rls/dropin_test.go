@@ -183,3 +183,40 @@ func countAdmitted(t *testing.T, cfg *serveConfig) int {
 	}
 	return admitted
 }
+
+// TestDropInCountsDeniedHits (issue 38, item 3): with only the
+// reference's environment, drop-in mode counts denied hits (every limit
+// that names no cost is a charge), as the reference does unless
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true; our own flag, or that
+// variable, decides otherwise, and outside drop-in mode nothing changes.
+func TestDropInCountsDeniedHits(t *testing.T) {
+	tests := []struct {
+		name    string
+		invoked string
+		env     map[string]string
+		args    []string
+		charges bool
+	}{
+		{name: "the reference's environment", invoked: "ratelimit", env: map[string]string{"REDIS_URL": "127.0.0.1:6379"}, charges: true},
+		{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", invoked: "ratelimit", env: map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}},
+		{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false", invoked: "ratelimit", env: map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, charges: true},
+		{name: "our flag wins", invoked: "ratelimit", args: []string{"--count-denied-hits=false"}},
+		{name: "our variable wins", invoked: "ratelimit", env: map[string]string{"ENVOY_RLS_COUNT_DENIED_HITS": "false"}},
+		{name: "envoy-rls's own", invoked: "envoy-rls"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseEnv(t, tt.invoked, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts, err := cfg.rulesOptions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.countDeniedHits != tt.charges || opts.DefaultCharge != tt.charges {
+				t.Errorf("--count-denied-hits %v, rules' default charge %v; want %v", cfg.countDeniedHits, opts.DefaultCharge, tt.charges)
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("BurstDenyRecover", func(t *testing.T) { burstDenyRecover(t, f) })
 	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, f) })
 	t.Run("CheckOnlyAndRefund", func(t *testing.T) { checkOnlyAndRefund(t, f) })
+	t.Run("Charges", func(t *testing.T) { charges(t, f) })
 	t.Run("DistinctCounters", func(t *testing.T) { distinctCounters(t, f) })
 	t.Run("SharedCounter", func(t *testing.T) { sharedCounter(t, f) })
 	t.Run("ConcurrentExact", func(t *testing.T) { concurrentExact(t, f) })
@@ -167,6 +168,58 @@ func checkOnlyAndRefund(t *testing.T, f Factory) {
 			expect(t, Apply(t, b, Start, check(t.Name(), pol, 4, "k", "v"))[0], true, 0)
 			expect(t, Apply(t, b, Start, check(t.Name(), pol, 1, "k", "v"))[0], false, 0)
 		})
+	}
+}
+
+// charges: a charge (algo.Check.Charge) is counted whole even past its
+// limit and whatever the request's other checks decide (on a Redis
+// Cluster, another slot group's denial refunds no charge); the overdraft
+// shows as a negative Remaining and denies check-only requests; the
+// request's other checks consume nothing when it is denied.
+func charges(t *testing.T, f Factory) {
+	for _, a := range algo.Algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			b := f(t)
+			pol := algo.Policy{Algorithm: a, Limit: 10, Period: algo.Minute}
+			budget := func(hits int64) algo.Check {
+				c := check(t.Name(), pol, hits, "budget", "b")
+				c.Charge = hits > 0
+				return c
+			}
+			other := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 100, Period: algo.Minute}, 1, "other", "o")
+			block := check(t.Name(), algo.Policy{Algorithm: algo.FixedWindow, Limit: 0, Period: algo.Minute}, 1, "block", "x")
+			// A charge that fits, beside a denying limit (on a Cluster
+			// in another slot group): counted all the same.
+			ds := Apply(t, b, Start, budget(2), block)
+			expect(t, ds[0], true, 8)
+			expect(t, ds[1], false, 0)
+			expect(t, Apply(t, b, Start, budget(6))[0], true, 2)
+			// Past the limit: counted, denied, and the request's other
+			// check consumes nothing.
+			ds = Apply(t, b, Start, budget(9), other)
+			expect(t, ds[0], false, -7)
+			overdrawn(t, Apply(t, b, Start, budget(0))[0])
+			expect(t, Apply(t, b, Start, other)[0], true, 99)
+			// A charge beside a denying limit is counted all the same.
+			expect(t, Apply(t, b, Start, budget(1), block)[0], false, -8)
+			overdrawn(t, Apply(t, b, Start, budget(0))[0])
+			// 18 counted: a refund of 8 leaves the budget spent, not
+			// free (it would be, had a charge been lost).
+			refund := check(t.Name(), pol, 8, "budget", "b")
+			refund.Refund = true
+			expect(t, Apply(t, b, Start, refund)[0], true, 0)
+			expect(t, Apply(t, b, Start, budget(0))[0], false, 0)
+		})
+	}
+}
+
+// overdrawn checks a check-only decision on an overdrawn limit: denied,
+// with nothing left (a deny cache in front reports 0 rather than the
+// overdraft, which only the store knows).
+func overdrawn(t *testing.T, d algo.Decision) {
+	t.Helper()
+	if d.Allowed || d.Remaining > 0 {
+		t.Errorf("check-only on an overdrawn limit: %+v, want denied with nothing left", d)
 	}
 }
 

@@ -175,6 +175,9 @@ type Limit struct {
 	// (queued for at most MaxDelayMS).
 	OnLimit    string  `json:"on_limit"`
 	MaxDelayMS float64 `json:"max_delay_ms,omitempty"`
+	// Cost is "request" (a denied request counts nothing) or "charge"
+	// (every hit is counted, past the limit too: rules.Limit.Charge).
+	Cost string `json:"cost"`
 	// Effective is the limit the service applies now.
 	Effective Effective `json:"effective"`
 	// ReplacedBy names the limit another descriptor's rule replaces this
@@ -215,9 +218,12 @@ type Source struct {
 type State struct {
 	Exists bool `json:"exists"`
 	// Remaining, ResetAfterMS and RetryAfterMS are the check-only
-	// decision (algo.Decision).
+	// decision (algo.Decision). Remaining is negative when the limit is
+	// overdrawn (by charges, or under a lowered limit): Overdraft is then
+	// by how much.
 	Allowed      bool    `json:"allowed"`
 	Remaining    int64   `json:"remaining"`
+	Overdraft    int64   `json:"overdraft,omitempty"`
 	ResetAfterMS float64 `json:"reset_after_ms"`
 	// TTLMS is the key's remaining time to live; -1 without expiry.
 	TTLMS float64 `json:"ttl_ms"`
@@ -307,7 +313,7 @@ func (e *Explainer) Explain(ctx context.Context, req Request) (*Report, error) {
 			lim.Key, lim.Field = p.Key, p.Field
 		}
 		lim.State = &State{
-			Exists: p.Exists, Allowed: d.Allowed, Remaining: d.Remaining,
+			Exists: p.Exists, Allowed: d.Allowed, Remaining: d.Remaining, Overdraft: max(-d.Remaining, 0),
 			ResetAfterMS: float64(d.ResetAfter) / 1e3, TTLMS: ttl,
 			Raw: RawState{TimeUS: p.State.Time, Frac: p.State.Frac, Count: p.State.Count, Prev: p.State.Prev, LogEntries: len(p.State.Log), SubWindows: p.State.Subs},
 		}
@@ -335,6 +341,10 @@ func (e *Explainer) limit(now time.Time, domain string, r *rules.Rule, l *rules.
 		Key:       key, Field: field, Slot: redisalgo.KeySlot([]byte(key)),
 	}
 	out.OnLimit, out.MaxDelayMS = onLimit(l)
+	out.Cost = "request"
+	if l.Charge {
+		out.Cost = "charge"
+	}
 	if t := c.TagIndex(); t >= 0 {
 		out.HashTag = keyEntries[t].Key
 	}

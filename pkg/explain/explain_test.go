@@ -322,6 +322,16 @@ func explainLive(t *testing.T, client *redisclient.Client, a algo.Algorithm) {
 			t.Fatalf("hit %d after explaining: %+v", i+1, ds[0])
 		}
 	}
+	// A charge of 3 past the spent limit (cost: charge) overdraws it by 3,
+	// and explain says so.
+	charge := c
+	charge.Hits, charge.Charge = 3, true
+	if _, err := st.Apply(ctx, time.Now(), []algo.Check{charge}); err != nil {
+		t.Fatal(err)
+	}
+	if l := explainHTTP(t, srv.URL, r).Descriptors[0].Limits[0]; l.State == nil || l.State.Allowed || l.State.Overdraft != 3 || l.State.Remaining != -3 {
+		t.Fatalf("after a charge of 3 past the limit: state %+v, want denied and overdrawn by 3", l.State)
+	}
 }
 
 func explainHTTP(t *testing.T, url string, r Request) *Report {

@@ -112,6 +112,9 @@ func (t *textWriter) limit(l Limit) {
 	} else {
 		t.printf("    on limit: deny\n")
 	}
+	if l.Cost == "charge" {
+		t.printf("    cost: charge (every hit is counted, past the limit too)\n")
+	}
 	for _, s := range l.Effective.Sources {
 		if s.Ignored {
 			t.printf("    ignored: %s (it changed the algorithm or period)\n", s.Name)
@@ -136,7 +139,11 @@ func (t *textWriter) limit(l Limit) {
 			t.printf("    state: no counter yet; remaining %d\n", s.Remaining)
 			return
 		}
-		t.printf("    state: remaining %d, resets in %s, ttl %s\n", s.Remaining, ms(s.ResetAfterMS), ms(s.TTLMS))
+		if s.Overdraft > 0 {
+			t.printf("    state: overdrawn by %d, resets in %s, ttl %s\n", s.Overdraft, ms(s.ResetAfterMS), ms(s.TTLMS))
+		} else {
+			t.printf("    state: remaining %d, resets in %s, ttl %s\n", s.Remaining, ms(s.ResetAfterMS), ms(s.TTLMS))
+		}
 		if len(s.Raw.SubWindows) > 0 {
 			t.printf("    sub-window counts, current first: %s\n", joinCounts(s.Raw.SubWindows))
 		}

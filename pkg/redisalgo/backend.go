@@ -760,9 +760,10 @@ func (b *Backend) roundTripVia(ctx context.Context, s *scratch, calls []*call, b
 	return err
 }
 
-// refund gives back the hits of every call that admitted consuming checks,
-// at the time that call evaluated at, and replaces those checks' decisions
-// with the check-only decisions the refund returns. Failures are logged:
+// refund gives back the hits of every call that admitted consuming checks
+// (but charges, which stay counted), at the time that call evaluated at,
+// and replaces those checks' decisions with the check-only decisions the
+// refund returns. Failures are logged:
 // the request is answered anyway, and an unrefunded limit only
 // under-admits until its state expires.
 func (b *Backend) refund(ctx context.Context, s *scratch) {
@@ -778,7 +779,9 @@ func (b *Backend) refund(ctx context.Context, s *scratch) {
 		var keys, fields []string
 		var idx []int
 		for j, ch := range c.checks {
-			if ch.Refund || ch.Hits <= 0 {
+			// A charge stays counted whatever another slot group
+			// decided (algo.Check.Charge).
+			if ch.Refund || ch.Charge || ch.Hits <= 0 {
 				continue
 			}
 			if ch.Take {

@@ -28,6 +28,8 @@ type Metrics struct {
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	ignored   *prometheus.CounterVec
+	charged   *prometheus.CounterVec
+	overdraft *prometheus.CounterVec
 
 	// The children of the vectors above, by label values: WithLabelValues
 	// hashes and validates every label on each call, several times per
@@ -35,7 +37,14 @@ type Metrics struct {
 	requestSeries  series[requestLabels, prometheus.Counter]
 	decisionSeries series[decisionLabels, prometheus.Counter]
 	durationSeries series[string, prometheus.Observer]
+	chargeSeries   series[limitLabels, chargeCounters]
 }
+
+// limitLabels name one limit of one rule.
+type limitLabels struct{ domain, rule, limit string }
+
+// chargeCounters are one limit's children of charged and overdraft.
+type chargeCounters struct{ charged, overdraft prometheus.Counter }
 
 type requestLabels struct{ domain, code string }
 
@@ -127,8 +136,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "envoy_rls_limit_overrides_ignored_total",
 			Help: "Per-request limit overrides ignored by the server's --limit-overrides policy (the configured limits applied instead), by domain.",
 		}, []string{"domain"}),
+		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_charged_hits_total",
+			Help: "Hits counted by limits with cost: charge (every hit is counted, past the limit too), by domain, rule and limit.",
+		}, []string{"domain", "rule", "limit"}),
+		overdraft: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_overdraft_hits_total",
+			Help: "Hits that charges counted past their limit (the budget overdrawn by them), by domain, rule and limit.",
+		}, []string{"domain", "rule", "limit"}),
 	}
-	reg.MustRegister(m.requests, m.decisions, m.duration, m.ignored)
+	reg.MustRegister(m.requests, m.decisions, m.duration, m.ignored, m.charged, m.overdraft)
 	return m
 }
 
@@ -173,6 +190,22 @@ func (m *Metrics) observeChecks(domain string, p *plan, globalShadow bool) {
 			shadow:    soft(i),
 		}
 		m.decisionSeries.get(k, func() prometheus.Counter { return m.decisionCounter(k) }).Inc()
+		if c := &p.checks[i]; c.Charge && c.Hits > 0 {
+			m.observeCharge(limitLabels{domain, k.rule, k.limit}, c.Hits, p.decisions[i])
+		}
+	}
+}
+
+// observeCharge counts a charge's hits, and those it counted past the
+// limit: as many as the decision's overdraft (a negative Remaining), at
+// most its hits.
+func (m *Metrics) observeCharge(k limitLabels, hits int64, d algo.Decision) {
+	c := m.chargeSeries.get(k, func() chargeCounters {
+		return chargeCounters{m.charged.WithLabelValues(k.domain, k.rule, k.limit), m.overdraft.WithLabelValues(k.domain, k.rule, k.limit)}
+	})
+	c.charged.Add(float64(hits))
+	if d.Remaining < 0 {
+		c.overdraft.Add(float64(min(hits, -d.Remaining)))
 	}
 }
 

@@ -87,7 +87,7 @@ descriptors:
           nmae: y
 `,
 			want: []string{
-				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|sub_windows|unlimited|name|replaces|lease|warmup|on_limit|max_delay)`,
+				`rules.yaml:9: descriptors[0].rate_limit.burts: unknown field (want one of unit|requests_per_unit|unit_multiplier|algorithm|burst|sub_windows|unlimited|name|replaces|lease|warmup|on_limit|max_delay|cost)`,
 				`rules.yaml:12: descriptors[0].rate_limit.replaces[0].nmae: unknown field (want one of name)`,
 				`rules.yaml:2: domian: unknown field (want one of domain|descriptors)`,
 				`rules.yaml:5: descriptors[0].rate_limt: unknown field (want one of key|value|rate_limit|rate_limits|descriptors|shadow_mode|quota_mode|detailed_metric|value_to_metric|share_threshold|hash_tag|metadata)`,

@@ -49,6 +49,16 @@ func TestCheckCommand(t *testing.T) {
 			want{0, []string{`^descriptor 0 \(client=hits\): OK limit=5/HOUR name=per_client remaining=1 `}, ""}},
 		{"hits over", nil, []string{"--domain", "shop", "--hits", "2", "-d", "client=hits"},
 			want{1, []string{`^descriptor 0 \(client=hits\): OVER_LIMIT .* remaining=1 `}, ""}},
+		// client=hits has 1 left of 5: a check passes, a refund of 2
+		// gives them back, a check-only request never consumes.
+		{"check only", nil, []string{"--domain", "shop", "--check-only", "-d", "client=hits"},
+			want{0, []string{`^descriptor 0 \(client=hits\): OK limit=5/HOUR name=per_client remaining=1 `}, ""}},
+		{"refund", nil, []string{"--domain", "shop", "--hits", "2", "--refund", "-d", "client=hits"},
+			want{0, []string{`^descriptor 0 \(client=hits\): OK limit=5/HOUR name=per_client remaining=3 `}, ""}},
+		{"check only, twice", nil, []string{"--domain", "shop", "--check-only", "-d", "client=hits"},
+			want{0, []string{`^descriptor 0 \(client=hits\): OK .* remaining=3 `}, ""}},
+		{"check only and refund", nil, []string{"--domain", "shop", "--check-only", "--refund", "-d", "client=hits"},
+			want{2, nil, "--check-only and --refund"}},
 		{"domain from the environment", []string{"ENVOY_RLS_DOMAIN=shop"}, []string{"-d", "client=env"},
 			want{0, []string{`^descriptor 0 \(client=env\): OK limit=5/HOUR`}, ""}},
 		{"no domain", nil, []string{"-d", "plan=free"}, want{2, nil, "--domain and at least one -d are required"}},
