@@ -130,9 +130,10 @@ var patterns = []pattern{
 // charge, which admit at most 1000 + 80 × 8 tokens (80 the largest
 // response), and the reservation pattern of examples/budget, which admits
 // at most 1000 + 10 × 8 (10 the largest amount by which an estimate falls
-// short). Every pattern spends the budget, and on the fixed window Redis's
-// counter equals what was charged: every stream-done charge (and refund)
-// was counted.
+// short). Every pattern spends the budget, and every stream-done charge
+// (and refund) was counted: on the fixed window Redis's counter equals what
+// was charged, and on every algorithm the replicas' charged-hits metric
+// equals what the check-then-charge shapes sent.
 func TestSharedBudget(t *testing.T) {
 	if data := string(rlsproc.ReadRepoFile(t, exampleRules)); !strings.Contains(data, "cost: charge") || !strings.Contains(data, "key: user") {
 		t.Fatalf("%s no longer has the user budget with cost: charge that reservationRules copies", exampleRules)
@@ -194,6 +195,15 @@ func sharedRun(t *testing.T, p pattern, b budget) {
 	if got := counted(t, red); b.Algorithm == "fixed_window" && got != charged {
 		t.Errorf("Redis counted %d, want %d: every request-path hit, stream-done charge and refund (the upstream reported %d tokens in %d responses)",
 			got, charged, tokens, admitted)
+	}
+	// On every algorithm the replicas' own count of the hits their
+	// cost: charge limits took (refunds aside) is every hit sent.
+	var took float64
+	for _, r := range rls {
+		took += metric(t, r.HTTPAddr, "envoy_rls_charged_hits_total")
+	}
+	if !p.Reserves && int64(took) != charged {
+		t.Errorf("the replicas' envoy_rls_charged_hits_total is %v, want %d", took, charged)
 	}
 	if n, tok := up.totals(); int64(n) != int64(admitted) || tok != tokens {
 		t.Errorf("the upstream served %d responses of %d tokens, the clients saw %d of %d", n, tok, admitted, tokens)
