@@ -12,6 +12,18 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/rlsproc"
 )
 
+// inFlight is how many requests of one client can be in flight, counted
+// from its admission until its stream-done charge has landed: Envoy sends
+// that charge once the response is done, after the client has it, so the
+// client's next request may be admitted before it lands. Two (the request
+// at the upstream and the previous one's charge on its way) holds while
+// the charge's call takes less than a request (each is held holdMS by the
+// upstream).
+const inFlight = 2
+
+// holdMS is how long the upstream holds each answer.
+const holdMS = 50
+
 // sizes are the responses' token counts the clients ask for, in turn;
 // maxSize is the largest.
 var sizes = []int64{20, 35, 50, 65, 80, 45, 30, 75}
@@ -163,7 +175,7 @@ type budgetRun struct {
 	Charged  int64 // every hit sent: request-time hits and admitted tokens
 	Tokens   int64 // tokens admitted (the responses that got 200)
 	Admitted int
-	Bound    int64 // B + refill + maxSize × clients
+	Bound    int64 // B + refill + maxSize × clients × inFlight
 }
 
 // rlsCalls is the RLS calls all replicas answered so far.
@@ -197,7 +209,7 @@ func callsOf(calls []call) int {
 }
 
 // measure checks a run's calls against the bound (tokens admitted at most
-// B + refill + the largest response × clients) and that the budget was
+// B + refill + the largest response × the requests in flight) and that the budget was
 // spent (at least B charged, a request denied).
 func measure(t *testing.T, sh shape, b budget, clients int, calls []call) budgetRun {
 	t.Helper()
@@ -206,11 +218,11 @@ func measure(t *testing.T, sh shape, b budget, clients int, calls []call) budget
 	m := newModel(b)
 	run := budgetRun{Shape: sh, Budget: b, Calls: calls, Tokens: tokens, Admitted: admitted,
 		Charged: tokens + int64(requests)*sh.RequestHits}
-	run.Bound = b.Tokens + m.refill(calls[0].Sent, calls[len(calls)-1].Sent) + maxSize*int64(clients)
+	run.Bound = b.Tokens + m.refill(calls[0].Sent, calls[len(calls)-1].Sent) + maxSize*int64(clients*inFlight)
 	t.Logf("%s, %s, %d tokens per %ds, %d clients: %d requests, %d admitted, %d tokens admitted (%+d over the budget; bound %d), %d charged",
 		sh.Name, b.Algorithm, b.Tokens, b.PeriodSec, clients, requests, admitted, tokens, tokens-b.Tokens, run.Bound, run.Charged)
 	if tokens > run.Bound {
-		t.Errorf("%s: %d tokens admitted, above the bound B + refill + largest response × clients = %d", sh.Name, tokens, run.Bound)
+		t.Errorf("%s: %d tokens admitted, above the bound B + refill + largest response × requests in flight = %d", sh.Name, tokens, run.Bound)
 	}
 	if run.Charged < b.Tokens || admitted == requests {
 		t.Errorf("%s: %d charged in %d requests (%d admitted): the budget of %d was never spent", sh.Name, run.Charged, requests, admitted, b.Tokens)
@@ -273,9 +285,9 @@ var algorithms = []string{"fixed_window", "sliding_window", "token_bucket"}
 
 // TestBudgetThroughEnvoy: each product's shape, on each store and
 // algorithm, through one Envoy and one envoy-rls: 4 concurrent clients on
-// a budget of 600 tokens per 4 s admit at most 600 + 80 × 4 tokens (80 the
-// largest response), spend the budget, are all denied until the window or
-// the refill pays it back, and are admitted again after.
+// a budget of 600 tokens per 4 s admit at most 600 + 80 × 4 × inFlight
+// tokens (80 the largest response), spend the budget, are all denied until
+// the window or the refill pays it back, and are admitted again after.
 func TestBudgetThroughEnvoy(t *testing.T) {
 	for _, st := range []store{onMemory, onRedis} {
 		for _, alg := range algorithms {
@@ -289,7 +301,7 @@ func TestBudgetThroughEnvoy(t *testing.T) {
 				trs := make([]traffic, len(shapes))
 				for i, sh := range shapes {
 					trs[i] = traffic{URLs: []string{url}, Path: sh.Path, Header: sh.Header(t.Name() + "-" + sh.Name),
-						Clients: 4, DelayMS: 20, PerClient: 200}
+						Clients: 4, DelayMS: holdMS, PerClient: 200}
 				}
 				before := rlsCalls(t, rlss)
 				awayFromEdge(b)

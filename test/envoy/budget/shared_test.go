@@ -98,7 +98,8 @@ type pattern struct {
 	Rules     func(b budget) map[string]string
 	Path      string
 	Header    func(run string) map[string]string
-	Estimate  func(int64) int64
+	// Estimator makes the estimate function of a run that reserves.
+	Estimator func() func(int64) int64
 	// RequestHits is what a request charges on the request path, and
 	// Reserves whether it reserves its estimate there instead.
 	RequestHits int64
@@ -110,7 +111,7 @@ type pattern struct {
 	Overshoot func(clients int) int64
 }
 
-func chargeAfter(clients int) int64 { return maxSize * int64(clients) }
+func chargeAfter(clients int) int64 { return maxSize * int64(clients*inFlight) }
 
 var patterns = []pattern{
 	{Name: "ai-gateway", Bootstrap: func(*testing.T) []byte { return shapesBootstrap() }, Rules: shapesRules,
@@ -120,17 +121,25 @@ var patterns = []pattern{
 	{Name: "reservation", Bootstrap: func(t *testing.T) []byte { return rlsproc.ReadRepoFile(t, exampleBootstrap) },
 		Listeners: []string{"model"}, Rules: reservationRules, Path: "/v1/chat/completions",
 		Header:   func(run string) map[string]string { return map[string]string{"x-user-id": run} },
+		Reserves: true, StreamDoneOnDeny: true, Estimator: estimator,
+		Overshoot: func(clients int) int64 { return maxUnder * int64(clients*inFlight) }},
+	// The same with every estimate maxUnder short: the worst case of the
+	// bound, which the overshoot then approaches.
+	{Name: "reservation-short", Bootstrap: func(t *testing.T) []byte { return rlsproc.ReadRepoFile(t, exampleBootstrap) },
+		Listeners: []string{"model"}, Rules: reservationRules, Path: "/v1/chat/completions",
+		Header:   func(run string) map[string]string { return map[string]string{"x-user-id": run} },
 		Reserves: true, StreamDoneOnDeny: true,
-		Overshoot: func(clients int) int64 { return maxUnder * int64(clients) }},
+		Estimator: func() func(int64) int64 { return func(size int64) int64 { return size - maxUnder } },
+		Overshoot: func(clients int) int64 { return maxUnder * int64(clients*inFlight) }},
 }
 
 // TestSharedBudget: 8 concurrent clients on one budget of 1000 tokens an
 // hour, through 4 Envoys, to 2 envoy-rls replicas on one Redis, for each
 // algorithm and pattern: the AI Gateway's and Envoy Gateway's check then
-// charge, which admit at most 1000 + 80 × 8 tokens (80 the largest
-// response), and the reservation pattern of examples/budget, which admits
-// at most 1000 + 10 × 8 (10 the largest amount by which an estimate falls
-// short). Every pattern spends the budget, and every stream-done charge
+// charge, which admit at most 1000 + 80 × 8 × inFlight tokens (80 the
+// largest response), and the reservation pattern of examples/budget,
+// which admits at most 1000 + 10 × 8 × inFlight (10 the largest amount by
+// which an estimate falls short). Every pattern spends the budget, and every stream-done charge
 // (and refund) was counted: on the fixed window Redis's counter equals what
 // was charged, and on every algorithm the replicas' charged-hits metric
 // equals what the check-then-charge shapes sent.
@@ -164,9 +173,9 @@ func sharedRun(t *testing.T, p pattern, b budget) {
 		urls = append(urls, url)
 	}
 	tr := traffic{URLs: urls, Path: p.Path, Header: p.Header(strings.ReplaceAll(t.Name(), "/", "-")),
-		Clients: clients, DelayMS: 20, PerClient: 200}
+		Clients: clients, DelayMS: holdMS, PerClient: 200}
 	if p.Reserves {
-		tr.Estimate = estimator()
+		tr.Estimate = p.Estimator()
 	}
 	before := rlsCalls(t, rls)
 	awayFromHourEdge()
