@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/tlsfiles"
 )
 
@@ -79,6 +81,8 @@ type checkFlags struct {
 	timeout                   time.Duration
 	caFile, certFile, keyFile string
 	descs                     descriptorFlags
+	// requireLimit makes a request no limit applies to exit 3.
+	requireLimit bool
 }
 
 // descriptorUsage is the help of check's and explain's -d.
@@ -97,12 +101,16 @@ func (c *cli) checkCommand() *cobra.Command {
 	fs.StringVar(&f.certFile, "tls-cert", "", "client certificate for mTLS")
 	fs.StringVar(&f.keyFile, "tls-key", "", "client key for mTLS")
 	fs.VarP(&f.descs, "descriptor", "d", descriptorUsage)
+	fs.BoolVar(&f.requireLimit, "require-limit", false, "exit 3 when no limit applies to the request (a domain the server does not have, or descriptors no rule matches), for scripts that check Envoy's domain and actions")
 	cmd := &cobra.Command{
 		Use:   "check --domain D -d key=value[,key=value…] [-d …]",
 		Short: "ask a running service for a decision, as Envoy would",
 		Long: `Ask a running envoy-rls for one decision, as Envoy's rate_limit filter would,
 and print it per descriptor. Each call consumes hits like Envoy's.
-Exit codes: 0 OK, 1 OVER_LIMIT, 2 error.`,
+When no limit applies to any descriptor (a typo in the domain, or
+descriptors no rule matches), a note on stderr says so.
+Exit codes: 0 OK, 1 OVER_LIMIT, 2 error, 3 no limit applies (with
+--require-limit).`,
 		Example: `  # one request of a client IP to the example rules' "edge" domain
   envoy-rls check --addr localhost:8081 --domain edge -d remote_address=203.0.113.7
 
@@ -156,9 +164,10 @@ func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int 
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
+	var header metadata.MD
 	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{
 		Domain: f.domain, Descriptors: f.descs, HitsAddend: uint32(f.hits),
-	})
+	}, grpc.Header(&header))
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls check: %v\n", err)
 		return 2
@@ -184,7 +193,35 @@ func checkParsed(fs *flag.FlagSet, f *checkFlags, stdout, stderr io.Writer) int 
 	if resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT {
 		return 1
 	}
+	if noLimitApplied(resp) {
+		// Envoy answers such a request as allowed, so a typo in its
+		// domain: turns limiting off without a word; say so. The server
+		// names an unknown domain in a response header; otherwise no rule
+		// matched, and explain says why.
+		if len(header.Get(rls.UnknownDomainHeader)) > 0 {
+			fmt.Fprintf(stderr, "envoy-rls check: note: the server has no domain %q: no limit applies (check the domain: of Envoy's rate_limit filter and of the rule files)\n", f.domain)
+		} else {
+			fmt.Fprintf(stderr, "envoy-rls check: note: no limit applies to this request: no rule of domain %q matches these descriptors, or the rule is unlimited; "+
+				"envoy-rls explain --addr <debug address> --domain %s -d … says which\n", f.domain, f.domain)
+		}
+		if f.requireLimit {
+			return 3
+		}
+	}
 	return 0
+}
+
+// noLimitApplied reports whether no descriptor of resp had a limit (each
+// status is OK with no current limit): the answer to a domain the server
+// does not have, or to descriptors no rule matches (or whose rule is
+// unlimited).
+func noLimitApplied(resp *pb.RateLimitResponse) bool {
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil || st.GetCode() != pb.RateLimitResponse_OK {
+			return false
+		}
+	}
+	return resp.GetOverallCode() == pb.RateLimitResponse_OK
 }
 
 func describe(d *ratelimitv3.RateLimitDescriptor) string {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	flag "github.com/spf13/pflag"
@@ -85,7 +86,32 @@ func (c *cli) rootCommand() *cobra.Command {
 	root.SetGlobalNormalizationFunc(oldFlagNames)
 	root.AddCommand(c.serveCommand("serve"), c.validateCommand(), c.checkCommand(), c.explainCommand(),
 		c.inspectCommand(), c.overrideCommand(), c.topCommand(), c.versionCommand())
+	// The root takes serve's flags (it serves when no command is named),
+	// but its help is where a newcomer starts: it lists the commands, and
+	// leaves serve's ninety flags to `envoy-rls serve -h`.
+	commandHelp := root.HelpFunc()
+	root.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		if cmd != root {
+			commandHelp(cmd, args)
+			return
+		}
+		writeRootHelp(cmd.OutOrStdout(), root)
+	})
 	return root
+}
+
+// writeRootHelp is `envoy-rls --help`: what envoy-rls is, its commands,
+// and where each command's flags are listed.
+func writeRootHelp(w io.Writer, root *cobra.Command) {
+	fmt.Fprintf(w, "%s\n\nUsage:\n  envoy-rls <command> [flags]\n  envoy-rls [flags]   (serve, with serve's flags)\n\nCommands:\n", root.Long)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, sub := range root.Commands() {
+		if sub.IsAvailableCommand() || sub.Name() == "help" {
+			fmt.Fprintf(tw, "  %s\t%s\n", sub.Name(), sub.Short)
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nExamples:\n%s\n\nFlags:\n  -h, --help      this help; envoy-rls <command> -h lists a command's flags (envoy-rls serve -h: serve's)\n      --version   print the version\n", root.Example)
 }
 
 // oldFlagNames maps flag names of earlier releases onto today's: -d of

@@ -77,9 +77,29 @@ replica keeps its own: point --addr at each one (kubectl port-forward pod/NAME
 	return cmd
 }
 
+// validate checks the flags the server would refuse, and --watch.
+func (f *topFlags) validate() error {
+	if d, err := time.ParseDuration(f.window); err != nil || d <= 0 {
+		return fmt.Errorf("--window: %q (want a duration above 0 such as 1m or 10m)", f.window)
+	}
+	if f.n < 1 || f.n > 1000 {
+		return fmt.Errorf("--n: %d (want 1 to 1000)", f.n)
+	}
+	if f.watch < 0 {
+		return fmt.Errorf("--watch: %v (want 0 for once, or an interval)", f.watch)
+	}
+	return nil
+}
+
 // topParsed fetches and prints /debug/top, once or every f.watch.
 func topParsed(fs *flag.FlagSet, f *topFlags, stdout, stderr io.Writer) int {
 	if err := applyTwins(fs); err != nil {
+		fmt.Fprintln(stderr, "envoy-rls top:", err)
+		return 2
+	}
+	// A wrong flag is a wrong command line (exit 2), found before the
+	// server is asked; the server still bounds the window by its sketch.
+	if err := f.validate(); err != nil {
 		fmt.Fprintln(stderr, "envoy-rls top:", err)
 		return 2
 	}

@@ -42,6 +42,12 @@ func TestTopCLI(t *testing.T) {
 		{"flags from their twins", nil, map[string]string{"ENVOY_RLS_ADDR": addr, "ENVOY_RLS_WINDOW": "10m", "ENVOY_RLS_N": "3"}, 0, `denied  "user=bob"  4`},
 		{"bad twin", []string{"--addr", addr}, map[string]string{"ENVOY_RLS_N": "many"}, 2, "ENVOY_RLS_N"},
 		{"server refuses", []string{"--addr", addr, "--window", "2h"}, nil, 1, "unexpected"},
+		// Wrong flags are a wrong command line, found before the server is
+		// asked (it would answer the first three with 400, exit 1).
+		{"n zero", []string{"--addr", addr, "--n", "0"}, nil, 2, "--n: 0 (want 1 to 1000)"},
+		{"window not a duration", []string{"--addr", addr, "--window", "soon"}, nil, 2, `--window: "soon"`},
+		{"negative window", []string{"--addr", addr, "--window", "-1m"}, nil, 2, `--window: "-1m"`},
+		{"negative watch", []string{"--addr", addr, "--watch", "-1s"}, nil, 2, "--watch: -1s"},
 		{"unknown flag", []string{"--bogus"}, nil, 2, "bogus"},
 		{"argument", []string{"extra"}, nil, 2, "extra"},
 	}

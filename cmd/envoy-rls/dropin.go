@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,41 @@ func (c *serveConfig) applyEnv(fs *flag.FlagSet, env environment) error {
 		c.configDir = filepath.Join(refRuntimeRoot, refRuntimeAppDir)
 	}
 	c.refNotes = append(c.refNotes, dotFilesNote(c.dropIn, env.lookup)...)
+	if !given("debug-addr") {
+		c.refNotes = append(c.refNotes, debugAddrNote(c.http.debugAddr, env.lookup)...)
+	}
 	return nil
+}
+
+// debugAddrNote is the start-up warning of a debug listener that the
+// reference's DEBUG_HOST and DEBUG_PORT put beyond loopback. The
+// reference binds its debug port on every interface by default, and a
+// deployment that sets DEBUG_PORT to move it gets the same here; but this
+// listener also serves the console, explain and (with a token) the admin
+// API, which envoy-rls otherwise keeps on loopback.
+func debugAddrNote(addr string, get lookupFunc) []refNote {
+	vars := setVars(get, []string{"DEBUG_HOST", "DEBUG_PORT"})
+	if len(vars) == 0 || addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || isLoopback(host) {
+		return nil
+	}
+	return []refNote{{warn: true, msg: debugExposedMsg, vars: vars, flag: "debug-addr",
+		detail: "listening on " + addr + ", as envoyproxy/ratelimit binds its debug port; whoever reaches it reads the console: keep it on loopback with DEBUG_HOST=127.0.0.1 or --debug-addr 127.0.0.1:" + port + " (ENVOY_RLS_DEBUG_ADDR)"}}
+}
+
+// debugExposedMsg is debugAddrNote's message.
+const debugExposedMsg = "the debug listener (console, /debug/top, /debug/explain, /admin/) binds beyond loopback"
+
+// isLoopback reports whether host names only the loopback interface.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // resolveDropIn decides drop-in mode from --drop-in: on, off, or (auto)

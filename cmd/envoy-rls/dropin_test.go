@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,6 +217,52 @@ func TestDropInCountsDeniedHits(t *testing.T) {
 			}
 			if cfg.countDeniedHits != tt.charges || opts.DefaultCharge != tt.charges {
 				t.Errorf("--count-denied-hits %v, rules' default charge %v; want %v", cfg.countDeniedHits, opts.DefaultCharge, tt.charges)
+			}
+		})
+	}
+}
+
+// TestDebugAddrBeyondLoopback: the reference's DEBUG_HOST and DEBUG_PORT
+// bind the debug listener, console included, on every interface unless
+// DEBUG_HOST says otherwise, as the reference binds its debug port; a
+// start-up warning names the address and how to keep it on loopback.
+func TestDebugAddrBeyondLoopback(t *testing.T) {
+	tests := []struct {
+		name    string
+		invoked string
+		env     map[string]string
+		args    []string
+		want    string // the warning's detail holds it; "" for no warning
+	}{
+		{name: "drop-in, DEBUG_PORT", invoked: "ratelimit", env: map[string]string{"DEBUG_PORT": "9170"},
+			want: "listening on 0.0.0.0:9170, as envoyproxy/ratelimit binds its debug port; whoever reaches it reads the console: keep it on loopback with DEBUG_HOST=127.0.0.1 or --debug-addr 127.0.0.1:9170"},
+		{name: "DEBUG_HOST on a pod address", invoked: "envoy-rls", env: map[string]string{"DEBUG_HOST": "10.0.0.7"}, want: "listening on 10.0.0.7:6070"},
+		{name: "DEBUG_HOST loopback", invoked: "ratelimit", env: map[string]string{"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "9170"}},
+		{name: "DEBUG_HOST localhost", invoked: "ratelimit", env: map[string]string{"DEBUG_HOST": "localhost", "DEBUG_PORT": "9170"}},
+		{name: "DEBUG_HOST ::1", invoked: "ratelimit", env: map[string]string{"DEBUG_HOST": "::1"}},
+		{name: "our flag wins and is the operator's choice", invoked: "ratelimit", env: map[string]string{"DEBUG_PORT": "9170"}, args: []string{"--debug-addr", "127.0.0.1:9170"}},
+		{name: "our variable wins", invoked: "ratelimit", env: map[string]string{"DEBUG_PORT": "9170", "ENVOY_RLS_DEBUG_ADDR": "0.0.0.0:9170"}},
+		{name: "drop-in, no DEBUG_*: loopback default", invoked: "ratelimit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseEnv(t, tt.invoked, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []refNote
+			for _, n := range cfg.refNotes {
+				if n.msg == debugExposedMsg {
+					got = append(got, n)
+				}
+			}
+			switch {
+			case tt.want == "" && len(got) > 0:
+				t.Errorf("debug listener on %s: warned %+v, want no warning", cfg.http.debugAddr, got)
+			case tt.want != "" && len(got) != 1:
+				t.Errorf("debug listener on %s: %d warnings, want one; notes %+v", cfg.http.debugAddr, len(got), cfg.refNotes)
+			case tt.want != "" && (!got[0].warn || !strings.Contains(got[0].detail, tt.want)):
+				t.Errorf("warning %+v, want a warning whose detail holds %q", got[0], tt.want)
 			}
 		})
 	}

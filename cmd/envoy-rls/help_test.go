@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// TestTopLevelHelp asks for help before any command: the commands must be
-// listed, and serve's flags with them since serve is the default command.
+// TestTopLevelHelp asks for help before any command: every command is
+// listed, and serve's ninety flags are left to `serve -h`, which the help
+// names.
 func TestTopLevelHelp(t *testing.T) {
 	for _, arg := range []string{"--help", "-help", "-h", "help"} {
 		t.Run(arg, func(t *testing.T) {
@@ -18,12 +19,39 @@ func TestTopLevelHelp(t *testing.T) {
 				t.Fatalf("exit %d, want 0; stderr %q", code, stderr.String())
 			}
 			out := stdout.String()
-			for _, want := range []string{"Available Commands:", "serve ", "validate ", "check ", "version ", "completion ", "Flags:", "--grpc-addr", "--grpc-max-connection-age"} {
-				if !strings.Contains(out, want) {
-					t.Errorf("help lacks %q:\n%s", want, out)
+			want := []string{"Commands:", "envoy-rls serve -h", "--version", "ENVOY_RLS_REDIS_URL"}
+			for _, name := range commands {
+				want = append(want, "\n  "+name+" ")
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("help lacks %q:\n%s", w, out)
+				}
+			}
+			for _, flag := range []string{"--grpc-addr", "--redis-url string", "--grpc-max-connection-age"} {
+				if strings.Contains(out, flag) {
+					t.Errorf("help lists serve's flag %s; want them left to serve -h:\n%s", flag, out)
 				}
 			}
 		})
+	}
+}
+
+// TestCLIDocListsEveryCommand: docs/cli.md's table of commands has a row
+// for every command envoy-rls has.
+func TestCLIDocListsEveryCommand(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := (&cli{env: processEnv("envoy-rls")}).rootCommand()
+	for _, cmd := range root.Commands() {
+		if cmd.Name() == "help" {
+			continue
+		}
+		if !strings.Contains(string(doc), "\n| `"+cmd.Name()) {
+			t.Errorf("docs/cli.md's table has no row for %q", cmd.Name())
+		}
 	}
 }
 

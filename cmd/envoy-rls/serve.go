@@ -218,9 +218,16 @@ func (c *serveConfig) checkRuleDir() error {
 		return nil
 	}
 	if _, err := os.Stat(c.configDir); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("--config-dir: no rule directory at %s; point serve at one with --config-dir DIR (or ENVOY_RLS_CONFIG_DIR), e.g. envoy-rls serve --config-dir examples/config in a checkout of envoy-rls", c.configDir)
+		return noRuleDir(c.configDir, "serve at one with --config-dir DIR (or ENVOY_RLS_CONFIG_DIR)", "serve --config-dir examples/config")
 	}
 	return nil
+}
+
+// noRuleDir is the error of a --config-dir that is not there, for serve
+// and validate alike: how to point the command at one (how), and an
+// example command line that works in a checkout.
+func noRuleDir(dir, how, example string) error {
+	return fmt.Errorf("--config-dir: no rule directory at %s; point %s, e.g. envoy-rls %s in a checkout of envoy-rls", dir, how, example)
 }
 
 // serveOptions are the serve flags that parse into values.

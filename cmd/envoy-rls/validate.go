@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 	flag "github.com/spf13/pflag"
@@ -13,6 +15,9 @@ import (
 const validateExample = `  # the shipped example rules
   envoy-rls validate examples/config
 
+  # one file
+  envoy-rls validate examples/config/edge.yaml
+
   # as a Deployment would load them: its flags, and its environment
   envoy-rls validate --config-dir examples/config --default-algorithm fixed_window
   ENVOY_RLS_CONFIG_DIR=examples/config envoy-rls validate`
@@ -20,10 +25,12 @@ const validateExample = `  # the shipped example rules
 func (c *cli) validateCommand() *cobra.Command {
 	cfg, fs := serveFlagSet("validate")
 	cmd := &cobra.Command{
-		Use:   "validate [DIR]",
-		Short: "check a rules directory as serve would load it, listing every problem",
-		Long: `Check a rules directory the way serve would load it and list every problem,
-one line each with its file and line, so that CI can run it.
+		Use:   "validate [DIR|FILE]",
+		Short: "check a rules directory (or one rule file) as serve would load it, listing every problem",
+		Long: `Check a rules directory, or one rule file, the way serve would load it and
+list every problem, one line each with its file and line, so that CI can
+run it. Exit codes: 0 valid, 1 the rules have problems, 2 a wrong flag or
+a path that is not there.
 
 DIR defaults to --config-dir (or envoyproxy/ratelimit's RUNTIME_* directory).
 validate takes every flag serve takes, so a Deployment's command line and
@@ -47,6 +54,20 @@ func validateParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, args []
 	if len(args) == 1 {
 		dir = args[0]
 	}
+	// A path that is not there is a command line or setting that is
+	// wrong (exit 2), not rules with problems (exit 1).
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && len(args) == 0:
+		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", noRuleDir(dir, "validate at one with an argument (a directory or one file), or --config-dir DIR (or ENVOY_RLS_CONFIG_DIR)", "validate examples/config"))
+		return 2
+	case errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(stderr, "envoy-rls validate: no rule file or directory at %s\n", dir)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", err)
+		return 2
+	}
 	opts, err := cfg.rulesOptions()
 	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls validate: %v\n", err)
@@ -57,7 +78,11 @@ func validateParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, args []
 			d.reason, dir, d.files, cfg.defaultAlgorithm)
 	}
 	opts.Warn = func(e *rules.Error) { fmt.Fprintf(stderr, "envoy-rls validate: warning: %v\n", e) }
-	summary, err := rules.Validate(dir, opts)
+	validate := rules.Validate
+	if !fi.IsDir() {
+		validate = rules.ValidateFile
+	}
+	summary, err := validate(dir, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1

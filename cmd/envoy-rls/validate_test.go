@@ -175,3 +175,47 @@ func TestValidateWarmup(t *testing.T) {
 func runValidate(args []string, stdout, stderr io.Writer) int {
 	return run(append([]string{"validate"}, args...), stdout, stderr)
 }
+
+// TestValidatePaths: validate takes a directory or one file; a path that
+// is not there is a wrong command line (exit 2), and with no argument it
+// gives serve's hint; a YAML error names the line that breaks the file.
+func TestValidatePaths(t *testing.T) {
+	good := oneLimitDir(t, "{unit: second, requests_per_unit: 5}")
+	broken := t.TempDir()
+	// Line 6 is indented one space too few for rate_limit's mapping.
+	writeRule(t, broken, "r.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n     requests_per_unit: 5\n")
+	missing := filepath.Join(t.TempDir(), "nope")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		want string // in stderr, or in stdout when code is 0
+	}{
+		{name: "directory", args: []string{good}, code: 0, want: "1 domain, 1 rule, 1 limit OK"},
+		{name: "one file", args: []string{filepath.Join(good, "d.yaml")}, code: 0, want: "1 domain, 1 rule, 1 limit OK"},
+		{name: "indentation error on line 6, file", args: []string{filepath.Join(broken, "r.yaml")}, code: 1,
+			want: filepath.Join(broken, "r.yaml") + ":6: invalid YAML: did not find expected key"},
+		{name: "indentation error on line 6, directory", args: []string{broken}, code: 1, want: "r.yaml:6: invalid YAML"},
+		{name: "missing argument path", args: []string{missing}, code: 2, want: "envoy-rls validate: no rule file or directory at " + missing},
+		{name: "missing --config-dir", args: []string{"--config-dir", missing}, code: 2,
+			want: "--config-dir: no rule directory at " + missing + "; point validate at one"},
+		{name: "missing twin, serve's example", env: map[string]string{"ENVOY_RLS_CONFIG_DIR": missing}, code: 2,
+			want: "e.g. envoy-rls validate examples/config in a checkout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			code := runValidate(tc.args, &stdout, &stderr)
+			out := stderr.String()
+			if tc.code == 0 {
+				out = stdout.String()
+			}
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
+			}
+		})
+	}
+}

@@ -1,8 +1,10 @@
 // Package console serves the live console on the debug listener: one page
-// (/console) with the rules and their decisions per second, the clients
-// each limit denies most (pkg/topk), the explain form, the overrides in
-// force with create and delete, and the backend's health; and the top
-// lists as JSON (/debug/top) for scripts and `envoy-rls top`.
+// (/console) that opens on who is denied now (the limits denying in the
+// last minute, most denied first, with their top clients), then the rules
+// and their decisions per second, the clients each limit denies most
+// (pkg/topk), the explain form, the overrides in force with create and
+// delete, and the backend's health; and the top lists as JSON
+// (/debug/top) for scripts and `envoy-rls top`.
 //
 // The page and its script and style are embedded (no outside assets: it
 // works air-gapped) and polled, once a second for the live panels (see

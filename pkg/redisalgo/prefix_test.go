@@ -78,3 +78,33 @@ func scanKeys(t testing.TB, client redis.UniversalClient, pattern string) []stri
 
 // chanMutex serialises ForEachMaster's concurrent callbacks.
 type chanMutex chan struct{}
+
+// TestRefundCreatesNoKey: a refund (Envoy's is_negative_hits) never
+// creates a key, on a counter that has none, and never takes a counter
+// below 0, whatever the algorithm (docs/rules.md, "Costs and charges").
+func TestRefundCreatesNoKey(t *testing.T) {
+	standaloneAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		for _, a := range algo.Algorithms {
+			t.Run(a.String(), func(t *testing.T) {
+				prefix := "refund:" + t.Name() + ":"
+				b := newBackend(t, client, Options{CallerTime: true, KeyPrefix: prefix})
+				c := backendtest.UserCheck(redistest.KeyPrefix(t), "alice", backendtest.PerMinute(a, 5), 3)
+				refund := c
+				refund.Refund = true
+				backendtest.Apply(t, b, t0.UnixMicro(), refund)
+				if keys := scanKeys(t, client, prefix+"*"); len(keys) != 0 {
+					t.Fatalf("a refund on no counter wrote %v", keys)
+				}
+				backendtest.Apply(t, b, t0.UnixMicro(), c)
+				refund.Hits = 10
+				if d := backendtest.Apply(t, b, t0.UnixMicro(), refund)[0]; !d.Allowed || d.Remaining != 5 {
+					t.Fatalf("a refund of 10 after 3 hits: %+v, want the whole limit of 5 back and no more", d)
+				}
+				c.Hits = 0
+				if d := backendtest.Apply(t, b, t0.UnixMicro(), c)[0]; d.Remaining != 5 {
+					t.Fatalf("check after the refund: %+v, want remaining 5", d)
+				}
+			})
+		}
+	})
+}

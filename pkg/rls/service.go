@@ -10,7 +10,9 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
@@ -163,6 +165,11 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// UnknownDomainHeader is the gRPC response header that names a request's
+// domain when the rules have no such domain (its answer is then OK, with no
+// limit, as envoyproxy/ratelimit answers).
+const UnknownDomainHeader = "envoy-rls-unknown-domain"
+
 // noRulesMsg answers a request that comes before any rules.
 const noRulesMsg = "rls: no rules loaded"
 
@@ -181,6 +188,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	domainLabel := unknownDomainLabel
 	if known {
 		domainLabel = req.GetDomain()
+	} else if snap != nil {
+		// Envoy answers such a request as allowed, so a typo in its
+		// domain: turns limiting off without a word. The answer cannot
+		// say it; a header of the gRPC response can, for our own client
+		// (envoy-rls check). It is rare, so it costs the request path
+		// nothing. Outside a gRPC call (/json) there is no header to set.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(UnknownDomainHeader, req.GetDomain()))
 	}
 	resp, err := s.decide(ctx, req, snap, known, domainLabel)
 	if !start.IsZero() {

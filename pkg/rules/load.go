@@ -149,13 +149,38 @@ func Validate(dir string, opts Options) (summary string, err error) {
 	if err := requireRules(dir, files, snap, opts.Files); err != nil {
 		return "", err
 	}
+	return summarize(snap), nil
+}
+
+// ValidateFile checks the one rule file at path as Validate checks a
+// directory's, for `envoy-rls validate FILE`: the file must parse and
+// define at least one rule. A merge of domains across files needs the
+// directory (Validate).
+func ValidateFile(path string, opts Options) (summary string, err error) {
+	data, err := readFile(path)
+	if err != nil {
+		return "", fmt.Errorf("rules: %w", err)
+	}
+	files := []ruleFile{{path: path, data: data}}
+	snap, err := build(files, nil, opts)
+	if err != nil {
+		return "", err
+	}
+	if snap.NumRules() == 0 {
+		return "", fmt.Errorf("rules: no rule in %s (no descriptor with rate_limit or rate_limits; want at least one)", path)
+	}
+	return summarize(snap), nil
+}
+
+// summarize is Validate's one line: "3 domains, 17 rules, 20 limits OK".
+func summarize(snap *Snapshot) string {
 	limits := 0
 	for _, d := range snap.Domains() {
 		for _, r := range d.rules {
 			limits += len(r.Limits)
 		}
 	}
-	return fmt.Sprintf("%s, %s, %s OK", count(len(snap.names), "domain"), count(snap.rules, "rule"), count(limits, "limit")), nil
+	return fmt.Sprintf("%s, %s, %s OK", count(len(snap.names), "domain"), count(snap.rules, "rule"), count(limits, "limit"))
 }
 
 func count(n int, noun string) string {

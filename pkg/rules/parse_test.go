@@ -438,7 +438,28 @@ descriptors:
   - key: a
    value: b
 `,
-			want: []string{`rules.yaml:2: invalid YAML: did not find expected '-' indicator`},
+			// The decoder names line 2 (where the list's block starts, less
+			// one); the failing line is 4 (the test trims the leading newline).
+			want: []string{`rules.yaml:4: invalid YAML: did not find expected '-' indicator`},
+		},
+		{
+			name: "indentation error on line 6",
+			yaml: `domain: d
+descriptors:
+  - key: a
+    rate_limit:
+      unit: second
+     requests_per_unit: 5
+`,
+			want: []string{`rules.yaml:6: invalid YAML: did not find expected key`},
+		},
+		{
+			name: "unclosed flow list runs to the end",
+			yaml: `domain: d
+descriptors: [
+  {key: a, rate_limit: {unit: second, requests_per_unit: 1}},
+`,
+			want: []string{`rules.yaml:3: invalid YAML: did not find expected node content`},
 		},
 		{
 			name: "several documents",

@@ -39,17 +39,77 @@ func (r *reader) errorf(line int, path, format string, args ...any) {
 
 var yamlErrLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxError reports a YAML decoding error at the line it names.
-func (r *reader) syntaxError(err error) {
+// syntaxError reports a YAML decoding error of data at the line where
+// decoding fails (failingLine).
+func (r *reader) syntaxError(data []byte, err error) {
 	for _, msg := range strings.Split(err.Error(), "\n") {
 		line := 0
 		if m := yamlErrLine.FindStringSubmatch(msg); m != nil {
 			line, _ = strconv.Atoi(m[1])
 			msg = m[2]
+			line = failingLine(data, line, msg)
 		} else {
 			msg = strings.TrimPrefix(msg, "yaml: ")
 		}
 		r.errorf(line, "", "invalid YAML: %s", strings.TrimSpace(msg))
+	}
+}
+
+// failingLineBudget bounds the bytes failingLine decodes in all, so that
+// a large broken file costs bounded time; past it the decoder's own line
+// stands.
+const failingLineBudget = 32 << 20
+
+// failingLine returns the first line of data at which decoding fails with
+// msg, searching from the line the decoder named. The decoder names the
+// line where the enclosing block starts (and, for a parser error, the one
+// before it), not the line that breaks it: a key indented one space too
+// few on line 6 is reported at line 2. The first prefix of data, ending at
+// line k >= from, that fails to decode with the same message ends at the
+// line that broke it. A prefix cut inside a multi-line scalar or flow
+// collection fails otherwise and is passed over.
+func failingLine(data []byte, from int, msg string) int {
+	msg = strings.TrimSpace(msg)
+	end, line, spent := 0, 0, 0
+	for end < len(data) {
+		next := bytes.IndexByte(data[end:], '\n')
+		if next < 0 {
+			end = len(data)
+		} else {
+			end += next + 1
+		}
+		line++
+		if line < from {
+			continue
+		}
+		if spent += end; spent > failingLineBudget {
+			break
+		}
+		if m := yamlErrLine.FindStringSubmatch(firstDecodeError(data[:end])); m != nil && strings.TrimSpace(m[2]) == msg {
+			return line
+		}
+	}
+	return from
+}
+
+// firstDecodeError decodes every document of data and returns the first
+// error's text, or "" when all decode.
+func firstDecodeError(data []byte) (msg string) {
+	defer func() {
+		if v := recover(); v != nil {
+			msg = ""
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		if err != nil {
+			return strings.SplitN(err.Error(), "\n", 2)[0]
+		}
 	}
 }
 
@@ -70,7 +130,7 @@ func (r *reader) decode(data []byte, want, wantOne string) (root *yaml.Node) {
 		if errors.Is(err, io.EOF) {
 			r.errorf(0, "", "empty file (want %s)", want)
 		} else {
-			r.syntaxError(err)
+			r.syntaxError(data, err)
 		}
 		return nil
 	}
@@ -80,7 +140,7 @@ func (r *reader) decode(data []byte, want, wantOne string) (root *yaml.Node) {
 		r.errorf(extra.Line, "", "several YAML documents (want %s)", wantOne)
 		return nil
 	case !errors.Is(err, io.EOF):
-		r.syntaxError(err)
+		r.syntaxError(data, err)
 		return nil
 	}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {

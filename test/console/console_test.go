@@ -5,8 +5,12 @@
 // limit shows in the top list, explain answers a typed request, an
 // override set from the page changes the next decision and goes when
 // deleted, writes without the token are refused, and a descriptor value
-// carrying HTML shows as text. Each panel's screenshot is saved into
-// $CONSOLE_SCREENSHOTS (default: the test's temporary directory).
+// carrying HTML shows as text. At 1280x800 and 1920x1080 the first screen
+// answers who is denied now (the denied summary, above the rules, with the
+// limits that denied nothing folded) and the page does not scroll
+// sideways. Each panel's screenshot, and the first screen's at both sizes,
+// is saved into $CONSOLE_SCREENSHOTS (default: the test's temporary
+// directory). docs/console.png comes from a demo run (demo.sh), not here.
 //
 // Chromium runs with the background-networking and update flags off and
 // a new empty profile, so it reaches nothing but the loopback server.
@@ -34,6 +38,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -81,6 +86,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5, name: per_client}
   - key: path
     rate_limit: {unit: second, requests_per_unit: 100000, name: paths}
+  - key: tokens
+    rate_limit: {unit: hour, requests_per_unit: 100, name: token_budget, cost: charge}
 `
 
 // xssValue is a descriptor value that would run script if the page put it
@@ -391,6 +398,45 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("first screen: who is denied now", func(t *testing.T) {
+		// per_client denied the HTML value above; paths carries traffic
+		// and denies nothing.
+		for _, size := range []struct{ w, h int64 }{{1280, 800}, {1920, 1080}} {
+			name := fmt.Sprintf("%dx%d", size.w, size.h)
+			run(t, ctx, chromedp.EmulateViewport(size.w, size.h), do(`window.scrollTo(0, 0)`))
+			waitJS(t, ctx, name+": the denied summary lists per_client with its client", fmt.Sprintf(
+				`[...document.querySelectorAll('#denied tr.denied-row[data-limit="per_client"] .client')].some((c) => c.dataset.value === %q)`, "client="+xssValue))
+			waitJS(t, ctx, name+": paths, which denies nothing, is folded in the summary",
+				`!!document.querySelector('#denied details.quiet li.quiet-row[data-limit="paths"]')`)
+			fs := eval[firstScreen](t, ctx, firstScreenJS)
+			if fs.InnerWidth != size.w || fs.InnerHeight != size.h {
+				t.Fatalf("%s: viewport %dx%d", name, fs.InnerWidth, fs.InnerHeight)
+			}
+			if fs.DeniedRowTop < 0 || fs.DeniedRowBottom > float64(fs.InnerHeight) {
+				t.Errorf("%s: per_client's denied row spans %v to %v px: not within the first screen (%d px high)", name, fs.DeniedRowTop, fs.DeniedRowBottom, fs.InnerHeight)
+			}
+			if fs.DeniedPanelTop >= fs.RulesPanelTop {
+				t.Errorf("%s: the denied summary (top %v px) is not above the rules table (top %v px)", name, fs.DeniedPanelTop, fs.RulesPanelTop)
+			}
+			if fs.ScrollWidth > fs.ClientWidth {
+				t.Errorf("%s: the page scrolls sideways: scrollWidth %d > clientWidth %d", name, fs.ScrollWidth, fs.ClientWidth)
+			}
+			if fs.QuietOpen {
+				t.Errorf("%s: the limits that denied nothing are not folded in the summary", name)
+			}
+			if fs.TopPaths != "closed" || fs.TopPerClient != "open" {
+				t.Errorf("%s: in the top panel paths is %s and per_client %s; want paths folded (closed) and per_client open", name, fs.TopPaths, fs.TopPerClient)
+			}
+			png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			if err != nil {
+				t.Fatalf("%s: screenshot: %v", name, err)
+			}
+			if err := os.WriteFile(filepath.Join(shots, "first-screen-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("explain", func(t *testing.T) {
 		cases := []struct{ value, want string }{{xssValue, "OVER_LIMIT"}, {"carol", "OK"}}
 		for _, tc := range cases {
@@ -406,6 +452,22 @@ func TestConsole(t *testing.T) {
 		}
 		if n := eval[int](t, ctx, `document.querySelectorAll('img').length`); n != 0 {
 			t.Errorf("%d img elements after explaining the HTML value", n)
+		}
+		// A budget charged 150 of 100 (cost: charge) shows its overdraft.
+		charge, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if _, err := s.rls.ShouldRateLimit(charge, &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tokens", Value: "dave"}}, HitsAddend: wrapperspb.UInt64(150)}}}); err != nil {
+			t.Fatalf("charge: %v", err)
+		}
+		run(t, ctx,
+			setValue("#explain-domain", "shop"),
+			setValue("#explain-descriptors", "tokens=dave"),
+			do(`document.getElementById('explain-result').replaceChildren()`),
+			chromedp.Click(chromedp.CSS("#explain-submit")))
+		waitJS(t, ctx, "explain answers", `!!document.querySelector('#explain-decision strong')`)
+		if got := eval[string](t, ctx, `document.getElementById('explain-result').textContent`); !strings.Contains(got, "overdrawn by 50") || !strings.Contains(got, "cost: charge") {
+			t.Errorf("explain of a budget charged 150 of 100: %q, want it overdrawn by 50 and its cost named", got)
 		}
 		screenshot(t, ctx, shots, "3-explain", "#panel-explain")
 	})
@@ -549,6 +611,39 @@ func TestConsole(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", shots)
 }
+
+// firstScreen is where the page puts things in the viewport, in CSS
+// pixels from the viewport's top, and how its details elements stand.
+type firstScreen struct {
+	InnerWidth      int64   `json:"innerWidth"`
+	InnerHeight     int64   `json:"innerHeight"`
+	ScrollWidth     int64   `json:"scrollWidth"`
+	ClientWidth     int64   `json:"clientWidth"`
+	DeniedPanelTop  float64 `json:"deniedPanelTop"`
+	RulesPanelTop   float64 `json:"rulesPanelTop"`
+	DeniedRowTop    float64 `json:"deniedRowTop"`
+	DeniedRowBottom float64 `json:"deniedRowBottom"`
+	QuietOpen       bool    `json:"quietOpen"`
+	// TopPaths and TopPerClient are "open", "closed" or "missing": the
+	// top panel's details element of each limit.
+	TopPaths     string `json:"topPaths"`
+	TopPerClient string `json:"topPerClient"`
+}
+
+const firstScreenJS = `(() => {
+  const rect = (sel) => document.querySelector(sel).getBoundingClientRect();
+  const state = (sel) => { const d = document.querySelector(sel); return !d ? 'missing' : d.open ? 'open' : 'closed'; };
+  const row = rect('#denied tr.denied-row[data-limit="per_client"]');
+  return {
+    innerWidth: window.innerWidth, innerHeight: window.innerHeight,
+    scrollWidth: document.documentElement.scrollWidth, clientWidth: document.documentElement.clientWidth,
+    deniedPanelTop: rect('#panel-denied').top, rulesPanelTop: rect('#panel-rules').top,
+    deniedRowTop: row.top, deniedRowBottom: row.bottom,
+    quietOpen: document.querySelector('#denied details.quiet').open,
+    topPaths: state('#top details.top-limit[data-limit="paths"]'),
+    topPerClient: state('#top details.top-limit[data-limit="per_client"]'),
+  };
+})()`
 
 // waitDecision asks for client=value until the answer is want: an
 // override reaches the decisions at the next refresh (200 ms here).

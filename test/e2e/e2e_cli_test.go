@@ -61,6 +61,16 @@ func TestCheckCommand(t *testing.T) {
 			want{2, nil, "--check-only and --refund"}},
 		{"domain from the environment", []string{"ENVOY_RLS_DOMAIN=shop"}, []string{"-d", "client=env"},
 			want{0, []string{`^descriptor 0 \(client=env\): OK limit=5/HOUR`}, ""}},
+		// A typo in the domain is allowed, as Envoy would be told, with a
+		// note; --require-limit makes it an exit code for scripts.
+		{"unknown domain: a note", nil, []string{"--domain", "shpo", "-d", "plan=free"},
+			want{0, []string{`^overall: OK$`, `^descriptor 0 \(plan=free\): OK$`}, `note: the server has no domain "shpo": no limit applies`}},
+		{"known domain, no rule matches: a note", nil, []string{"--domain", "shop", "-d", "nosuchkey=x"},
+			want{0, []string{`^overall: OK$`}, `note: no limit applies to this request: no rule of domain "shop" matches these descriptors`}},
+		{"unknown domain, --require-limit", nil, []string{"--require-limit", "--domain", "shpo", "-d", "plan=free"},
+			want{3, []string{`^overall: OK$`}, `no domain "shpo"`}},
+		{"a limit applies, --require-limit", nil, []string{"--require-limit", "--domain", "shop", "-d", "client=required"},
+			want{0, []string{`^descriptor 0 \(client=required\): OK limit=5/HOUR`}, ""}},
 		{"no domain", nil, []string{"-d", "plan=free"}, want{2, nil, "--domain and at least one -d are required"}},
 		{"no descriptor", nil, []string{"--domain", "shop"}, want{2, nil, "--domain and at least one -d are required"}},
 		{"bad descriptor", nil, []string{"--domain", "shop", "-d", "plan"}, want{2, nil, `entry "plan": want key=value`}},
@@ -82,6 +92,9 @@ func TestCheckCommand(t *testing.T) {
 			}
 			if !strings.Contains(stderr, tt.want.stderr) {
 				t.Errorf("stderr %q, want it to contain %q", stderr, tt.want.stderr)
+			}
+			if tt.want.stderr == "" && strings.Contains(stderr, "note:") {
+				t.Errorf("stderr %q: a note where a limit applied", stderr)
 			}
 		})
 	}
@@ -132,6 +145,15 @@ func TestValidateCommand(t *testing.T) {
 		t.Errorf("validate good dir: exit %d, stdout %q, stderr %q; want 0 and \"2 domains, 4 rules, 4 limits OK\"", code, stdout, stderr)
 	}
 
+	// One file validates on its own; a broken one names its failing line.
+	if stdout, stderr, code := runCLI(t, nil, "validate", filepath.Join(good, "shop.yaml")); code != 0 || !strings.HasSuffix(strings.TrimSpace(stdout), "OK") {
+		t.Errorf("validate FILE: exit %d, stdout %q, stderr %q; want 0 and OK", code, stdout, stderr)
+	}
+	indent := rulesDir(t, map[string]string{"i.yaml": "domain: i\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n     requests_per_unit: 5\n"})
+	if _, stderr, code := runCLI(t, nil, "validate", filepath.Join(indent, "i.yaml")); code != 1 || !strings.Contains(stderr, "i.yaml:6: invalid YAML") {
+		t.Errorf("validate FILE with an indentation error on line 6: exit %d, stderr %q; want 1 and i.yaml:6", code, stderr)
+	}
+
 	// The shipped examples validate, as `make run` serves them.
 	examples, err := filepath.Abs(filepath.Join("..", "..", "examples", "config"))
 	if err != nil {
@@ -151,8 +173,8 @@ func TestValidateCommand(t *testing.T) {
 		want string
 	}{
 		{"empty dir", []string{"validate", t.TempDir()}, 1, "no rule files"},
-		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 1, "nope"},
-		{"no dir: --config-dir's default", []string{"validate"}, 1, "/etc/envoy-rls/config"},
+		{"missing dir", []string{"validate", filepath.Join(t.TempDir(), "nope")}, 2, "no rule file or directory at "},
+		{"no dir: --config-dir's default, with serve's hint", []string{"validate"}, 2, "no rule directory at /etc/envoy-rls/config; point validate at one"},
 		{"two dirs", []string{"validate", good, good}, 2, "validate takes at most one argument"},
 		{"bad default algorithm", []string{"validate", "--default-algorithm", "leaky", good}, 2, "--default-algorithm"},
 	}

@@ -116,7 +116,7 @@ function renderRules() {
       if (r.replaces && r.replaces.length) flags.push('replaces ' + r.replaces.join(','));
       const limits = r.limits || [];
       if (limits.length === 0) {
-        rows.push(row([r.path, '', 'unlimited', '', flags.join(' '), '', '', '', '', '', '']));
+        rows.push(row([r.path, '', 'unlimited', flags.join(' '), '', '', '', '', '']));
         continue;
       }
       limits.forEach((l, i) => {
@@ -132,10 +132,9 @@ function renderRules() {
         const tr = row([
           i === 0 ? r.path + ' (line ' + r.line + ')' : '',
           l.label,
-          l.requests_per_unit + '/' + (l.unit_multiplier > 1 ? l.unit_multiplier + ' ' : '') + l.unit + eff,
-          l.algorithm + (l.burst ? ' burst ' + l.burst : '') + (l.lease ? ' lease' : ''),
-          flags.join(' '),
-          ov,
+          l.requests_per_unit + '/' + (l.unit_multiplier > 1 ? l.unit_multiplier + ' ' : '') + l.unit + eff + ' ' +
+            l.algorithm + (l.burst ? ' burst ' + l.burst : '') + (l.lease ? ' lease' : ''),
+          [flags.join(' '), ov].filter((x) => x).join('; '),
           num(lastOK, 'ok-rate'),
           num(lastOver, 'over-rate' + (lastOver ? ' bad' : '')),
           num(sum(rt.ok), 'ok-total'),
@@ -149,7 +148,7 @@ function renderRules() {
         rows.push(tr);
       });
     }
-    out.push(table(['descriptor path', 'limit', 'limit value', 'algorithm', 'mode', 'override', 'OK/s', 'over/s', 'OK 5m', 'over 5m', 'last 60 s'], rows));
+    out.push(table(['descriptor path', 'limit', 'value, algorithm', 'mode, override', 'OK/s', 'over/s', 'OK 5m', 'over 5m', 'last 60 s'], rows));
   }
   replace(byId('rules'), ...out);
 }
@@ -176,26 +175,96 @@ function renderOverrides() {
   replace(byId('override-limits'), ...names);
 }
 
-// ---- top (every second) ----
+// ---- denied now and top (every second) ----
+const limitName = (l) => l.domain + ' / ' + (l.limit === l.rule ? l.limit : l.rule + ' / ' + l.limit);
+
+function setLimitData(node, l) {
+  node.dataset.domain = l.domain;
+  node.dataset.rule = l.rule;
+  node.dataset.limit = l.limit;
+  return node;
+}
+
+// renderDenied is the first panel: the limits that denied requests in the
+// last minute, most denied first, each with the clients it denied most;
+// the limits that denied nothing are folded into one line.
+function renderDenied(page) {
+  const denying = page.limits.filter((l) => l.denied > 0).sort((a, b) => b.denied - a.denied || limitName(a).localeCompare(limitName(b)));
+  const quiet = page.limits.filter((l) => l.denied === 0);
+  const total = sum(denying.map((l) => l.denied));
+  const head = byId('denied-headline');
+  head.className = denying.length ? 'bad' : 'good';
+  head.replaceChildren(denying.length
+    ? total + ' request' + (total === 1 ? '' : 's') + ' denied in the last minute, by ' + denying.length + ' limit' + (denying.length === 1 ? '' : 's') + ' (most denied first) '
+    : 'No request denied in the last minute ',
+  // The sketch counts whole buckets: "the last minute" may reach back
+  // further, as far as covers says.
+  el('span', 'muted', '(counted over at most ' + page.covers + ')'));
+  const out = [];
+  if (denying.length) {
+    out.push(table(['limit', 'denied', 'seen', 'over/s now', 'clients denied most (count)'], denying.map((l) => {
+      const rt = rates.get(limitKey(l.domain, l.rule, l.limit));
+      const now = rt && rt.over_limit.length ? rt.over_limit[rt.over_limit.length - 1] : 0;
+      const clients = el('td', 'clients');
+      for (const it of l.top_denied.slice(0, 3)) {
+        const c = el('span', 'client', el('span', 'value', it.value), ' ', el('span', 'muted', '×' + it.count));
+        c.dataset.value = it.value;
+        clients.append(c);
+      }
+      if (l.top_denied.length > 3) clients.append(el('span', 'muted', '+' + (l.top_denied.length - 3) + ' more below'));
+      // The limit's name first; its domain and rule (when the rule is
+      // not the name) under it.
+      const name = el('td', 'limit-name', el('strong', null, l.limit), el('br'),
+        el('span', 'muted', 'domain ' + l.domain + (l.rule === l.limit ? '' : ', rule ' + l.rule)));
+      return setLimitData(row([name, num(l.denied, 'bad'), num(l.seen), num(now, now ? 'bad' : ''), clients], 'denied-row'), l);
+    })));
+  }
+  if (quiet.length) {
+    const d = el('details', 'quiet', el('summary', 'muted', quiet.length + ' limit' + (quiet.length === 1 ? '' : 's') + ' with traffic denied nothing'));
+    const ul = el('ul', 'quiet-list');
+    for (const l of quiet) ul.append(setLimitData(el('li', 'quiet-row', limitName(l) + ' ', el('span', 'muted', '(' + l.seen + ' seen)')), l));
+    d.append(ul);
+    out.push(d);
+  }
+  if (!page.limits.length) out.push(el('p', 'muted', 'No decisions in the last minute.'));
+  // Limits past the sketch's bound are not in it: their denials are missing here.
+  if (page.dropped) out.push(el('p', 'bad', page.dropped + ' decisions of limits beyond the sketch\'s bound were not tracked: their denials are not listed.'));
+  replace(byId('denied'), ...out);
+}
+
 function renderTop(page) {
   byId('top-hashed').textContent = page.hashed ? 'Values are shown hashed (--console-hash-values).' : '';
   const out = [];
-  for (const l of page.limits) {
-    out.push(el('h3', null, l.domain + ' / ' + l.rule + ' / ' + l.limit + ' ',
-      el('span', 'muted', l.denied + ' denied of ' + l.seen + ' in the window (' + page.covers + ' at most)')));
+  const limits = page.limits.slice().sort((a, b) => b.denied - a.denied || limitName(a).localeCompare(limitName(b)));
+  for (const l of limits) {
     const list = (items, err, cls) => table(['value', 'count', 'at least'], items.map((it) => {
       const tr = row([el('td', 'value', it.value), num(it.count), num(it.lower)], cls);
       tr.dataset.value = it.value;
       return tr;
     }).concat([row([el('td', 'muted', 'error ≤ ' + err)])]));
-    out.push(el('div', 'cols',
+    const title = el('span', null, l.domain + ' / ' + l.rule + ' / ' + l.limit + ' ',
+      el('span', 'muted', l.denied + ' denied of ' + l.seen + ' in the window (' + page.covers + ' at most)'));
+    const cols = el('div', 'cols',
       el('div', 'top-denied', el('strong', null, 'most denied'), list(l.top_denied, l.denied_error, 'top-denied-row')),
-      el('div', 'top-seen', el('strong', null, 'most seen'), list(l.top_seen, l.seen_error, 'top-seen-row'))));
+      el('div', 'top-seen', el('strong', null, 'most seen'), list(l.top_seen, l.seen_error, 'top-seen-row')));
+    // A limit that denied nothing is folded: its lists are one click
+    // away, and the denying limits stay together at the top.
+    const d = setLimitData(el('details', 'top-limit' + (l.denied ? '' : ' quiet'), el('summary', null, title), cols), l);
+    d.open = l.denied > 0 || openTop.has(limitKey(l.domain, l.rule, l.limit));
+    d.addEventListener('toggle', () => {
+      const k = limitKey(l.domain, l.rule, l.limit);
+      if (d.open && !l.denied) openTop.add(k); else openTop.delete(k);
+    });
+    out.push(d);
   }
   if (page.dropped) out.push(el('p', 'bad', page.dropped + ' decisions of limits beyond the sketch\'s bound were not tracked.'));
   if (!out.length) out.push(el('p', 'muted', 'No decisions in the window.'));
   replace(byId('top'), ...out);
 }
+
+// openTop holds the folded limits the reader opened, kept open across
+// refreshes.
+const openTop = new Set();
 
 // ---- health (every 3 s) ----
 function renderHealth(h) {
@@ -261,8 +330,10 @@ async function explain(ev) {
       const ok = l.replaced_by ? true : (left === null ? null : left > 0);
       const soft = d.rule.shadow_mode || d.rule.quota_mode;
       if (ok === false && !soft) over = true;
-      rows.push(row([String(i), entries, where, l.label + ': ' + l.effective.limit + ' per ' + l.unit + ' (' + l.algorithm + ', ' + l.effective.source + ')',
-        l.key, left === null ? 'not read' : String(left),
+      // An overdrawn budget (cost: charge) says by how much.
+      const leftText = left === null ? 'not read' : (st && st.overdraft > 0 ? '0 (overdrawn by ' + st.overdraft + ')' : String(left));
+      rows.push(row([String(i), entries, where, l.label + ': ' + l.effective.limit + ' per ' + l.unit + ' (' + l.algorithm + ', ' + l.effective.source + (l.cost === 'charge' ? ', cost: charge' : '') + ')',
+        l.key, leftText,
         el('td', ok === false ? 'bad' : 'good', l.replaced_by ? 'replaced by ' + l.replaced_by : ok === null ? '?' : ok ? 'OK' : (soft ? 'OVER_LIMIT (soft: answered OK)' : 'OVER_LIMIT'))]));
     }
   });
@@ -346,8 +417,12 @@ async function refreshRates() {
 }
 
 async function refreshTop() {
+  // "Denied now" is always the last minute; the top panel's window is the
+  // reader's choice.
   const w = byId('top-window').value;
-  renderTop(await getJSON('/debug/top?n=10&window=' + encodeURIComponent(w)));
+  const minute = await getJSON('/debug/top?n=10&window=1m');
+  renderDenied(minute);
+  renderTop(w === '1m' ? minute : await getJSON('/debug/top?n=10&window=' + encodeURIComponent(w)));
 }
 
 async function refreshHealth() {
