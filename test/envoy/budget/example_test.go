@@ -15,7 +15,8 @@ import (
 
 // TestExampleAsShipped runs examples/budget as docs/budgets.md tells:
 // envoy-rls on examples/budget/config, Envoy on examples/budget/envoy.yaml
-// with only its addresses moved (its model listener answers 42 tokens).
+// with only its addresses and its filter's timeout changed (its model
+// listener answers 42 tokens).
 // Each request reserves its x-max-tokens figure (1024 without one) and is
 // settled to the 42 tokens it used, so the day's counter holds 42 per
 // request; a request whose reservation exceeds what the minute's bucket
@@ -30,7 +31,7 @@ func TestExampleAsShipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := "127.0.0.1:" + strconv.Itoa(port)
-	local, err := envoytest.Rewrite(rlsproc.ReadRepoFile(t, exampleBootstrap), envoytest.Addresses{
+	local, err := envoytest.Rewrite(patientExample(t), envoytest.Addresses{
 		Clusters:  map[string]string{"envoy_rls": rls.GRPCAddr, "llm": model},
 		Listeners: map[string]string{"ingress": "127.0.0.1:0", "model": model},
 		Admin:     "127.0.0.1:0",

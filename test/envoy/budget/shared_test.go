@@ -30,6 +30,22 @@ descriptors:
 `}
 }
 
+// exampleTimeout is the rate-limit filter's timeout in exampleBootstrap.
+const exampleTimeout = "timeout: 0.25s"
+
+// patientExample is exampleBootstrap with its filter's timeout raised to
+// 5 s: on a loaded machine a call that outlasts 0.25 s would let a request
+// through unmetered (failure_mode_deny: false), or lose a settlement, and
+// the counts would no longer add up. The timeout is not what is tested.
+func patientExample(t *testing.T) []byte {
+	t.Helper()
+	b := string(rlsproc.ReadRepoFile(t, exampleBootstrap))
+	if strings.Count(b, exampleTimeout) != 1 {
+		t.Fatalf("%s no longer has one %q: update patientExample", exampleBootstrap, exampleTimeout)
+	}
+	return []byte(strings.Replace(b, exampleTimeout, "timeout: 5s", 1))
+}
+
 // estimateErrors are how far each request's estimate is from its real
 // size, in turn: mostly over (a max_tokens figure is a ceiling), up to
 // maxUnder under.
@@ -118,14 +134,14 @@ var patterns = []pattern{
 		Path: aiPath, Header: aiShape.Header, RequestHits: 1, Overshoot: chargeAfter},
 	{Name: "envoy-gateway", Bootstrap: func(*testing.T) []byte { return shapesBootstrap() }, Rules: shapesRules,
 		Path: egPath, Header: egShape.Header, Overshoot: chargeAfter},
-	{Name: "reservation", Bootstrap: func(t *testing.T) []byte { return rlsproc.ReadRepoFile(t, exampleBootstrap) },
+	{Name: "reservation", Bootstrap: patientExample,
 		Listeners: []string{"model"}, Rules: reservationRules, Path: "/v1/chat/completions",
 		Header:   func(run string) map[string]string { return map[string]string{"x-user-id": run} },
 		Reserves: true, StreamDoneOnDeny: true, Estimator: estimator,
 		Overshoot: func(clients int) int64 { return maxUnder * int64(clients*inFlight) }},
 	// The same with every estimate maxUnder short: the worst case of the
 	// bound, which the overshoot then approaches.
-	{Name: "reservation-short", Bootstrap: func(t *testing.T) []byte { return rlsproc.ReadRepoFile(t, exampleBootstrap) },
+	{Name: "reservation-short", Bootstrap: patientExample,
 		Listeners: []string{"model"}, Rules: reservationRules, Path: "/v1/chat/completions",
 		Header:   func(run string) map[string]string { return map[string]string{"x-user-id": run} },
 		Reserves: true, StreamDoneOnDeny: true,
