@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -206,6 +207,11 @@ func TestStreamDoneFacts(t *testing.T) {
 		// Only stream-done entries whose metadata is missing: is a call made?
 		"/allmissing": probeEntry("ok", false, "{number: 0}") +
 			probeEntry("missing", true, `{format: "%DYNAMIC_METADATA(probe:absent)%"}`),
+		// The client hangs up before the response: is anything sent at
+		// stream done, and does the Lua filter's response code run?
+		"/reset": probeEntry("ok", false, "{number: 0}") +
+			probeEntry("plain", true, "") +
+			probeEntry("status", true, `{format: "%DYNAMIC_METADATA(probe:status)%"}`),
 	}
 	_, url := startEnvoy(t, "probe", probeBootstrap(routes), []string{recAddr}, up.Addr)
 
@@ -241,6 +247,25 @@ func TestStreamDoneFacts(t *testing.T) {
 	run("/denied", 429, []string{"request hits_addend=0 [after429=429]", "request hits_addend=0 [deny=-]"})
 	// When every stream-done descriptor is dropped, no call is made.
 	run("/allmissing", 200, []string{"request hits_addend=0 [ok=0]"})
+
+	// A reset before the response: the stream-done entries are sent, but
+	// the Lua filter's envoy_on_response never ran, so an entry reading
+	// what it sets is dropped.
+	rec.reset()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/reset", nil)
+	req.Header.Set(delayHeader, "1500")
+	if resp, err := httpClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("/reset: answered %d before the client gave up", resp.StatusCode)
+	}
+	want := []string{"request hits_addend=0 [ok=0]", "request hits_addend=0 [plain=-]"}
+	eventually.True(t, "/reset: the calls Envoy makes", func() (bool, string) {
+		got := rec.seen()
+		return strings.Join(got, "\n") == strings.Join(want, "\n"), strings.Join(got, "\n")
+	})
+	t.Logf("/reset (client gone): %s", strings.Join(rec.seen(), "; "))
 }
 
 // askPath is ask on another path.
