@@ -14,7 +14,8 @@
 // real Redis (internal/redistest) and in-process:
 //
 //   - what Envoy 1.40 sends at stream done (after its own 429, with
-//     missing metadata), against a recording rate-limit service;
+//     missing metadata, when the client hangs up), against a recording
+//     rate-limit service;
 //   - for the fixed window, the sliding window and the token bucket, a
 //     budget of B tokens admits at most B + the largest response × the
 //     requests in flight, is spent, denies every request until the window
