@@ -158,9 +158,10 @@ func (p plainCmds) split() {
 		// decision of the overdrawn window, denied (algo.Charge).
 		*r = [...]int64{now, 0, 0, limit - count, left, left, 0}
 	default:
-		// Denied: the hit is given back (giveBack), and the window,
-		// full already, reads as full.
-		*r = [...]int64{now, 0, 0, 0, left, left, 0}
+		// Denied: the hit is given back (giveBack), and the window reads
+		// as it stood before it: full, or overdrawn by charges
+		// (cost: charge) when the count before it was past the limit.
+		*r = [...]int64{now, 0, 0, limit - count + 1, left, left, 0}
 	}
 	c.reply = r[:]
 }

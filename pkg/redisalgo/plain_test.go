@@ -45,6 +45,7 @@ func TestDifferentialPlain(t *testing.T) {
 		states := map[string]algo.State{}
 		expires := map[string]int64{}
 		var kinds [4]int // plain, plain denied, script, refunds
+		var charges [2]int // plain charges within the limit, and past it
 		for step := range 1500 {
 			now := clk.us.Add(randsteps.Gap(r, algo.Minute, 4))
 			for k, e := range expires {
@@ -66,11 +67,15 @@ func TestDifferentialPlain(t *testing.T) {
 				c := limits[r.IntN(5)]
 				c.Hits = 2
 				checks = []algo.Check{c}
-			case n < 8: // a refund: apply.lua
+			case n < 8 && r.IntN(2) == 0: // a refund: apply.lua
 				c := limits[r.IntN(5)]
 				c.Refund = true
 				checks = []algo.Check{c}
 				kinds[3]++
+			case n < 8: // a charge (cost: charge): plain, of all its hits
+				c := limits[r.IntN(5)]
+				c.Hits, c.Charge = 1+r.Int64N(4), true
+				checks = []algo.Check{c}
 			default: // several limits, all or nothing
 				for _, i := range r.Perm(6)[:2] {
 					checks = append(checks, limits[i])
@@ -94,6 +99,13 @@ func TestDifferentialPlain(t *testing.T) {
 			b.giveBacks.Wait()
 			if !slices.Equal(got, goOut) {
 				t.Fatalf("step %d at %d, checks %+v (plain %v):\n go    %+v\n redis %+v", step, now, checks, plain, goOut, got)
+			}
+			if plain && checks[0].Charge {
+				if goOut[0].Remaining < 0 {
+					charges[1]++
+				} else {
+					charges[0]++
+				}
 			}
 			switch {
 			case plain && allowed:
@@ -138,7 +150,10 @@ func TestDifferentialPlain(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("plain allowed %d, plain denied %d, script %d (refunds %d)", kinds[0], kinds[1], kinds[2], kinds[3])
+		t.Logf("plain allowed %d, plain denied %d, script %d (refunds %d); plain charges within the limit %d, past it %d", kinds[0], kinds[1], kinds[2], kinds[3], charges[0], charges[1])
+		if charges[0] == 0 || charges[1] == 0 {
+			t.Errorf("plain charges: %d within the limit, %d past it; want both exercised", charges[0], charges[1])
+		}
 		if kinds[0] == 0 || kinds[1] == 0 || kinds[2] == 0 || kinds[3] == 0 {
 			t.Errorf("paths exercised %v; want plain allowed, plain denied, script calls and refunds", kinds)
 		}
