@@ -158,6 +158,9 @@ var moduleRules = map[string]rule{
 	// Real Envoys in front of the built binary (RLQS); the probe's own
 	// minimal RLQS server uses the generated service types only.
 	"test/envoy/rlqs": {sealed: true, testAllow: testSupportAnd("internal/childproc", "internal/envoytest", "internal/rlsproc")},
+	// Budgets through real Envoys in front of the built binary; its
+	// recording service uses the generated service types only.
+	"test/envoy/budget": {sealed: true, testAllow: testSupportAnd("internal/childproc", "internal/envoytest", "internal/rlsproc")},
 	// Commands that drive the binary as a process (the bench also starts
 	// Envoys, through internal/envoytest).
 	// (and sizes the RLQS configuration's token bucket with pkg/rlqs's own
