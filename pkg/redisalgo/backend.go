@@ -510,9 +510,11 @@ type clockNow struct {
 // here (clock.go: at is from the caller's clock, placed on the monotonic
 // one, and used only near the send); else 0, the script's own TIME. Every
 // check on one master gets one time, so that a slot group's call has one.
-// Taking at, not the time of sending, puts a request's consumption and a
-// refund of it that its caller makes at the same at (the per-second
-// split's, say) in one window, even when a window ends in between.
+// A refund that names the time its hits were decided at (algo.Check.At,
+// from their Decision.At) is applied at that time, whatever at and the
+// send are: placing at near a send that came long after (the per-second
+// split refunds once the other Redis answered) could put it in the next
+// window, giving back hits that window never had.
 func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, checks []algo.Check) error {
 	period := int64(0)
 	if !b.callerTime {
@@ -523,8 +525,8 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 		if b.callerTime {
 			now = at.UnixMicro()
 		}
-		for range checks {
-			s.nows = append(s.nows, now)
+		for i := range checks {
+			s.nows = append(s.nows, cmp.Or(checks[i].At, now))
 		}
 		return nil
 	}
@@ -535,7 +537,10 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 		s.nodes = append(s.nodes, n)
 		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
 		if k < 0 {
-			now, err := mc.at(ctx, at, sent, period)
+			now, err := checks[i].At, error(nil)
+			if now == 0 {
+				now, err = mc.at(ctx, at, sent, period)
+			}
 			if err != nil {
 				return err
 			}
@@ -712,6 +717,10 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		}
 		// parseApplyInts's errors carry the package prefix and the detail.
 		c.evalNow, c.allowed, c.err = parseApplyInts(c.script.reply, c.out)
+		for j := range c.out {
+			// What a refund of these hits names (algo.Check.At).
+			c.out[j].At = c.evalNow
+		}
 		if c.script.plain && c.err == nil && !c.allowed {
 			s.sending = append(s.sending, c)
 		}
