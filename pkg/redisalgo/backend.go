@@ -248,6 +248,7 @@ func newBase(client sender, opts Options) (*Backend, error) {
 		b.sizes, b.roundTrips = h, rt
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
+	b.expiries.init()
 	return b, nil
 }
 
@@ -299,7 +300,10 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 
 // Close waits for every queued and in-flight batch to finish; Apply fails
 // with ErrClosed afterwards. It does not close the client.
-func (b *Backend) Close() { b.topo.close() }
+func (b *Backend) Close() {
+	b.topo.close()
+	b.expiries.wait()
+}
 
 // Ping checks that Redis answers: every master of a cluster, else the
 // (current) master. It is meant for readiness probes. Until it has seen
