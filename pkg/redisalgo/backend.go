@@ -309,7 +309,10 @@ func (b *Backend) Close() {
 // (current) master. It is meant for readiness probes. Until it has seen
 // every master's version once, it also checks that each is Redis 7.0 or
 // later (checkVersion), so that a Redis too old is an unready replica with
-// a log line that says why, not a failure at every request.
+// a log line that says why, not a failure at every request. Every ping
+// also records the backend's counter-hash count for the deployment when
+// none is, and fails when another is recorded (meta.go): a replica that
+// would count apart from the others is an unready one.
 func (b *Backend) Ping(ctx context.Context) error {
 	checked := b.versionChecked.Load()
 	err := b.topo.forEachMaster(ctx, func(ctx context.Context, m master) error {
@@ -327,7 +330,9 @@ func (b *Backend) Ping(ctx context.Context) error {
 	if !checked {
 		b.versionChecked.Store(true)
 	}
-	return nil
+	// On every ping, not once: a count recorded anew (a planned change,
+	// docs/redis.md) makes the replicas still on the old one unready.
+	return b.checkCounterHashes(ctx)
 }
 
 // minRedisMajor is the oldest Redis the backend works with: PEXPIRE … NX,
