@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -81,6 +82,28 @@ func counterHashesError(n int) error {
 		return fmt.Errorf("--redis-counter-hashes: %d must be between 1 and %d (the deployment's value, the same on every replica)", n, redisalgo.MaxCounterHashes)
 	}
 	return nil
+}
+
+// deploymentCounterHashes returns the counter-hash count a tool (inspect,
+// explain) reads the deployment's keys with: the one its replicas
+// recorded in Redis (redisalgo.ResolveCounterHashes), else
+// --redis-counter-hashes. The flag, when given on the command line or in
+// the environment, must agree with the recorded count: keys read with
+// another would be misread or refused.
+func deploymentCounterHashes(ctx context.Context, client *redisclient.Client, cfg *serveConfig, fs *flag.FlagSet) (int, error) {
+	given := 0
+	if flagGiven(fs, "redis-counter-hashes") {
+		given = cfg.redis.counterHashes
+	}
+	var r redisalgo.MetaReader = client.Single
+	if client.Cluster != nil {
+		r = client.Cluster
+	}
+	n, err := redisalgo.ResolveCounterHashes(ctx, r, cfg.redis.keyPrefix, given)
+	if err != nil {
+		return 0, fmt.Errorf("--redis-counter-hashes: %w", err)
+	}
+	return n, nil
 }
 
 // validate checks the Redis flags, naming the flag in each error; it runs
