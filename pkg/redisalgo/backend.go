@@ -490,6 +490,7 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	}()
 	s.reset(len(checks))
 
+	b.keys(s, checks)
 	if err := b.requestNows(ctx, s, at, checks); err != nil {
 		return nil, err
 	}
@@ -542,7 +543,7 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 	b.useClocks()
 	sent := time.Now()
 	for i := range checks {
-		mc, n := b.topo.clockOf(b.keyPrefix, &checks[i])
+		mc, n := b.topo.clockOf(s.keys.view(i))
 		s.nodes = append(s.nodes, n)
 		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
 		if k < 0 {
@@ -573,7 +574,12 @@ func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Ch
 	}
 	b.useClocks()
 	k := slices.IndexFunc(checks, func(c algo.Check) bool { return c.Policy.KeyedWindow() })
-	mc, _ := b.topo.clockOf(b.keyPrefix, &checks[k])
+	buf := keyBufs.Get().(*keyBuf)
+	defer keyBufs.Put(buf)
+	buf.reset()
+	// Any window's hash has the counter's slot (AppendCounterHash).
+	buf.add(b.keyPrefix, checks[k], 0, b.counterHashes)
+	mc, _ := b.topo.clockOf(buf.view(0))
 	return mc.at(ctx, at, time.Now(), period)
 }
 
@@ -623,14 +629,29 @@ func ValidateKeyPrefix(p string) error {
 	return nil
 }
 
-// group computes each check's key and slot (the one slot computation: the
-// merged commands group by it too), orders the checks into slot groups
-// (one group unless the backend is a cluster's) and makes one call per
-// group.
+// keys computes each check's key and slot once per request (the one slot
+// computation: the merged commands group by it too): a fixed window's
+// hash is named for window 0 here, since which window holds the request
+// depends on its master's clock, found by the key (requestNows); group
+// then writes the window's digits in place. A key, and a long part's
+// SHA-256, is so built once per check, not once for the master and once
+// for the window.
+func (b *Backend) keys(s *scratch, checks []algo.Check) {
+	for i := range checks {
+		key := s.keys.add(b.keyPrefix, checks[i], 0, b.counterHashes)
+		// Any window's hash has the counter's slot (AppendCounterHash).
+		s.slots = append(s.slots, b.topo.slot(key))
+	}
+}
+
+// group names each fixed window's hash for its window at s.nows, orders
+// the checks into slot groups (one group unless the backend is a
+// cluster's) and makes one call per group.
 func (b *Backend) group(s *scratch, checks []algo.Check) {
 	for i := range checks {
-		key := s.keys.add(b.keyPrefix, checks[i], s.nows[i], b.counterHashes)
-		s.slots = append(s.slots, b.topo.slot(key))
+		if checks[i].Policy.KeyedWindow() {
+			s.keys.setWindow(i, checks[i].Policy, s.nows[i])
+		}
 		s.order = append(s.order, i)
 	}
 	b.topo.sortBySlot(s.order, s.slots)
