@@ -116,13 +116,42 @@ func TestPerSecondPeek(t *testing.T) {
 // more than the clock's skew after the request's now, the per-second
 // side's refund still goes to the window its hit went to (issue 39): that
 // window keeps 0 hits of the denied request, and the next window, full,
-// gives back nothing it never had, so no hit is admitted twice.
+// gives back nothing it never had, so no hit is admitted twice. The
+// per-second Redis is standalone or a Cluster.
 func TestPerSecondRefundAcrossWindowEdge(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// sec returns the per-second Redis's client for the stack and
+		// for the test, and the key prefix to use on it.
+		sec func(t *testing.T) (*redisclient.Client, redis.UniversalClient, string)
+	}{
+		{"standalone", func(t *testing.T) (*redisclient.Client, redis.UniversalClient, string) {
+			c := redistest.Standalone(t).Client(t)
+			return &redisclient.Client{Single: c}, c, ""
+		}},
+		{"cluster", func(t *testing.T) (*redisclient.Client, redis.UniversalClient, string) {
+			c := redistest.SharedCluster(t).ClusterClient(t)
+			return &redisclient.Client{Cluster: c}, c, redistest.KeyPrefix(t)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			secClient, sec, prefix := tc.sec(t)
+			refundAcrossWindowEdge(t, secClient, sec, prefix)
+		})
+	}
+}
+
+// refundAcrossWindowEdge is TestPerSecondRefundAcrossWindowEdge on a
+// per-second Redis reached through secClient (sec for the test's reads)
+// and key prefix prefix.
+func refundAcrossWindowEdge(t *testing.T, secClient *redisclient.Client, sec redis.UniversalClient, prefix string) {
+	t.Helper()
 	ctx := context.Background()
-	main, sec := redistest.Standalone(t).Client(t), redistest.Standalone(t).Client(t)
+	main := redistest.Standalone(t).Client(t)
 	s := newStack(t, Config{
 		Redis:          &redisclient.Client{Single: main},
-		PerSecondRedis: &redisclient.Client{Single: sec},
+		PerSecondRedis: secClient,
+		KeyPrefix:      prefix,
 		// Above the pause, so the main side answers (denies) late
 		// instead of failing.
 		Timeout: 5 * time.Second,
@@ -139,16 +168,31 @@ func TestPerSecondRefundAcrossWindowEdge(t *testing.T) {
 	probe.Hits = 0
 	backendtest.Apply(t, s, time.Now().UnixMicro(), probe)
 
-	// Start the request 700 to 800 ms into a second of the per-second
-	// Redis's clock: its hit lands in that window, the refund is sent
-	// after the pause, over 250 ms (the clock's largest skew) later and in
-	// the next window.
+	// The per-second hash's master's clock: the one its window is
+	// placed on.
+	hashAt := func(now int64) (hash, field string) {
+		return redisalgo.CounterAt(prefix, second, now, redisalgo.DefaultCounterHashes)
+	}
+	timeOf := func() time.Time {
+		t.Helper()
+		h, _ := hashAt(0)
+		if cc, ok := sec.(*redis.ClusterClient); ok {
+			m, err := cc.MasterForKey(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Time(ctx).Val()
+		}
+		return sec.Time(ctx).Val()
+	}
+	// Start the request 700 to 800 ms into a second of that clock: its
+	// hit lands in that window, the refund is sent after the pause, over
+	// 250 ms (the clock's largest skew) later and in the next window.
 	const pause = 600 * time.Millisecond
 	var redisNow time.Time
 	for {
-		var err error
-		if redisNow, err = sec.Time(ctx).Result(); err != nil {
-			t.Fatal(err)
+		if redisNow = timeOf(); redisNow.IsZero() {
+			t.Fatal("TIME failed")
 		}
 		if f := redisNow.UnixMicro() % algo.Second; f >= 700_000 && f < 800_000 {
 			break
@@ -156,8 +200,8 @@ func TestPerSecondRefundAcrossWindowEdge(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	window := redisNow.UnixMicro() / algo.Second * algo.Second
-	hash, field := redisalgo.CounterAt("", second, window, redisalgo.DefaultCounterHashes)
-	nextHash, nextField := redisalgo.CounterAt("", second, window+algo.Second, redisalgo.DefaultCounterHashes)
+	hash, field := hashAt(window)
+	nextHash, nextField := hashAt(window + algo.Second)
 	// The next window is full already: a refund landing there would admit
 	// one hit more than its limit.
 	if err := sec.HSet(ctx, nextHash, nextField, limit).Err(); err != nil {
