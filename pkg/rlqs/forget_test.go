@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -406,4 +407,37 @@ func TestBlockedSendStallsNothing(t *testing.T) {
 // tokensOf is the tokens per fill of r's first action's token bucket.
 func tokensOf(r *rlqspb.RateLimitQuotaResponse) int64 {
 	return int64(r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue())
+}
+
+// bucketBytes is the documented bound on what one live bucket of one
+// stream costs a replica's heap, usage entry in process included
+// (docs/rlqs.md, "Memory").
+const bucketBytes = 2048
+
+// TestBucketMemory: a replica's heap grows by at most bucketBytes per
+// live bucket (a two-key bucket id of short values, as in the example), so
+// the bound in docs/rlqs.md (live buckets × bytes) holds.
+func TestBucketMemory(t *testing.T) {
+	const n = 20_000
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	s := newTestServer(t, c, nil)
+	ss := newStream("edge-1")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		s.handle(context.Background(), ss, usageReport([]map[string]string{{"name": "api", "client": fmt.Sprintf("user-%07d", i)}}, 1, 0))
+		ss.take()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if len(ss.sent) != n {
+		t.Fatalf("%d buckets held, want %d", len(ss.sent), n)
+	}
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("%d bytes of heap per live bucket (%d buckets)", per, n)
+	if per > bucketBytes {
+		t.Errorf("%d bytes per live bucket, want at most %d (docs/rlqs.md)", per, bucketBytes)
+	}
+	runtime.KeepAlive(s)
 }
