@@ -14,6 +14,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -52,7 +53,10 @@ its limits, the Redis keys of its counters, and, live (--addr, a running
 server's --debug-addr), each counter's state. Nothing is consumed.
 
 Offline, the rules are read as serve reads them: explain takes serve's
-flags and environment; the rule and key flags listed here matter.
+flags and environment; the rule and key flags listed here matter. With
+--redis-url, the keys are named with the counter-hash count the
+deployment recorded in Redis (--redis-counter-hashes, if given, must
+agree with it).
 Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
 		Example: `  # offline, against the shipped example rules
   envoy-rls explain --config-dir examples/config --domain edge -d remote_address=203.0.113.7
@@ -63,7 +67,7 @@ Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
 		RunE: c.body(func([]string) int { return explainParsed(c.env, cfg, fs, &ef, c.stdout, c.stderr) }),
 	}
 	addFlags(cmd, fs, true)
-	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix", "redis-counter-hashes")
+	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-url", "redis-key-prefix", "redis-counter-hashes")
 	return cmd
 }
 
@@ -94,7 +98,7 @@ func explainParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, ef *expl
 	if ef.addr != "" {
 		rep, err = explainLive(ctx, ef.addr, ef.tls, req)
 	} else {
-		rep, err = explainOffline(ctx, cfg, req)
+		rep, err = explainOffline(ctx, cfg, fs, req)
 		code = 2
 	}
 	if err != nil {
@@ -123,8 +127,9 @@ func printReport(stdout, stderr io.Writer, cmd string, asJSON bool, rep any, tex
 }
 
 // explainOffline loads the rules as serve would and explains req against
-// them, with the limits as configured.
-func explainOffline(ctx context.Context, cfg *serveConfig, req explain.Request) (*explain.Report, error) {
+// them, with the limits as configured. With --redis-url, the Redis keys it
+// names use the counter-hash count recorded there for the deployment.
+func explainOffline(ctx context.Context, cfg *serveConfig, fs *flag.FlagSet, req explain.Request) (*explain.Report, error) {
 	opts, err := cfg.rulesOptions()
 	if err != nil {
 		return nil, err
@@ -135,11 +140,28 @@ func explainOffline(ctx context.Context, cfg *serveConfig, req explain.Request) 
 	if err := counterHashesError(cfg.redis.counterHashes); err != nil {
 		return nil, err
 	}
+	hashes := cfg.redis.counterHashes
+	if cfg.redisURL != "" {
+		// The keys are named with the count the deployment's replicas
+		// recorded in Redis (deploymentCounterHashes), not only the flag.
+		copts, err := cfg.redis.clientOptions("--redis-url", cfg.redisURL)
+		if err != nil {
+			return nil, err
+		}
+		client, err := redisclient.New(copts)
+		if err != nil {
+			return nil, err
+		}
+		defer client.Close()
+		if hashes, err = deploymentCounterHashes(ctx, client, cfg, fs); err != nil {
+			return nil, err
+		}
+	}
 	loader := rules.NewLoader(cfg.configDir, opts)
 	if err := loader.Load(); err != nil {
 		return nil, fmt.Errorf("--config-dir: %w", err)
 	}
-	e := &explain.Explainer{Rules: loader.Current, KeyPrefix: cfg.redis.keyPrefix, CounterHashes: cfg.redis.counterHashes}
+	e := &explain.Explainer{Rules: loader.Current, KeyPrefix: cfg.redis.keyPrefix, CounterHashes: hashes}
 	return e.Explain(ctx, req)
 }
 

@@ -81,6 +81,15 @@ func inspectParsed(env environment, cfg *serveConfig, fs *flag.FlagSet, opts *in
 		return 2
 	}
 	defer client.Close()
+	// The count the deployment's replicas recorded, not only the flag:
+	// keys are ours only in the bucket the deployment's count puts them.
+	if opts.CounterHashes, err = deploymentCounterHashes(context.Background(), client, cfg, fs); err != nil {
+		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
+		if errors.Is(err, redisalgo.ErrCounterHashesMismatch) {
+			return 2
+		}
+		return 1
+	}
 	var masters inspect.Masters = inspect.Single{Client: client.Single}
 	if client.Cluster != nil {
 		masters = client.Cluster
@@ -115,11 +124,12 @@ func checkInspect(cfg *serveConfig, fs *flag.FlagSet, opts *inspect.Options) err
 	}
 	opts.KeyPrefix = cfg.redis.keyPrefix
 	// A fixed window's counter is ours only in the bucket the
-	// deployment's count puts it in, so inspect needs the same count.
+	// deployment's count puts it in, so inspect needs the same count:
+	// the recorded one (deploymentCounterHashes), which the flag, checked
+	// here, must agree with.
 	if err := counterHashesError(cfg.redis.counterHashes); err != nil {
 		return err
 	}
-	opts.CounterHashes = cfg.redis.counterHashes
 	if !flagGiven(fs, "config-dir") {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -56,7 +57,7 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.denyCacheEntries, "redis-deny-cache-entries", 100_000, "counters this replica remembers as denied until their reset, answering them without a Redis call; 0 turns the cache off")
 	fs.StringVar(&r.perSecondURL, "redis-persecond-url", "", "a second Redis URL for the limits whose period is a second or less (envoyproxy/ratelimit's REDIS_PERSECOND); a request spanning both Redis stays all or nothing; empty keeps every limit on --redis-url")
 	fs.StringVar(&r.keyPrefix, "redis-key-prefix", "", "prefix of every Redis key (envoyproxy/ratelimit's CACHE_KEY_PREFIX), so deployments can share a Redis; must not contain '{' or '}'")
-	fs.IntVar(&r.counterHashes, "redis-counter-hashes", redisalgo.DefaultCounterHashes, fmt.Sprintf("hashes that one fixed-window policy's counters of a window spread over in Redis (1 to %d); size it so a hash holds about 64 counters at the peak (docs/redis.md); every replica must use the same value", redisalgo.MaxCounterHashes))
+	fs.IntVar(&r.counterHashes, "redis-counter-hashes", redisalgo.DefaultCounterHashes, fmt.Sprintf("hashes that one fixed-window policy's counters of a window spread over in Redis (1 to %d); size it so a hash holds about 64 counters at the peak (docs/redis.md); every replica must use the same value: it is recorded in Redis, and a replica with another is not ready", redisalgo.MaxCounterHashes))
 	fs.DurationVar(&r.batchLinger, "redis-batch-linger", 0, fmt.Sprintf("how long a request that finds no Redis round trip in flight waits for others to share its script call (0 to %v); trades latency for Redis CPU at moderate load", redisalgo.MaxBatchLinger))
 	fs.DurationVar(&r.lease.ttl, "lease-ttl", lease.DefaultTTL, "how long a lease of hits on a hot counter (rules with lease: auto) lives before its unused hits go back to Redis; 0 turns leasing off")
 	fs.Float64Var(&r.lease.hotRPS, "lease-hot-rps", lease.DefaultHotRPS, "hits per second this replica must see on a counter before it leases; colder counters always go to Redis")
@@ -81,6 +82,28 @@ func counterHashesError(n int) error {
 		return fmt.Errorf("--redis-counter-hashes: %d must be between 1 and %d (the deployment's value, the same on every replica)", n, redisalgo.MaxCounterHashes)
 	}
 	return nil
+}
+
+// deploymentCounterHashes returns the counter-hash count a tool (inspect,
+// explain) reads the deployment's keys with: the one its replicas
+// recorded in Redis (redisalgo.ResolveCounterHashes), else
+// --redis-counter-hashes. The flag, when given on the command line or in
+// the environment, must agree with the recorded count: keys read with
+// another would be misread or refused.
+func deploymentCounterHashes(ctx context.Context, client *redisclient.Client, cfg *serveConfig, fs *flag.FlagSet) (int, error) {
+	given := 0
+	if flagGiven(fs, "redis-counter-hashes") {
+		given = cfg.redis.counterHashes
+	}
+	var r redisalgo.MetaReader = client.Single
+	if client.Cluster != nil {
+		r = client.Cluster
+	}
+	n, err := redisalgo.ResolveCounterHashes(ctx, r, cfg.redis.keyPrefix, given)
+	if err != nil {
+		return 0, fmt.Errorf("--redis-counter-hashes: %w", err)
+	}
+	return n, nil
 }
 
 // validate checks the Redis flags, naming the flag in each error; it runs
