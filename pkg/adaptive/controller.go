@@ -139,7 +139,7 @@ func (c *Controllers) Step(ctx context.Context) {
 func (c *Controllers) step(ctx context.Context, ct *Controller) (string, error) {
 	// The lock lasts one interval, so among replicas checking on their own
 	// tickers one acts per interval and none stacks changes on another's.
-	ok, err := c.opts.Table.Lock(ctx, "adaptive:"+ct.Domain+"\x00"+ct.Limit, c.file.interval)
+	ok, err := c.opts.Table.Lock(ctx, override.AdaptiveLock(ct.Domain, ct.Limit), c.file.interval)
 	if err != nil {
 		return "failed", err
 	}

@@ -87,12 +87,6 @@ func (s *MemStore) Lock(_ context.Context, name string, ttl time.Duration) (bool
 	return true, nil
 }
 
-// DefaultRedisKey is the Redis hash that holds the overrides. Its prefix is
-// not pkg/redisalgo's ("r3{"), so it never names a counter, and its hash
-// tag puts it and the locks (DefaultRedisKey + ":lock:" + name) in one
-// Cluster slot.
-const DefaultRedisKey = "envoy-rls:override:v1:{overrides}"
-
 // RedisStore keeps overrides in one Redis hash, one field per limit and
 // source, the value the override as JSON. Expired fields stay until a
 // Table prunes them; the hash itself expires DefaultMaxTTL after its last
@@ -181,7 +175,7 @@ func (s *RedisStore) Delete(ctx context.Context, ids ...ID) error {
 
 // Lock implements Store with SET NX PX, which Redis runs atomically.
 func (s *RedisStore) Lock(ctx context.Context, name string, ttl time.Duration) (bool, error) {
-	ok, err := s.client.SetNX(ctx, s.key+":lock:"+name, "1", ttl).Result()
+	ok, err := s.client.SetNX(ctx, lockKey(s.key, name), "1", ttl).Result()
 	if err != nil {
 		return false, fmt.Errorf("override: lock %s: %w", name, err)
 	}

@@ -282,9 +282,24 @@ func TestReadmeMapsEveryPackage(t *testing.T) {
 			mapped[f[0]] = true
 		}
 	}
+	packages := map[string]bool{}
 	for _, p := range pkgs {
-		if name := rel(mod, p.ImportPath); inModule(mod, p.ImportPath) && !mapped[name] {
+		name := rel(mod, p.ImportPath)
+		if !inModule(mod, p.ImportPath) {
+			continue
+		}
+		packages[name] = true
+		if !mapped[name] {
 			t.Errorf("%s has no line in the package map of docs/development.md: add one saying what it does", name)
+		}
+	}
+	// And the other way: a line that names a package names one that is
+	// there, so a package that moves (into the test kit, say) cannot leave
+	// its old name behind.
+	packagePath := regexp.MustCompile(`^(cmd|pkg|internal|test|examples)/[\w./-]+$`)
+	for name := range mapped {
+		if packagePath.MatchString(name) && !packages[name] {
+			t.Errorf("docs/development.md's package map names %s, which is no package of the module", name)
 		}
 	}
 }
