@@ -158,11 +158,13 @@ var moduleRules = map[string]rule{
 	// Budgets through real Envoys in front of the built binary; its
 	// recording service uses the generated service types only.
 	"test/envoy/budget": {sealed: true, testAllow: testKitAnd()},
-	// Commands that drive the binary as a process (the bench also starts
-	// Envoys, through internal/testkit/envoytest).
-	// (and sizes the RLQS configuration's token bucket with pkg/rlqs's own
-	// arithmetic, so the bench cannot drift from what the service assigns).
-	"test/bench":            {allow: []string{"internal/testkit/childproc", "internal/testkit/envoytest", "pkg/rlqs"}, sealed: true},
+	// Commands that drive the binary as a process. The bench also starts
+	// Envoys (internal/testkit/envoytest), starts the reference with
+	// internal/testkit/refproc's environment (so its comparison runs the
+	// reference as the reference's tests do), and sizes the RLQS
+	// configuration's token bucket with pkg/rlqs's own arithmetic, so the
+	// bench cannot drift from what the service assigns.
+	"test/bench":            {allow: []string{"internal/testkit/childproc", "internal/testkit/envoytest", "internal/testkit/refproc", "pkg/rlqs"}, sealed: true},
 	"test/scaling/validate": {allow: []string{"internal/testkit/childproc", "internal/testkit/redistest"}, sealed: true},
 	// "it must not import the backends or the service": only the key
 	// encoding and hash slot.

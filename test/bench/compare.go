@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/refproc"
 )
 
 // The comparison (--compare) runs envoyproxy/ratelimit (the reference)
@@ -247,12 +248,13 @@ func (b *bench) startSystems(ctx context.Context, withFloor bool) ([numSystems]c
 	return t, nil
 }
 
-// startReference starts the reference binary with its settings in the
-// environment and its rule file under RUNTIME_ROOT/rl/config, and waits
-// for its /healthcheck.
+// startReference starts the reference binary with refproc's environment
+// (the one the reference's tests use, so the two cannot drift) but for its
+// log level, and its rule file under refproc.RulesDir, and waits for its
+// /healthcheck.
 func (b *bench) startReference(ctx context.Context, rd *redisServer) (*server, error) {
 	dir := filepath.Join(b.tmp, "reference")
-	cfgDir := filepath.Join(dir, "rl", "config")
+	cfgDir := refproc.RulesDir(dir)
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -260,24 +262,13 @@ func (b *bench) startReference(ctx context.Context, rd *redisServer) (*server, e
 		return nil, fmt.Errorf("bench: write reference rules: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		var ports [3]int
-		for i := range ports {
-			p, err := childproc.FreePort()
-			if err != nil {
-				return nil, err
-			}
-			ports[i] = p
+		ports, err := childproc.FreePorts(3)
+		if err != nil {
+			return nil, err
 		}
-		if ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
-			continue
-		}
-		env := []string{
-			"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rd.addr,
-			"RUNTIME_ROOT=" + dir, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_WATCH_ROOT=false",
-			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-			"PORT=" + strconv.Itoa(ports[0]), "GRPC_PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
-			"LOG_LEVEL=warn",
-		}
+		// warn: the bench reads no log line of the reference's, and info
+		// logs would cost it time the comparison counts.
+		env := append(refproc.Env(dir, rd.addr, ports[0], ports[1], ports[2]), "LOG_LEVEL=warn")
 		p, err := startChildEnv("reference", dir, env, b.opts.refBin)
 		if err != nil {
 			return nil, err

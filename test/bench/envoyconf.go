@@ -24,6 +24,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
 	// The bucket id builder's input, inside the RLQS filter's Any.
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )

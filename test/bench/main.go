@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/refproc"
 )
 
 // options are the driver's flags.
@@ -127,7 +129,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.compare, "compare", false, "run only the comparison with envoyproxy/ratelimit (--ref-bin): each on its own Redis, interleaved rounds, medians; "+
 		"--duration and --warmup default to 6s and 1s there")
-	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refVersion+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
+	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refproc.Version+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
 	fs.IntVar(&o.rounds, "rounds", 4, "interleaved rounds of --compare")
 	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
 	fs.StringVar(&o.scriptsDir, "scripts-dir", "pkg/redisalgo/lua", "envoy-rls's Lua scripts, for --script-cost")
@@ -288,10 +290,6 @@ func (b *bench) needsRLS() bool {
 	}
 	return false
 }
-
-// refVersion is the envoyproxy/ratelimit version the comparison runs
-// (the Makefile's REF_VERSION installs it).
-const refVersion = "v1.4.1-0.20260122083618-3fb702589d36"
 
 // floorAgainName is the floor's second run, after the other scenarios.
 const floorAgainName = "floor-again"
