@@ -92,9 +92,7 @@ type Envoy struct {
 	// Logs has everything Envoy printed.
 	Logs *childproc.Buffer
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	proc *childproc.Proc
 }
 
 // Options tune Start.
@@ -130,20 +128,20 @@ func Start(t TB, bootstrap []byte, o Options) *Envoy {
 		t.Fatalf("write %s: %v", cfg, err)
 	}
 	adminPath := filepath.Join(dir, "admin-address")
-	e := &Envoy{Logs: &childproc.Buffer{}, done: make(chan struct{})}
-	e.cmd = exec.Command(bin, "-c", cfg, "--disable-hot-restart",
+	e := &Envoy{Logs: &childproc.Buffer{}}
+	cmd := exec.Command(bin, "-c", cfg, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(o.Concurrency), "--log-level", o.LogLevel,
 		"--admin-address-path", adminPath,
 		// Each Envoy its own base id, so several never share a domain socket.
 		"--use-dynamic-base-id",
 		// Drain and shut down fast: tests stop Envoys often.
 		"--drain-time-s", "1", "--parent-shutdown-time-s", "2")
-	e.cmd.Stdout, e.cmd.Stderr = e.Logs, e.Logs
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = e.Logs, e.Logs
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatalf("start envoy: %v", err)
 	}
-	go func() { e.err = e.cmd.Wait(); close(e.done) }()
+	e.proc = proc
 	t.Cleanup(func() {
 		e.Stop()
 		if t.Failed() {
@@ -153,8 +151,8 @@ func Start(t TB, bootstrap []byte, o Options) *Envoy {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
-		case <-e.done:
-			t.Fatalf("envoy %s exited before it was live (%v); logs:\n%s", o.Name, e.err, lastLines(e.Logs.String(), 60))
+		case <-e.proc.Done():
+			t.Fatalf("envoy %s exited before it was live (%v); logs:\n%s", o.Name, e.proc.Wait(), lastLines(e.Logs.String(), 60))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if e.AdminURL == "" {
@@ -183,17 +181,14 @@ func (e *Envoy) live() bool {
 
 // Stop ends Envoy (SIGTERM, then SIGKILL of its group) and waits for it.
 func (e *Envoy) Stop() {
-	select {
-	case <-e.done:
+	if e.proc.Exited() {
 		return
-	default:
 	}
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
+	_ = e.proc.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-e.done:
+	case <-e.proc.Done():
 	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
-		<-e.done
+		e.proc.Kill()
 	}
 }
 
@@ -250,26 +245,19 @@ func (e *Envoy) ListenerAddr(name string) (string, error) {
 }
 
 // Wait returns when Envoy has exited, with its exit error.
-func (e *Envoy) Wait() error { <-e.done; return e.err }
+func (e *Envoy) Wait() error { return e.proc.Wait() }
 
 // Exited reports whether Envoy's process has ended.
-func (e *Envoy) Exited() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
+func (e *Envoy) Exited() bool { return e.proc.Exited() }
 
 var errNoEnvoy = errors.New("envoytest: envoy not running")
 
 // Pid is Envoy's process id, for CPU accounting.
 func (e *Envoy) Pid() (int, error) {
-	if e.cmd.Process == nil || e.Exited() {
+	if e.Exited() {
 		return 0, errNoEnvoy
 	}
-	return e.cmd.Process.Pid, nil
+	return e.proc.Pid(), nil
 }
 
 func sanitize(name string) string {

@@ -23,7 +23,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,8 +38,7 @@ type Server struct {
 	// URL is its base URL, http://127.0.0.1:port.
 	URL string
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *childproc.Proc
 	logs *childproc.Buffer
 	once sync.Once
 }
@@ -96,20 +94,17 @@ func start(t testing.TB, bin string, targets []string) (*Server, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &Server{URL: "http://" + addr, done: make(chan struct{}), logs: &childproc.Buffer{}}
-	s.cmd = exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	s := &Server{URL: "http://" + addr, logs: &childproc.Buffer{}}
+	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	// Its own process group, killed with the test binary if that dies.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = s.logs, s.logs
+	if s.proc, err = childproc.Start(cmd); err != nil {
 		return nil, fmt.Errorf("promtest: start %s: %w", bin, err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
-		case <-s.done:
+		case <-s.proc.Done():
 			return nil, fmt.Errorf("promtest: prometheus exited at start:\n%s", s.logs.String())
 		default:
 		}
@@ -129,10 +124,7 @@ func start(t testing.TB, bin string, targets []string) (*Server, error) {
 
 // Stop kills the server and waits for it; it is idempotent.
 func (s *Server) Stop() {
-	s.once.Do(func() {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
-	})
+	s.once.Do(s.proc.Kill)
 }
 
 // Query evaluates q now and returns its single value; ok is false when the

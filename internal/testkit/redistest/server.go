@@ -43,13 +43,8 @@ type Server struct {
 	argv []string
 
 	mu     sync.Mutex
-	proc   *proc
+	proc   *childproc.Proc
 	closed bool
-}
-
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // errPortInUse marks a start that lost its port to another process between
@@ -177,23 +172,15 @@ func (s *Server) start() error {
 	cmd.Dir = s.Dir
 	cmd.Stdout = out
 	cmd.Stderr = out
-	// A process group lets cleanup kill everything the server forks (e.g.
-	// a background save child); Pdeathsig kills the server when the test
-	// binary dies without cleanup (go test timeout, SIGKILL).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Its process group lets cleanup kill everything the server forks
+	// (e.g. a background save child).
+	p, err := childproc.Start(cmd, func() { out.Close() })
+	if err != nil {
 		out.Close()
 		return fmt.Errorf("redistest: start %s: %w", bin, err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		out.Close()
-		close(p.done)
-	}()
-	if err := waitPing(s.Addr, cmd.Process.Pid, p.done); err != nil {
-		signalGroup(p, syscall.SIGKILL)
-		<-p.done
+	if err := waitPing(s.Addr, p.Pid(), p.Done()); err != nil {
+		p.Kill()
 		logs := s.logTail()
 		if strings.Contains(logs, "Address already in use") {
 			return fmt.Errorf("%w: %s", errPortInUse, s.Addr)
@@ -264,11 +251,6 @@ func pingPID(addr string, pid int) error {
 	return errors.New("INFO server has no process_id")
 }
 
-func signalGroup(p *proc, sig syscall.Signal) {
-	// The negative pid addresses the whole process group.
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
-}
-
 // logTail returns the end of the server's log files for error messages.
 func (s *Server) logTail() string {
 	var b strings.Builder
@@ -296,13 +278,12 @@ func (s *Server) stop(sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	// A stopped process would never act on SIGTERM.
-	signalGroup(p, syscall.SIGCONT)
-	signalGroup(p, sig)
+	p.SignalGroup(syscall.SIGCONT)
+	p.SignalGroup(sig)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(grace):
-		signalGroup(p, syscall.SIGKILL)
-		<-p.done
+		p.Kill()
 	}
 }
 
@@ -339,7 +320,7 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	if p == nil {
 		t.Fatalf("redistest: %s: %v: server is not running", s.Addr, sig)
 	}
-	signalGroup(p, sig)
+	p.SignalGroup(sig)
 }
 
 // Start starts a killed or stopped server again on the same port and

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
@@ -71,8 +70,7 @@ type Proc struct {
 	GRPCAddr, HTTPAddr string
 	Logs               *childproc.Buffer
 
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *childproc.Proc
 }
 
 // Start runs bin on Env(root, redisAddr, free ports) plus extra (t may be
@@ -90,17 +88,15 @@ func Start(t childproc.TB, bin, root, redisAddr string, extra ...string) *Proc {
 		p := &Proc{
 			HTTPAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
 			GRPCAddr: "127.0.0.1:" + strconv.Itoa(ports[1]),
-			Logs:     &childproc.Buffer{}, done: make(chan struct{}),
+			Logs:     &childproc.Buffer{},
 		}
-		p.cmd = exec.Command(bin)
-		p.cmd.Env = append(append(os.Environ(), Env(root, redisAddr, ports[0], ports[1], ports[2])...), "LOG_LEVEL=warn")
-		p.cmd.Env = append(p.cmd.Env, extra...)
-		p.cmd.Stdout, p.cmd.Stderr = p.Logs, p.Logs
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := p.cmd.Start(); err != nil {
+		cmd := exec.Command(bin)
+		cmd.Env = append(append(os.Environ(), Env(root, redisAddr, ports[0], ports[1], ports[2])...), "LOG_LEVEL=warn")
+		cmd.Env = append(cmd.Env, extra...)
+		cmd.Stdout, cmd.Stderr = p.Logs, p.Logs
+		if p.proc, err = childproc.Start(cmd); err != nil {
 			t.Fatalf("refproc: start %s: %v", bin, err)
 		}
-		go func() { _ = p.cmd.Wait(); close(p.done) }()
 		t.Cleanup(func() {
 			p.Kill()
 			if t.Failed() {
@@ -122,7 +118,7 @@ func (p *Proc) waitHealthy() error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
-		case <-p.done:
+		case <-p.proc.Done():
 			return fmt.Errorf("envoyproxy/ratelimit exited before it was healthy")
 		case <-time.After(25 * time.Millisecond):
 		}
@@ -146,11 +142,7 @@ func lastLines(s string, n int) string {
 
 // Kill ends the process (SIGKILL to its group) and waits for it.
 func (p *Proc) Kill() {
-	select {
-	case <-p.done:
-		return
-	default:
+	if !p.proc.Exited() {
+		p.proc.Kill()
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
 }

@@ -9,7 +9,6 @@ package rlsproc
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,9 +59,7 @@ type Proc struct {
 	env  []string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	code int
+	proc *childproc.Proc
 }
 
 // Start runs bin with args (usually "serve" and its flags; add
@@ -93,23 +90,16 @@ func (p *Proc) launch() {
 	}
 	cmd.Env = append(cmd.Env, p.env...)
 	cmd.Stdout, cmd.Stderr = p.Logs, p.Logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	done := make(chan struct{})
-	if err := cmd.Start(); err != nil {
+	// The serving line of this run: earlier runs' lines stay in Logs.
+	skip := strings.Count(p.Logs.String(), "\n")
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		p.t.Fatalf("rlsproc: start %s: %v", p.bin, err)
 	}
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.proc = proc
 	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		p.code = exitCode(err)
-		p.mu.Unlock()
-		close(done)
-	}()
-	// The serving line of this run: earlier runs' lines stay in Logs.
-	skip := strings.Count(p.Logs.String(), "\n")
+	done := proc.Done()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
@@ -117,8 +107,8 @@ func (p *Proc) launch() {
 			p.t.Fatalf("rlsproc: envoy-rls exited with code %d before serving; logs:\n%s", p.ExitCode(), p.Logs)
 		case <-time.After(25 * time.Millisecond):
 		}
-		if g, h, d := servingLine(p.Logs.String(), skip); g != "" {
-			p.GRPCAddr, p.HTTPAddr, p.DebugAddr = g, h, d
+		if l := ServingLine(p.Logs.String(), skip); l.GRPC != "" {
+			p.GRPCAddr, p.HTTPAddr, p.DebugAddr = l.GRPC, l.HTTP, l.Debug
 			break
 		}
 		if time.Now().After(deadline) {
@@ -153,15 +143,11 @@ func (p *Proc) ready() bool {
 // Kill ends the process at once (SIGKILL to its group), as a crash does.
 func (p *Proc) Kill() {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	proc := p.proc
 	p.mu.Unlock()
-	select {
-	case <-done:
-		return
-	default:
+	if !proc.Exited() {
+		proc.Kill()
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-done
 }
 
 // Stop sends SIGTERM and waits for the exit; it fails t when the process
@@ -169,11 +155,11 @@ func (p *Proc) Kill() {
 func (p *Proc) Stop() int {
 	p.t.Helper()
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	proc := p.proc
 	p.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = proc.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-proc.Done():
 	case <-time.After(stopTimeout):
 		p.t.Fatalf("rlsproc: envoy-rls did not exit within %v of SIGTERM", stopTimeout)
 	}
@@ -192,26 +178,32 @@ func (p *Proc) Restart() {
 func (p *Proc) Pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd.Process.Pid
+	return p.proc.Pid()
 }
 
 // ExitCode is the last run's exit code (-1 for a signal).
 func (p *Proc) ExitCode() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.code
+	return p.proc.ExitCode()
 }
 
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd.Process.Signal(sig)
+	return p.proc.Cmd.Process.Signal(sig)
 }
 
-// servingLine returns the addresses of the first "envoy-rls serving" line
-// after the first skip lines of logs, or empty strings.
-func servingLine(logs string, skip int) (grpcAddr, httpAddr, debugAddr string) {
+// Serving is what the "envoy-rls serving" log line says: the listeners'
+// addresses ("off" for one that is off). Its fields are empty until the
+// line is logged.
+type Serving struct{ GRPC, HTTP, Debug string }
+
+// ServingLine decodes the first "envoy-rls serving" line after the first
+// skip lines of logs (envoy-rls's JSON logs); every test that starts the
+// binary reads its addresses with it.
+func ServingLine(logs string, skip int) Serving {
 	sc := bufio.NewScanner(strings.NewReader(logs))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for n := 0; sc.Scan(); n++ {
@@ -225,58 +217,8 @@ func servingLine(logs string, skip int) (grpcAddr, httpAddr, debugAddr string) {
 			Debug string `json:"debug_addr"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "envoy-rls serving" && line.GRPC != "" {
-			return line.GRPC, line.HTTP, line.Debug
+			return Serving{line.GRPC, line.HTTP, line.Debug}
 		}
 	}
-	return "", "", ""
-}
-
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
-// ReadRepoFile reads rel inside the repository, failing t when it cannot.
-func ReadRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(childproc.RepoPath(rel))
-	if err != nil {
-		t.Fatalf("read %s: %v", rel, err)
-	}
-	return b
-}
-
-// Main is a test package's TestMain: it builds the binary into a
-// temporary directory and sets *bin to it, runs each check (a tool the
-// tests need, such as envoytest.Binary: a missing one fails the package
-// before any test runs, never skips it), runs the tests, removes the
-// directory and exits with the tests' code.
-func Main(m *testing.M, bin *string, checks ...func() error) {
-	os.Exit(mainCode(m, bin, checks))
-}
-
-func mainCode(m *testing.M, bin *string, checks []func() error) int {
-	dir, err := os.MkdirTemp("", "envoy-rls-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rlsproc:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if *bin, err = Build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	for _, check := range checks {
-		if err := check(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	return m.Run()
+	return Serving{}
 }
