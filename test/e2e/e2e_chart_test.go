@@ -1,13 +1,14 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	appsv1 "k8s.io/api/apps/v1"
@@ -17,28 +18,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/xdstest"
 )
-
-// chartDir is the Helm chart, from this package's directory.
-const chartDir = "../../charts/envoy-rls"
-
-// helmBin returns helm: $HELM_BIN, else bin/tools/helm (make test-deps
-// builds it there), else helm on PATH. A missing helm fails the test.
-func helmBin(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("HELM_BIN"); p != "" {
-		return p
-	}
-	if p, err := filepath.Abs("../../bin/tools/helm"); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p, err := exec.LookPath("helm")
-	if err != nil {
-		t.Fatal("helm not found: run make test-deps (it builds helm into bin/tools) or set HELM_BIN")
-	}
-	return p
-}
 
 // chartPod is what the chart's Deployment gives the envoy-rls container:
 // its environment, and its volumes as directories of files.
@@ -55,14 +34,11 @@ type chartPod struct {
 // name → file → contents), as the kubelet would.
 func renderChartPod(t *testing.T, secrets map[string]map[string]string, args ...string) chartPod {
 	t.Helper()
-	cmd := exec.Command(helmBin(t), append([]string{"template", "envoy-rls", chartDir, "--namespace", "envoy-rls", "--kube-version", "1.31.0"}, args...)...)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	// helm runs in the repository root: paths in args are relative to it.
+	out, err := shipped.Helm(childproc.Root(), t.TempDir(),
+		append([]string{"template", "envoy-rls", shipped.ChartDir, "--namespace", "envoy-rls", "--kube-version", "1.31.0"}, args...)...)
 	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+		t.Fatal(err)
 	}
 	var dep *appsv1.Deployment
 	configMaps := map[string]map[string]string{}
@@ -154,7 +130,7 @@ func TestChartEnvServes(t *testing.T) {
 	pod := renderChartPod(t, map[string]map[string]string{"admin-token": {"token": token + "\n"}},
 		"--set", "redis.addresses={"+r.Addr+"}",
 		"--set", "debug.adminToken.enabled=true", "--set", "debug.adminToken.secretName=envoy-rls-admin",
-		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
+		"--set-file", `rules.files.edge\.yaml=examples/config/edge.yaml`)
 	s := startServer(t, serveOpts{Env: pod.environ(t, nil)})
 
 	if got := s.ask("edge", desc("remote_address", "203.0.113.7")).GetOverallCode(); got != pb.RateLimitResponse_OK {
@@ -218,7 +194,7 @@ func TestChartEnvServesTLSRedis(t *testing.T) {
 		"--set", "redis.addresses={"+r.TLSAddr+"}", "--set", "redis.username="+user,
 		"--set", "redis.passwordSecret.name=envoy-rls-redis",
 		"--set", "redis.tls.enabled=true", "--set", "redis.tls.secretName=envoy-rls-redis-tls", "--set", "redis.tls.clientCert=true",
-		"--set-file", `rules.files.edge\.yaml=../../examples/config/edge.yaml`)
+		"--set-file", `rules.files.edge\.yaml=examples/config/edge.yaml`)
 	s := startServer(t, serveOpts{Env: pod.environ(t, map[string]string{"envoy-rls-redis/password": password})})
 	if got := s.ask("edge", desc("remote_address", "192.0.2.66")).GetOverallCode(); got != pb.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("the blocked IP: code %v, want OVER_LIMIT", got)

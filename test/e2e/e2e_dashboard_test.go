@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	promapi "github.com/prometheus/client_golang/api"
@@ -24,7 +25,7 @@ import (
 )
 
 // dashboardFile is the Grafana dashboard whose queries are proven here.
-const dashboardFile = "../../deploy/grafana/envoy-rls.json"
+const dashboardFile = "deploy/grafana/envoy-rls.json"
 
 // dashboardVars stand for the dashboard's variables as Grafana fills them
 // with "All" (allValue .*) and a rate interval of four 1s scrapes and more.
@@ -57,7 +58,7 @@ descriptors:
 // the PromQL they run.
 func dashboardQueries(t *testing.T) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.FromSlash(dashboardFile))
+	data, err := os.ReadFile(childproc.RepoPath(dashboardFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // TestBadFlagsAndEnv starts serve with a bad flag or environment value:
@@ -84,25 +84,22 @@ func runServeToFailure(t *testing.T, env []string, args ...string) (stderr strin
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = childEnv(env)
 	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan int, 1)
-	go func() { done <- exitCode(cmd.Wait()) }()
 	deadline := time.After(startTimeout)
 	for {
 		select {
-		case code := <-done:
-			return logs.String(), code
+		case <-proc.Done():
+			return logs.String(), proc.ExitCode()
 		case <-deadline:
 		case <-time.After(pollInterval):
-			if g, _ := servingAddrs(logs.String()); g == "" {
+			if rlsproc.ServingLine(logs.String(), 0).GRPC == "" {
 				continue
 			}
 		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		proc.Kill()
 		t.Fatalf("envoy-rls %v started serving instead of failing; logs:\n%s", args, logs)
 	}
 }

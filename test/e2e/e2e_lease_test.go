@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -166,10 +165,7 @@ descriptors:
 	if granted < 1 || local < 1 || used != 100 {
 		t.Fatalf("victim: %d of 100 admitted, %v leases, %v local decisions; want a lease serving", used, granted, local)
 	}
-	if err := syscall.Kill(-victim.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	victim.wait()
+	victim.proc.Kill()
 	// The largest lease the victim can hold is a tenth of what remained
 	// when it was granted: at most 200 of the 2000.
 	const maxLease = 200

@@ -171,7 +171,7 @@ func TestRedisShutdownInFlight(t *testing.T) {
 	select {
 	case res := <-done:
 		t.Fatalf("call finished while Redis was paused: %v, %v", res.resp, res.err)
-	case <-s.done:
+	case <-s.proc.Done():
 		t.Fatalf("envoy-rls exited with a call in flight; logs:\n%s", s.logs)
 	default:
 	}

@@ -89,7 +89,7 @@ func TestShutdownDrains(t *testing.T) {
 
 	eventually.True(t, "gRPC listener closes after the delay", func() (bool, string) { return listenerClosed(s.GRPCAddr) })
 	select {
-	case <-s.done:
+	case <-s.proc.Done():
 		t.Fatalf("envoy-rls exited with an RPC still in flight; logs:\n%s", s.logs)
 	default:
 	}

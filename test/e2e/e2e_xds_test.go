@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
@@ -304,10 +306,10 @@ func TestXDSReferenceEnv(t *testing.T) {
 // the new ones once the file changes and the control plane pushes them.
 func TestXDSQuickstart(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "xds-control-plane")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/xds-control-plane").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, childproc.RepoPath("examples/xds-control-plane")).CombinedOutput(); err != nil {
 		t.Fatalf("go build ./examples/xds-control-plane: %v\n%s", err, out)
 	}
-	shipped, err := os.ReadFile("../../examples/xds-control-plane/rules.yaml")
+	shipped, err := os.ReadFile(childproc.RepoPath("examples/xds-control-plane/rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

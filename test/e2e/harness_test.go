@@ -11,11 +11,9 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +36,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
+	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
 
 // testVersion is stamped into the binary TestMain builds; "" when the binary
@@ -113,13 +112,11 @@ func jsonLines(t *testing.T, out string) []logLine {
 // server is one running `envoy-rls serve` process.
 type server struct {
 	t         *testing.T
-	cmd       *exec.Cmd
+	proc      *childproc.Proc
 	GRPCAddr  string
 	HTTPAddr  string
 	DebugAddr string
 	logs      *childproc.Buffer
-	done      chan struct{}
-	exitCode  int
 
 	connOnce sync.Once
 	conn     *grpc.ClientConn
@@ -160,68 +157,36 @@ func startServer(t *testing.T, o serveOpts) *server {
 // logs are printed when t failed.
 func startProcess(t *testing.T, bin string, args, env []string, ready bool) *server {
 	t.Helper()
-	s := &server{t: t, logs: &childproc.Buffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = childEnv(env)
-	s.cmd.Stdout = s.logs
-	s.cmd.Stderr = s.logs
-	// Its own process group, so cleanup can kill everything it started; and
-	// killed with the test binary if that dies without cleanup.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	s := &server{t: t, logs: &childproc.Buffer{}}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = childEnv(env)
+	cmd.Stdout = s.logs
+	cmd.Stderr = s.logs
+	// Its own process group, so cleanup can kill everything it started.
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
-	go func() {
-		err := s.cmd.Wait()
-		s.exitCode = exitCode(err)
-		close(s.done)
-	}()
+	s.proc = proc
 	t.Cleanup(s.cleanup)
 
 	deadline := time.Now().Add(startTimeout)
 	for s.GRPCAddr == "" {
 		select {
-		case <-s.done:
-			t.Fatalf("%s exited with code %d before serving; logs:\n%s", bin, s.exitCode, s.logs)
+		case <-s.proc.Done():
+			t.Fatalf("%s exited with code %d before serving; logs:\n%s", bin, s.proc.ExitCode(), s.logs)
 		case <-time.After(pollInterval):
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not log its addresses within %v; logs:\n%s", bin, startTimeout, s.logs)
 		}
-		l := servingLine(s.logs.String())
+		l := rlsproc.ServingLine(s.logs.String(), 0)
 		s.GRPCAddr, s.HTTPAddr, s.DebugAddr = l.GRPC, l.HTTP, l.Debug
 	}
 	if ready {
 		s.awaitReadyz(t, "/readyz answers 200", http.StatusOK, "")
 	}
 	return s
-}
-
-// servingAddrs finds the gRPC and HTTP addresses in the "envoy-rls
-// serving" log line.
-func servingAddrs(logs string) (grpcAddr, httpAddr string) {
-	l := servingLine(logs)
-	return l.GRPC, l.HTTP
-}
-
-// servingLine decodes the "envoy-rls serving" log line; its fields are
-// empty until it is logged. Debug is "off" when the debug listener is.
-func servingLine(logs string) (l struct{ GRPC, HTTP, Debug string }) {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Msg   string `json:"msg"`
-			GRPC  string `json:"grpc_addr"`
-			HTTP  string `json:"http_addr"`
-			Debug string `json:"debug_addr"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "envoy-rls serving" && line.GRPC != "" && line.HTTP != "" {
-			l.GRPC, l.HTTP, l.Debug = line.GRPC, line.HTTP, line.Debug
-			return l
-		}
-	}
-	return l
 }
 
 // childEnv is the test's environment without any ENVOY_RLS_* variable (a
@@ -236,26 +201,12 @@ func childEnv(extra []string) []string {
 	return append(env, extra...)
 }
 
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
 func (s *server) cleanup() {
 	if s.conn != nil {
 		s.conn.Close()
 	}
-	select {
-	case <-s.done:
-	default:
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
+	if !s.proc.Exited() {
+		s.proc.Kill()
 	}
 	if s.t.Failed() {
 		s.t.Logf("envoy-rls logs:\n%s", s.logs)
@@ -265,7 +216,7 @@ func (s *server) cleanup() {
 // signal sends sig to the server process.
 func (s *server) signal(sig syscall.Signal) {
 	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	if err := s.proc.Cmd.Process.Signal(sig); err != nil {
 		s.t.Fatalf("signal %v: %v", sig, err)
 	}
 }
@@ -274,8 +225,8 @@ func (s *server) signal(sig syscall.Signal) {
 func (s *server) wait() int {
 	s.t.Helper()
 	select {
-	case <-s.done:
-		return s.exitCode
+	case <-s.proc.Done():
+		return s.proc.ExitCode()
 	case <-time.After(stopTimeout):
 		s.t.Fatalf("envoy-rls did not exit within %v; logs:\n%s", stopTimeout, s.logs)
 		return -1
@@ -427,7 +378,7 @@ func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	if ctx.Err() != nil {
 		t.Fatalf("envoy-rls %v did not exit within %v; stderr:\n%s", args, startTimeout, errb.String())
 	}
-	return out.String(), errb.String(), exitCode(err)
+	return out.String(), errb.String(), childproc.ExitCode(err)
 }
 
 // metrics is one /metrics scrape: series ("name{l="v",…}", labels sorted) → value.
