@@ -28,7 +28,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +39,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
@@ -48,10 +46,9 @@ import (
 // Hang guards: they only bound how long a broken build can stall a test;
 // nothing asserts on durations.
 const (
-	startTimeout = 60 * time.Second
-	waitTimeout  = 30 * time.Second
-	callTimeout  = 10 * time.Second
-	testTimeout  = 4 * time.Minute
+	waitTimeout = 30 * time.Second
+	callTimeout = 10 * time.Second
+	testTimeout = 4 * time.Minute
 )
 
 var binPath, chromiumPath string
@@ -118,47 +115,13 @@ func startServer(t *testing.T, redisAddr string) *server {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &childproc.Buffer{}
-	cmd := exec.Command(binPath, "serve", "--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--debug-addr", "127.0.0.1:0", "--redis-url", "redis://"+redisAddr, "--redis-key-prefix", redistest.KeyPrefix(t),
+	// rlsproc starts it in its own process group, reads its addresses
+	// from the serving line, waits for /readyz and kills it at cleanup.
+	p := rlsproc.Start(t, binPath, []string{"serve", "--config-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--debug-addr", "127.0.0.1:0", "--redis-url", "redis://" + redisAddr, "--redis-key-prefix", redistest.KeyPrefix(t),
 		"--redis-timeout", "5s", "--admin-token-file", tokenFile, "--override-refresh", "200ms",
-		"--console-replica", replica)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		if t.Failed() {
-			t.Logf("envoy-rls logs:\n%s", logs)
-		}
-	})
-	deadline := time.Now().Add(startTimeout)
-	var grpcAddr, debugAddr string
-	for grpcAddr == "" {
-		select {
-		case <-done:
-			t.Fatalf("envoy-rls exited before serving; logs:\n%s", logs)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envoy-rls did not serve within %v; logs:\n%s", startTimeout, logs)
-		}
-		for _, line := range strings.Split(logs.String(), "\n") {
-			var l struct {
-				Msg   string `json:"msg"`
-				GRPC  string `json:"grpc_addr"`
-				Debug string `json:"debug_addr"`
-			}
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "envoy-rls serving" {
-				grpcAddr, debugAddr = l.GRPC, l.Debug
-			}
-		}
-	}
+		"--console-replica", replica}, nil)
+	grpcAddr, debugAddr := p.GRPCAddr, p.DebugAddr
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -222,3 +222,42 @@ func ServingLine(logs string, skip int) Serving {
 	}
 	return Serving{}
 }
+
+// ReadRepoFile reads rel inside the repository, failing t when it cannot.
+func ReadRepoFile(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(childproc.RepoPath(rel))
+	if err != nil {
+		t.Fatalf("read %s: %v", rel, err)
+	}
+	return b
+}
+
+// Main is a test package's TestMain: it builds the binary into a
+// temporary directory and sets *bin to it, runs each check (a tool the
+// tests need, such as envoytest.Binary: a missing one fails the package
+// before any test runs, never skips it), runs the tests, removes the
+// directory and exits with the tests' code.
+func Main(m *testing.M, bin *string, checks ...func() error) {
+	os.Exit(mainCode(m, bin, checks))
+}
+
+func mainCode(m *testing.M, bin *string, checks []func() error) int {
+	dir, err := os.MkdirTemp("", "envoy-rls-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rlsproc:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
