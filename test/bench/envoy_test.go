@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -302,7 +304,7 @@ func TestParseOptionsEnvoy(t *testing.T) {
 // shippedBootstrap reads the shipped envoy-config/envoy.yaml.
 func shippedBootstrap(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../envoy-config/envoy.yaml")
+	b, err := os.ReadFile(childproc.RepoPath("envoy-config/envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

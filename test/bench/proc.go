@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // clockTick is the unit of utime/stime in /proc/<pid>/stat. USER_HZ is 100
@@ -26,9 +27,8 @@ const clockTick = 10 * time.Millisecond
 // gets SIGKILL if the driver dies without cleaning up.
 type child struct {
 	name string
-	cmd  *exec.Cmd
+	proc *childproc.Proc
 	log  string
-	done chan struct{}
 
 	stopOnce sync.Once
 }
@@ -54,46 +54,22 @@ func startChildEnv(name, dir string, env []string, bin string, args ...string) (
 	}
 	cmd.Stdout = out
 	cmd.Stderr = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd, func() { out.Close() })
+	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("bench: start %s (%s): %w", name, bin, err)
 	}
-	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		out.Close()
-		close(c.done)
-	}()
-	return c, nil
+	return &child{name: name, proc: proc, log: logPath}, nil
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+func (c *child) pid() int { return c.proc.Pid() }
 
-func (c *child) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *child) exited() bool { return c.proc.Exited() }
 
 // stop sends SIGTERM to the process group, and SIGKILL when it has not
 // exited after a grace period. It is safe to call more than once.
 func (c *child) stop() {
-	c.stopOnce.Do(func() {
-		pgid := c.cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-c.done
-		}
-		// Anything the child forked and left behind goes too.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	})
+	c.stopOnce.Do(func() { c.proc.Stop(5 * time.Second) })
 }
 
 // logTail returns the last lines of the child's output, for error messages.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -24,19 +22,19 @@ type redisServer struct {
 	client *redis.Client
 }
 
-// findRedisServer returns the redis-server to run: the flag value, PATH,
-// then /usr/bin (the Debian location, sometimes missing from PATH).
+// findRedisServer returns the redis-server to run: the flag value, else
+// the kit's policy (childproc.Tool): /usr/bin (the Debian package's
+// location, sometimes missing from PATH), then PATH.
 func findRedisServer(flagValue string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		return p, nil
-	}
-	if st, err := os.Stat("/usr/bin/redis-server"); err == nil && !st.IsDir() {
-		return "/usr/bin/redis-server", nil
-	}
-	return "", errors.New("bench: redis-server not found (apt-get install -y redis-server, or pass --redis-server)")
+	return childproc.Tool{
+		Name:    "bench: redis-server",
+		Pinned:  []string{"/usr/bin/redis-server"},
+		Path:    []string{"redis-server"},
+		Install: "apt-get install -y redis-server, or pass --redis-server",
+	}.Find()
 }
 
 // startRedis starts redis-server on a free loopback port and waits for PING.

@@ -23,13 +23,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -63,15 +64,12 @@ func TestMain(m *testing.M) {
 // findChromium finds Debian's chromium (make test-deps installs it), or
 // $CHROMIUM_BIN. A missing browser fails the tests: they are never skipped.
 func findChromium() (string, error) {
-	if p := os.Getenv("CHROMIUM_BIN"); p != "" {
-		return p, nil
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("chromium not found: run `make test-deps` (apt-get install chromium) or set CHROMIUM_BIN")
+	return childproc.Tool{
+		Name:    "chromium",
+		Env:     "CHROMIUM_BIN",
+		Path:    []string{"chromium", "chromium-browser"},
+		Install: "run `make test-deps` (apt-get install chromium)",
+	}.Find()
 }
 
 // rules: per_client denies the sixth request of a client in a minute; the

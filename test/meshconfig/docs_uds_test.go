@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	networking "istio.io/api/networking/v1alpha3"
@@ -169,7 +171,7 @@ func checkUDSPod(where string, d *appsv1.Deployment, pipe string) error {
 }
 
 func TestDocsUnixSocketSidecar(t *testing.T) {
-	if err := checkUDSExample(string(readRepoFile(t, udsDocRel))); err != nil {
+	if err := checkUDSExample(string(childproc.ReadRepoFile(t, udsDocRel))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -177,7 +179,7 @@ func TestDocsUnixSocketSidecar(t *testing.T) {
 // TestDocsUnixSocketSidecarMismatches breaks the example in ways that
 // would leave Envoy without its rate-limit service; each must be caught.
 func TestDocsUnixSocketSidecarMismatches(t *testing.T) {
-	md := string(readRepoFile(t, udsDocRel))
+	md := string(childproc.ReadRepoFile(t, udsDocRel))
 	tests := []struct {
 		name, old, new, want string
 	}{

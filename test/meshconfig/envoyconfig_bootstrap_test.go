@@ -6,6 +6,8 @@ import (
 	"path"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -224,7 +226,7 @@ func envoyConfigFiles(t *testing.T) []string {
 // does not parse, validate or wire up, and returns its connection managers.
 func mustLoadBootstrap(t *testing.T, name string) []edgeProxy {
 	t.Helper()
-	_, proxies, err := loadBootstrap(name, readRepoFile(t, name))
+	_, proxies, err := loadBootstrap(name, childproc.ReadRepoFile(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -46,7 +48,7 @@ func exampleRuleFiles(t *testing.T) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	for _, n := range repoGlob(t, "examples/config/*.y*ml") {
-		files[n] = readRepoFile(t, n)
+		files[n] = childproc.ReadRepoFile(t, n)
 	}
 	return files
 }

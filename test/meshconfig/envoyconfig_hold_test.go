@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
@@ -86,7 +88,7 @@ func TestEnvoyTimeoutsExceedMaxDelay(t *testing.T) {
 	if n < 4 {
 		t.Fatalf("checked %d rate_limit filters, want the bootstrap's and every EnvoyFilter's (at least 4)", n)
 	}
-	edge := string(readRepoFile(t, "examples/config/edge.yaml"))
+	edge := string(childproc.ReadRepoFile(t, "examples/config/edge.yaml"))
 	if !strings.Contains(edge, "max_delay: 200ms") {
 		t.Fatal("examples/config/edge.yaml has no max_delay: 200ms for the mutation below")
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -42,7 +44,7 @@ func TestLaptopBootstrapIsTheComposeOne(t *testing.T) {
 	}
 
 	var b bootstrapv3.Bootstrap
-	if err := unmarshalYAML(readRepoFile(t, laptopBootstrap), &b); err != nil {
+	if err := unmarshalYAML(childproc.ReadRepoFile(t, laptopBootstrap), &b); err != nil {
 		t.Fatal(err)
 	}
 	check := func(where string, a *corev3.Address) {
@@ -68,7 +70,7 @@ func TestLaptopBootstrapIsTheComposeOne(t *testing.T) {
 func ingressOf(t *testing.T, name string) *hcmv3.HttpConnectionManager {
 	t.Helper()
 	var b bootstrapv3.Bootstrap
-	if err := unmarshalYAML(readRepoFile(t, name), &b); err != nil {
+	if err := unmarshalYAML(childproc.ReadRepoFile(t, name), &b); err != nil {
 		t.Fatal(err)
 	}
 	var out []*hcmv3.HttpConnectionManager

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
@@ -21,7 +23,7 @@ var keepaliveMinTimeDecl = regexp.MustCompile(`"grpc-keepalive-min-time",\s*(\d+
 func serverKeepaliveMinTime(t testing.TB) time.Duration {
 	t.Helper()
 	for _, f := range repoGlob(t, "cmd/envoy-rls/*.go") {
-		if m := keepaliveMinTimeDecl.FindSubmatch(readRepoFile(t, f)); m != nil {
+		if m := keepaliveMinTimeDecl.FindSubmatch(childproc.ReadRepoFile(t, f)); m != nil {
 			n, _ := strconv.Atoi(string(m[1]))
 			return time.Duration(n) * time.Second
 		}
@@ -69,7 +71,7 @@ func TestEnvoyConfigRLSTransport(t *testing.T) {
 	minPing := serverKeepaliveMinTime(t)
 	pipes := 0
 	for _, name := range envoyConfigFiles(t) {
-		b, _, err := loadBootstrap(name, readRepoFile(t, name))
+		b, _, err := loadBootstrap(name, childproc.ReadRepoFile(t, name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/kubelint"
@@ -27,7 +29,7 @@ func (o overrides) read(t testing.TB, rel string) []byte {
 	if data, ok := o[rel]; ok {
 		return data
 	}
-	return readRepoFile(t, rel)
+	return childproc.ReadRepoFile(t, rel)
 }
 
 // ruleFiles returns examples/config, with overrides applied.
@@ -171,7 +173,7 @@ func checkComposeSetup(t *testing.T, o overrides) error {
 	if err != nil {
 		return err
 	}
-	return errors.Join(checkCompose(c, repoRoot(t), o.read(t, "envoy-config/envoy.yaml")),
+	return errors.Join(checkCompose(c, childproc.Root(), o.read(t, "envoy-config/envoy.yaml")),
 		checkEnvNames(composeRel, c.envNames(), envTwins(t)))
 }
 
@@ -181,7 +183,7 @@ func checkImageBuild(t *testing.T, o overrides) error {
 	if err != nil {
 		return err
 	}
-	return checkDockerfile(o.read(t, "Dockerfile"), repoRoot(t), ignore)
+	return checkDockerfile(o.read(t, "Dockerfile"), childproc.Root(), ignore)
 }
 
 // checkScripts runs shellcheck on the e2e scripts (copies, when
@@ -193,7 +195,7 @@ func checkScripts(t *testing.T, o overrides) error {
 	}
 	var errs []error
 	for _, rel := range repoGlob(t, "test/e2e/*.sh") {
-		dir := filepath.Join(repoRoot(t), filepath.Dir(filepath.FromSlash(rel)))
+		dir := filepath.Join(childproc.Root(), filepath.Dir(filepath.FromSlash(rel)))
 		if data, ok := o[rel]; ok {
 			dir = t.TempDir()
 			if err := os.WriteFile(filepath.Join(dir, path.Base(rel)), data, 0o600); err != nil {

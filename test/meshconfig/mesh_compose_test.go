@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -245,11 +247,11 @@ func checkComposeEnvoy(c *composeFile, envoyYAML []byte) []error {
 var scriptURL = regexp.MustCompile(`http://127\.0\.0\.1:(\d+)`)
 
 func TestComposeFileParses(t *testing.T) {
-	c, err := parseCompose(readRepoFile(t, composeRel))
+	c, err := parseCompose(childproc.ReadRepoFile(t, composeRel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkCompose(c, repoRoot(t), readRepoFile(t, "envoy-config/envoy.yaml")); err != nil {
+	if err := checkCompose(c, childproc.Root(), childproc.ReadRepoFile(t, "envoy-config/envoy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	// Every port the script uses must be published by the stack.
@@ -262,7 +264,7 @@ func TestComposeFileParses(t *testing.T) {
 			}
 		}
 	}
-	ports := scriptURL.FindAllStringSubmatch(string(readRepoFile(t, e2eScriptRel)), -1)
+	ports := scriptURL.FindAllStringSubmatch(string(childproc.ReadRepoFile(t, e2eScriptRel)), -1)
 	if len(ports) == 0 {
 		t.Fatalf("%s talks to no http://127.0.0.1 URL", e2eScriptRel)
 	}
@@ -277,7 +279,7 @@ func TestComposeFileParses(t *testing.T) {
 // the list the native Envoy tests run (test/envoy/checks, through
 // envoy-checks), every phase of it, and keeps no request checks of its own.
 func TestE2EScriptRunsTheSharedChecks(t *testing.T) {
-	script := string(readRepoFile(t, e2eScriptRel))
+	script := string(childproc.ReadRepoFile(t, e2eScriptRel))
 	if !strings.Contains(script, "go run ./test/envoy/checks/cmd/envoy-checks") {
 		t.Errorf("%s does not run test/envoy/checks/cmd/envoy-checks", e2eScriptRel)
 	}

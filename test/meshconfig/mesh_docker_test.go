@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // dockerInstruction is one Dockerfile instruction with its continuation
@@ -219,17 +221,17 @@ func (d *dockerIgnore) excluded(p string) bool {
 }
 
 func TestDockerfile(t *testing.T) {
-	root := repoRoot(t)
-	ignore, err := parseDockerIgnore(readRepoFile(t, ".dockerignore"))
+	root := childproc.Root()
+	ignore, err := parseDockerIgnore(childproc.ReadRepoFile(t, ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkDockerfile(readRepoFile(t, "Dockerfile"), root, ignore); err != nil {
+	if err := checkDockerfile(childproc.ReadRepoFile(t, "Dockerfile"), root, ignore); err != nil {
 		t.Fatal(err)
 	}
 	var stamped bool
 	for _, f := range repoGlob(t, "cmd/envoy-rls/*.go") {
-		if !strings.HasSuffix(f, "_test.go") && versionVar.Match(readRepoFile(t, f)) {
+		if !strings.HasSuffix(f, "_test.go") && versionVar.Match(childproc.ReadRepoFile(t, f)) {
 			stamped = true
 		}
 	}
@@ -239,7 +241,7 @@ func TestDockerfile(t *testing.T) {
 }
 
 func TestDockerIgnore(t *testing.T) {
-	ignore, err := parseDockerIgnore(readRepoFile(t, ".dockerignore"))
+	ignore, err := parseDockerIgnore(childproc.ReadRepoFile(t, ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)
 	}

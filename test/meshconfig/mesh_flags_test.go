@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // flagDecl matches a flag declared on a flag.FlagSet named fs:
@@ -22,7 +24,7 @@ func envTwins(t testing.TB) map[string]bool {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
-		for _, m := range flagDecl.FindAllStringSubmatch(string(readRepoFile(t, f)), -1) {
+		for _, m := range flagDecl.FindAllStringSubmatch(string(childproc.ReadRepoFile(t, f)), -1) {
 			out["ENVOY_RLS_"+strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))] = true
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -36,7 +38,7 @@ const (
 // chartValues lists the values files of the matrix ("" for the defaults).
 func chartValues(t testing.TB) []string {
 	t.Helper()
-	v, err := shipped.ChartValues(repoRoot(t))
+	v, err := shipped.ChartValues(childproc.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func chartValues(t testing.TB) []string {
 // helm runs helm in the repository root and returns its standard output.
 func helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
-	return shipped.Helm(repoRoot(t), t.TempDir(), args...)
+	return shipped.Helm(childproc.Root(), t.TempDir(), args...)
 }
 
 // valuesArgs are the -f flag for a values file, and the example rules as
@@ -97,7 +99,7 @@ func TestHelmTemplateOffline(t *testing.T) {
 // ConfigMap.
 func TestHelmNotesWarnOldKubernetes(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "envoy-rls")
-	if err := os.CopyFS(chart, os.DirFS(filepath.Join(repoRoot(t), chartDir))); err != nil {
+	if err := os.CopyFS(chart, os.DirFS(filepath.Join(childproc.Root(), chartDir))); err != nil {
 		t.Fatal(err)
 	}
 	probe := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes-probe}\ndata:\n  notes: |\n{{ include \"envoy-rls/templates/NOTES.txt\" . | indent 4 }}\n"
@@ -149,7 +151,7 @@ func readValues(t testing.TB, values string) chartValuesFile {
 		if f == "" {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.FromSlash(f)))
+		data, err := os.ReadFile(filepath.Join(childproc.Root(), filepath.FromSlash(f)))
 		if filepath.IsAbs(f) {
 			data, err = os.ReadFile(f)
 		}

@@ -2,40 +2,20 @@ package meshconfig
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"github.com/envoy-rls/envoy-rls/internal/testkit/shipped"
 )
-
-// repoRoot returns the repository root.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	root, err := shipped.Root()
-	if err != nil {
-		t.Fatalf("meshconfig: %v", err)
-	}
-	return root
-}
-
-// readRepoFile reads a file given relative to the repository root.
-func readRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.FromSlash(rel)))
-	if err != nil {
-		t.Fatalf("meshconfig: %v", err)
-	}
-	return data
-}
 
 // repoGlob lists the files matching pattern (relative to the repository
 // root, slash-separated, sorted) and fails the test when there are none, so
 // that a moved directory cannot silently leave a test with nothing to check.
 func repoGlob(t testing.TB, pattern string) []string {
 	t.Helper()
-	out, err := shipped.Glob(repoRoot(t), pattern)
+	out, err := shipped.Glob(childproc.Root(), pattern)
 	if err != nil {
 		t.Fatalf("meshconfig: %v", err)
 	}

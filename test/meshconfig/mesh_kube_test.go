@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -50,7 +52,7 @@ func envoyFilters(objs *kubelint.Objects) []*envoyFilterDoc {
 // tests and variant builds use it so the real tree is never written.
 func manifestFS(t testing.TB, overrides map[string][]byte) filesys.FileSystem {
 	t.Helper()
-	fsys, err := shipped.ManifestFS(repoRoot(t), overrides)
+	fsys, err := shipped.ManifestFS(childproc.Root(), overrides)
 	if err != nil {
 		t.Fatalf("meshconfig: %v", err)
 	}
@@ -124,7 +126,7 @@ var manifestVariants = []struct {
 // variantFS returns the manifests with the variant's components enabled.
 func variantFS(t testing.TB, components []string, overrides map[string][]byte) filesys.FileSystem {
 	t.Helper()
-	fsys, err := shipped.VariantFS(repoRoot(t), components, overrides)
+	fsys, err := shipped.VariantFS(childproc.Root(), components, overrides)
 	if err != nil {
 		t.Fatalf("meshconfig: %v", err)
 	}
@@ -190,7 +192,7 @@ func TestManifestFilesDecodeStrictly(t *testing.T) {
 	for _, rel := range manifestResourceFiles(t) {
 		t.Run(rel, func(t *testing.T) {
 			objs := &kubelint.Objects{}
-			if err := dec.DecodeStream(rel, readRepoFile(t, rel), objs); err != nil {
+			if err := dec.DecodeStream(rel, childproc.ReadRepoFile(t, rel), objs); err != nil {
 				t.Fatal(err)
 			}
 			if len(objs.Refs()) == 0 {
@@ -205,7 +207,7 @@ func TestManifestFilesDecodeStrictly(t *testing.T) {
 // kustomization names.
 func manifestResourceFiles(t *testing.T) []string {
 	t.Helper()
-	root := repoRoot(t)
+	root := childproc.Root()
 	var kustomizations, yamls []string
 	err := filepath.WalkDir(filepath.Join(root, manifestsDir), func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
@@ -230,7 +232,7 @@ func manifestResourceFiles(t *testing.T) []string {
 	patches := map[string]bool{}
 	for _, rel := range kustomizations {
 		var k kubelint.Kustomization
-		if err := yaml.Unmarshal(readRepoFile(t, rel), &k); err != nil {
+		if err := yaml.Unmarshal(childproc.ReadRepoFile(t, rel), &k); err != nil {
 			t.Fatalf("%s: %v", rel, err)
 		}
 		for _, p := range k.Patches {

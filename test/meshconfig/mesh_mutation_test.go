@@ -2,6 +2,8 @@ package meshconfig
 
 import (
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // mutation is a deliberately broken copy of one shipped file, the check
@@ -281,7 +283,7 @@ func TestMutatedCopiesFailValidation(t *testing.T) {
 			if !ok {
 				t.Fatalf("unknown check %q", m.check)
 			}
-			o := overrides{m.file: mutate(t, readRepoFile(t, m.file), m.old, m.new)}
+			o := overrides{m.file: mutate(t, childproc.ReadRepoFile(t, m.file), m.old, m.new)}
 			err := check(t, o)
 			wantErr(t, err, m.want...)
 			t.Logf("rejected as expected:\n%v", err)

@@ -3,14 +3,14 @@ package operator
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 
 	"sigs.k8s.io/yaml"
 )
@@ -37,34 +37,19 @@ var wantAlerts = []string{
 	"EnvoyRLSLatencyAboveEnvoyTimeout",
 }
 
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("operator: cannot locate the test source")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-func readRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.FromSlash(rel)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 // promtool returns the promtool binary (Debian's prometheus package, which
 // make test-deps installs). A missing promtool fails the test.
 func promtool(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("PROMTOOL_BIN"); p != "" {
-		return p
-	}
-	p, err := exec.LookPath("promtool")
+	p, err := childproc.Tool{
+		Name:    "promtool",
+		Env:     "PROMTOOL_BIN",
+		Pinned:  []string{"/usr/bin/promtool"},
+		Path:    []string{"promtool"},
+		Install: "it comes with Debian's prometheus package: make test-deps",
+	}.Find()
 	if err != nil {
-		t.Fatalf("promtool not found (it comes with Debian's prometheus package: make test-deps, or set PROMTOOL_BIN): %v", err)
+		t.Fatal(err)
 	}
 	return p
 }
@@ -106,7 +91,7 @@ func alertNames(t testing.TB, data []byte) []string {
 // should not), and checks that every alert has a unit test case.
 func TestAlertRulesPromtool(t *testing.T) {
 	bin := promtool(t)
-	dir := filepath.Join(repoRoot(t), "deploy", "prometheus")
+	dir := childproc.RepoPath("deploy/prometheus")
 	for _, args := range [][]string{
 		{"check", "rules", filepath.Base(rulesFile)},
 		{"test", "rules", filepath.Base(rulesTestFile)},
@@ -117,8 +102,8 @@ func TestAlertRulesPromtool(t *testing.T) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	tests := string(readRepoFile(t, rulesTestFile))
-	for _, a := range alertNames(t, readRepoFile(t, rulesFile)) {
+	tests := string(childproc.ReadRepoFile(t, rulesTestFile))
+	for _, a := range alertNames(t, childproc.ReadRepoFile(t, rulesFile)) {
 		if !strings.Contains(tests, "alertname: "+a+"\n") {
 			t.Errorf("%s has no promtool test case for alert %s", rulesTestFile, a)
 		}
@@ -130,7 +115,7 @@ func TestAlertRulesPromtool(t *testing.T) {
 // its section.
 func TestAlertRulesCoverTheIssue(t *testing.T) {
 	var f ruleFile
-	if err := yaml.Unmarshal(readRepoFile(t, rulesFile), &f); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, rulesFile), &f); err != nil {
 		t.Fatal(err)
 	}
 	have := map[string]bool{}
@@ -158,7 +143,7 @@ func TestAlertRulesCoverTheIssue(t *testing.T) {
 // TestChartShipsTheSameRules keeps the chart's PrometheusRule and the plain
 // rules file from drifting: the chart reads its copy with .Files.Get.
 func TestChartShipsTheSameRules(t *testing.T) {
-	if plain, chart := readRepoFile(t, rulesFile), readRepoFile(t, chartRulesFile); !bytes.Equal(plain, chart) {
+	if plain, chart := childproc.ReadRepoFile(t, rulesFile), childproc.ReadRepoFile(t, chartRulesFile); !bytes.Equal(plain, chart) {
 		t.Fatalf("%s differs from %s: copy it (cp %s %s)", chartRulesFile, rulesFile, rulesFile, chartRulesFile)
 	}
 }
@@ -173,10 +158,10 @@ func TestKustomizeShipsTheSameRules(t *testing.T) {
 			Groups any `json:"groups"`
 		} `json:"spec"`
 	}
-	if err := yaml.Unmarshal(readRepoFile(t, rulesFile), &plain); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, rulesFile), &plain); err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(readRepoFile(t, kustomizeRule), &rule); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, kustomizeRule), &rule); err != nil {
 		t.Fatal(err)
 	}
 	if plain.Groups == nil || !reflect.DeepEqual(plain.Groups, rule.Spec.Groups) {
@@ -191,7 +176,7 @@ var heading = regexp.MustCompile(`(?m)^#{2,3} +(\S.*?)\s*$`)
 // after each alert of the rules file, and that each says what the alert
 // means, how to confirm it and what to do.
 func TestRunbookCoversEveryAlert(t *testing.T) {
-	if err := checkRunbook(string(readRepoFile(t, runbookFile)), alertNames(t, readRepoFile(t, rulesFile))); err != nil {
+	if err := checkRunbook(string(childproc.ReadRepoFile(t, runbookFile)), alertNames(t, childproc.ReadRepoFile(t, rulesFile))); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -23,6 +23,17 @@ func RepoPath(rel string) string {
 	return filepath.Join(Root(), filepath.FromSlash(rel))
 }
 
+// ReadRepoFile reads rel (slash-separated) inside the repository, failing
+// t when it cannot.
+func ReadRepoFile(t TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(RepoPath(rel))
+	if err != nil {
+		t.Fatalf("read %s: %v", rel, err)
+	}
+	return b
+}
+
 // Tool is a program the tests run that the repository does not build.
 // Find looks for it under one policy, the same for every tool:
 //

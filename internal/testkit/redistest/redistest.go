@@ -28,11 +28,12 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // ErrNoRedis is returned when redis-server or redis-cli cannot be found.
@@ -45,19 +46,17 @@ var (
 	binErr    error
 )
 
-// binaries locates redis-server and redis-cli: PATH first, then /usr/bin
-// (the Debian package location, which may be missing from a minimal PATH).
+// binaries locates redis-server and redis-cli under the kit's policy
+// (childproc.Tool): /usr/bin (the Debian package's location, which may be
+// missing from a minimal PATH), then PATH.
 func binaries() (server, cli string, err error) {
 	binOnce.Do(func() {
 		find := func(name string) (string, error) {
-			if p, err := exec.LookPath(name); err == nil {
-				return p, nil
+			p, err := childproc.Tool{Name: name, Pinned: []string{"/usr/bin/" + name}, Path: []string{name}}.Find()
+			if err != nil {
+				return "", fmt.Errorf("%w: %s", ErrNoRedis, name)
 			}
-			p := "/usr/bin/" + name
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return p, nil
-			}
-			return "", fmt.Errorf("%w: %s", ErrNoRedis, name)
+			return p, nil
 		}
 		serverBin, binErr = find("redis-server")
 		if binErr != nil {

@@ -223,16 +223,6 @@ func ServingLine(logs string, skip int) Serving {
 	return Serving{}
 }
 
-// ReadRepoFile reads rel inside the repository, failing t when it cannot.
-func ReadRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(childproc.RepoPath(rel))
-	if err != nil {
-		t.Fatalf("read %s: %v", rel, err)
-	}
-	return b
-}
-
 // Main is a test package's TestMain: it builds the binary into a
 // temporary directory and sets *bin to it, runs each check (a tool the
 // tests need, such as envoytest.Binary: a missing one fails the package

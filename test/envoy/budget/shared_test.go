@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
 )
@@ -39,7 +41,7 @@ const exampleTimeout = "timeout: 0.25s"
 // the counts would no longer add up. The timeout is not what is tested.
 func patientExample(t *testing.T) []byte {
 	t.Helper()
-	b := string(rlsproc.ReadRepoFile(t, exampleBootstrap))
+	b := string(childproc.ReadRepoFile(t, exampleBootstrap))
 	if strings.Count(b, exampleTimeout) != 1 {
 		t.Fatalf("%s no longer has one %q: update patientExample", exampleBootstrap, exampleTimeout)
 	}
@@ -160,7 +162,7 @@ var patterns = []pattern{
 // was charged, and on every algorithm the replicas' charged-hits metric
 // equals what the check-then-charge shapes sent.
 func TestSharedBudget(t *testing.T) {
-	if data := string(rlsproc.ReadRepoFile(t, exampleRules)); !strings.Contains(data, "cost: charge") || !strings.Contains(data, "key: user") {
+	if data := string(childproc.ReadRepoFile(t, exampleRules)); !strings.Contains(data, "cost: charge") || !strings.Contains(data, "key: user") {
 		t.Fatalf("%s no longer has the user budget with cost: charge that reservationRules copies", exampleRules)
 	}
 	for _, alg := range algorithms {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -12,7 +14,7 @@ import (
 func shippedBootstrap(t testing.TB) map[string]any {
 	t.Helper()
 	var doc map[string]any
-	if err := yaml.Unmarshal(readRepoFile(t, "envoy-config/envoy.yaml"), &doc); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, "envoy-config/envoy.yaml"), &doc); err != nil {
 		t.Fatalf("parse envoy-config/envoy.yaml: %v", err)
 	}
 	return doc

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,7 +85,7 @@ func grpcBootstrap(t testing.TB, edit func(filter map[string]any)) []byte {
 func gatewayFilter(t testing.TB) map[string]any {
 	t.Helper()
 	var ef map[string]any
-	if err := yaml.Unmarshal(readRepoFile(t, "manifests/istio/envoyfilter-gateway.yaml"), &ef); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, "manifests/istio/envoyfilter-gateway.yaml"), &ef); err != nil {
 		t.Fatalf("parse the gateway EnvoyFilter: %v", err)
 	}
 	patches, _ := bootstrapPath(t, ef, "spec")["configPatches"].([]any)

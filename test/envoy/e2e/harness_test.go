@@ -34,11 +34,6 @@ func TestMain(m *testing.M) {
 // repoPath is a path inside the repository.
 func repoPath(rel string) string { return childproc.RepoPath(rel) }
 
-func readRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	return rlsproc.ReadRepoFile(t, rel)
-}
-
 // Loopback stand-ins for the documentation addresses of the shipped rules
 // (RFC 5737), so a client bound to them reaches the address rules while
 // every packet stays on loopback.
@@ -216,7 +211,7 @@ func startEnvoy(t *testing.T, o stackOpts, rlsAddr, upstreamAddr string) (*envoy
 	boot := o.Bootstrap
 	switch {
 	case boot == nil && o.ShippedTimeout:
-		boot = readRepoFile(t, "envoy-config/envoy.yaml")
+		boot = childproc.ReadRepoFile(t, "envoy-config/envoy.yaml")
 	case boot == nil:
 		boot = withFilter(t, patient)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // shortDeadlineWarning is the start of envoy-rls's warning about a caller
@@ -222,7 +224,7 @@ func TestQueueModeThroughEnvoy(t *testing.T) {
 // without envoy-rls's headers), counted in Envoy's ratelimit.error and
 // failure_mode_allowed.
 func TestQueueModeShortFilterTimeout(t *testing.T) {
-	boot := string(readRepoFile(t, "envoy-config/envoy.yaml"))
+	boot := string(childproc.ReadRepoFile(t, "envoy-config/envoy.yaml"))
 	if !strings.Contains(boot, "timeout: 0.25s") {
 		t.Fatal("envoy-config/envoy.yaml has no rate_limit filter timeout: 0.25s any more; update this test")
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -20,7 +22,7 @@ func composeEnv(t testing.TB) []string {
 			Environment map[string]string `json:"environment"`
 		} `json:"services"`
 	}
-	if err := yaml.Unmarshal(readRepoFile(t, "test/e2e/docker-compose.yaml"), &c); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, "test/e2e/docker-compose.yaml"), &c); err != nil {
 		t.Fatalf("test/e2e/docker-compose.yaml: %v", err)
 	}
 	svc, ok := c.Services["envoy-rls"]

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
@@ -58,7 +60,7 @@ func writeTLSFiles(t testing.TB) tlsFiles {
 // no ALPN, and Envoy offers h2 by itself on a cluster set up for HTTP/2.
 func upstreamTLS(t testing.TB, f tlsFiles, withCert bool) map[string]any {
 	t.Helper()
-	doc := string(readRepoFile(t, "docs/deploying.md"))
+	doc := string(childproc.ReadRepoFile(t, "docs/deploying.md"))
 	_, after, ok := strings.Cut(doc, "**TLS to envoy-rls.**")
 	if !ok {
 		t.Fatal(`docs/deploying.md has no "TLS to envoy-rls" bullet`)
@@ -202,7 +204,7 @@ func TestEnvoyToRLSOverUnixSocket(t *testing.T) {
 func sidecarUDSPatch(t testing.TB) (envoyGRPC, clusterValue map[string]any) {
 	t.Helper()
 	var ops []map[string]any
-	if err := yaml.Unmarshal(readRepoFile(t, "manifests/istio/components/sidecar-uds/envoyfilter-uds.yaml"), &ops); err != nil {
+	if err := yaml.Unmarshal(childproc.ReadRepoFile(t, "manifests/istio/components/sidecar-uds/envoyfilter-uds.yaml"), &ops); err != nil {
 		t.Fatalf("parse the sidecar-uds patch: %v", err)
 	}
 	for _, op := range ops {

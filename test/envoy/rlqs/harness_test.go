@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/rlsproc"
@@ -32,11 +34,6 @@ var binPath string
 
 func TestMain(m *testing.M) {
 	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
-}
-
-func readRepoFile(t testing.TB, rel string) []byte {
-	t.Helper()
-	return rlsproc.ReadRepoFile(t, rel)
 }
 
 // reportInterval is Envoy 1.40's fixed RLQS reporting interval.
@@ -86,7 +83,7 @@ func startRig(t *testing.T, envoys int, rules string, extra ...string) *rig {
 	t.Helper()
 	g := &rig{Redis: redistest.Standalone(t), RulesDir: t.TempDir()}
 	if rules == "" {
-		rules = string(readRepoFile(t, "examples/rlqs/config/rlqs.yaml"))
+		rules = string(childproc.ReadRepoFile(t, "examples/rlqs/config/rlqs.yaml"))
 	}
 	g.writeRules(t, rules)
 	tokFile := filepath.Join(t.TempDir(), "token")
@@ -104,7 +101,7 @@ func startRig(t *testing.T, envoys int, rules string, extra ...string) *rig {
 		args = append(args, extra...)
 		g.Replicas = append(g.Replicas, &replica{Proc: rlsproc.Start(t, binPath, args, nil), token: token})
 	}
-	boot := readRepoFile(t, "examples/rlqs/envoy.yaml")
+	boot := childproc.ReadRepoFile(t, "examples/rlqs/envoy.yaml")
 	if !bytes.Contains(boot, []byte(exampleInstance)) {
 		t.Fatalf("examples/rlqs/envoy.yaml no longer names its instance %q", exampleInstance)
 	}

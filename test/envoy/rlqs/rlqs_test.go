@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // TestRLQSExampleValidates: Envoy accepts the shipped RLQS example.
 func TestRLQSExampleValidates(t *testing.T) {
-	if err := envoytest.Validate(t, "rlqs-example", readRepoFile(t, "examples/rlqs/envoy.yaml")); err != nil {
+	if err := envoytest.Validate(t, "rlqs-example", childproc.ReadRepoFile(t, "examples/rlqs/envoy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -185,7 +187,7 @@ func TestRLQSSharedLimit(t *testing.T) {
 	loads[2] = g.startLoad(2, perEnvoy+1, 3*time.Minute)
 
 	// Rule change: 20/s becomes 10/s.
-	rules := string(readRepoFile(t, "examples/rlqs/config/rlqs.yaml"))
+	rules := string(childproc.ReadRepoFile(t, "examples/rlqs/config/rlqs.yaml"))
 	changed := strings.Replace(rules, "requests_per_unit: 20", "requests_per_unit: 10", 1)
 	if changed == rules {
 		t.Fatal("example rules no longer have requests_per_unit: 20")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // TestBrokenCopiesFail: copies of the shipped EnvoyFilters, each broken in
@@ -88,7 +90,7 @@ func TestBrokenCopiesFail(t *testing.T) {
 			want: []string{"want envoy.filters.http.ratelimit right before envoy.filters.http.router"},
 		},
 	}
-	root := repoRoot(t)
+	root := childproc.Root()
 	t.Run("envoy.yaml with an unknown field", func(t *testing.T) {
 		data, err := os.ReadFile(filepath.Join(root, "envoy-config/envoy.yaml"))
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
+
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -25,15 +27,6 @@ const (
 	rateLimitFilter = "envoy.filters.http.ratelimit"
 	routerFilter    = "envoy.filters.http.router"
 )
-
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	root, err := shipped.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
 
 // rendered is what the checks need of a rendered manifest stream.
 type rendered struct {
@@ -203,7 +196,7 @@ var componentNeeds = map[string][]string{
 // manifests/istio/components, the base with it (and what it needs).
 func manifestVariants(t *testing.T) []manifestVariant {
 	t.Helper()
-	comps, err := shipped.Components(repoRoot(t))
+	comps, err := shipped.Components(childproc.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +210,7 @@ func manifestVariants(t *testing.T) []manifestVariant {
 // renderVariant builds a variant of the manifests, with overrides.
 func renderVariant(t *testing.T, v manifestVariant, overrides map[string][]byte) (rendered, error) {
 	t.Helper()
-	fsys, err := shipped.VariantFS(repoRoot(t), v.components, overrides)
+	fsys, err := shipped.VariantFS(childproc.Root(), v.components, overrides)
 	if err != nil {
 		return rendered{}, err
 	}
@@ -236,7 +229,7 @@ func renderChart(t *testing.T, values string) (rendered, error) {
 	if values != "" {
 		args = append(args, "-f", values)
 	}
-	out, err := shipped.Helm(repoRoot(t), t.TempDir(), args...)
+	out, err := shipped.Helm(childproc.Root(), t.TempDir(), args...)
 	if err != nil {
 		return rendered{}, err
 	}
@@ -247,7 +240,7 @@ func renderChart(t *testing.T, values string) (rendered, error) {
 // bootstrap (a top-level static_resources), outside bin/ and testdata/.
 func shippedBootstraps(t *testing.T) []string {
 	t.Helper()
-	root := repoRoot(t)
+	root := childproc.Root()
 	var out []string
 	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
@@ -280,7 +273,7 @@ func shippedBootstraps(t *testing.T) []string {
 }
 
 func TestShippedBootstraps(t *testing.T) {
-	root := repoRoot(t)
+	root := childproc.Root()
 	for _, rel := range shippedBootstraps(t) {
 		t.Run(rel, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(root, rel))
@@ -313,7 +306,7 @@ func checkBootstrap(t *testing.T, where string, data []byte) error {
 // docs/*.md) that hold a complete bootstrap or EnvoyFilter, by file.
 func guideBlocks(t *testing.T) (bootstraps, filters map[string][]string) {
 	t.Helper()
-	root := repoRoot(t)
+	root := childproc.Root()
 	docs, err := shipped.Glob(root, "docs/*.md")
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +385,7 @@ func TestKustomizeEnvoyFilters(t *testing.T) {
 }
 
 func TestChartEnvoyFilters(t *testing.T) {
-	values, err := shipped.ChartValues(repoRoot(t))
+	values, err := shipped.ChartValues(childproc.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
