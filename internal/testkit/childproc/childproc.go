@@ -1,8 +1,13 @@
-// Package childproc holds what tests and the bench driver need around the
-// child processes they start on loopback (redis-server, Prometheus,
-// envoy-rls): free loopback ports to hand them and a buffer their output
-// can be written to while a test reads it. It never starts, signals or
-// waits for a process itself; its callers own their children.
+// Package childproc is the test kit's shared machinery for the child
+// processes tests and the bench driver run on loopback (redis-server,
+// Prometheus, Envoy, envoy-rls, the reference): the one process starter
+// (Start: its own process group, killed with its starter, reaped once),
+// the one tool finder (Tool, one search policy for every program the
+// repository does not build), the repository root (Root, RepoPath,
+// ReadRepoFile: never the working directory), free loopback ports and a
+// buffer a child's output can be written to while a test reads it. It
+// knows no particular program, and must not be imported by non-test code
+// outside test/.
 package childproc
 
 import (
