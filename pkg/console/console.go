@@ -31,7 +31,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -42,6 +41,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/jsonhttp"
 
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -301,14 +302,19 @@ func sameOrigin(r *http.Request) error {
 	return nil
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+// consoleHeaders: the console's answers are live (never cached) and are
+// JSON only (never sniffed into something a browser would run).
+func consoleHeaders(w http.ResponseWriter) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	consoleHeaders(w)
+	jsonhttp.Write(w, code, v)
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	consoleHeaders(w)
+	jsonhttp.Error(w, code, err)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/envoy-rls/envoy-rls/pkg/jsonhttp"
 )
 
 // maxRequestBytes bounds a /debug/explain request body.
@@ -32,16 +34,11 @@ func Handler(e *Explainer) http.Handler {
 			httpError(w, code, err)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(rep)
+		jsonhttp.Write(w, http.StatusOK, rep)
 	})
 }
 
-func httpError(w http.ResponseWriter, code int, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-}
+func httpError(w http.ResponseWriter, code int, err error) { jsonhttp.Error(w, code, err) }
 
 // DecodeError reads the error a Handler answered with, for clients.
 func DecodeError(status int, body []byte) error {

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/jsonhttp"
+
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -109,8 +111,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 		httpError(w, http.StatusInternalServerError, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	jsonhttp.Write(w, http.StatusOK, v)
 }
 
 func httpError(w http.ResponseWriter, code int, err error) {

@@ -34,6 +34,8 @@ var moduleRules = map[string]rule{
 	// The client-TLS-from-files builder: the standard library only.
 	"pkg/tlsfiles": {stdlibOnly: true},
 	"pkg/evict":    {stdlibOnly: true},
+	// "It imports nothing outside the standard library."
+	"pkg/jsonhttp": {stdlibOnly: true},
 
 	// "must not import pkg/rules, pkg/memstore, pkg/rls or anything that
 	// knows about gRPC; it depends on pkg/algo and go-redis only."
@@ -63,7 +65,7 @@ var moduleRules = map[string]rule{
 	"pkg/topk": {allow: []string{"pkg/algo"}, forbid: append([]string{redis}, grpcStack...)},
 	// "console must not decide, count or store anything": no backend, no
 	// service, no Redis; it reads the sketch it is handed.
-	"pkg/console": {allow: []string{"pkg/topk"}, forbid: append([]string{redis}, grpcStack...)},
+	"pkg/console": {allow: []string{"pkg/jsonhttp", "pkg/topk"}, forbid: append([]string{redis}, grpcStack...)},
 	// "It must not know how limits are stored": no backend, no Redis.
 	"pkg/rls": {allow: []string{"pkg/algo", "pkg/rules"}, forbid: []string{redis}},
 	// "It must not talk to Redis, import the backends or gRPC types."
@@ -77,7 +79,7 @@ var moduleRules = map[string]rule{
 	// "It must not see gRPC types (the service's adjusted limits reach it as
 	// rls.Effective)": pkg/rls may, explain's own files may not.
 	"pkg/explain": {
-		allow:        []string{"pkg/algo", "pkg/redisalgo", "pkg/rls", "pkg/rules"},
+		allow:        []string{"pkg/algo", "pkg/jsonhttp", "pkg/redisalgo", "pkg/rls", "pkg/rules"},
 		forbidDirect: grpcStack,
 	},
 	// Reads keys only; never a backend layer or the service.
@@ -87,7 +89,7 @@ var moduleRules = map[string]rule{
 	"pkg/adaptive": {allow: []string{"pkg/override"}, forbid: grpcStack},
 	// "It must not touch rate-limit counters"; it may take key names
 	// from pkg/redisalgo, never a backend layer.
-	"pkg/override": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
+	"pkg/override": {allow: []string{"pkg/algo", "pkg/jsonhttp", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
 	// "it must not touch counters or any other key" than its anchors.
 	"pkg/warmup": {allow: []string{"pkg/algo", "pkg/redisalgo", "pkg/rules"}, forbid: grpcStack},
 	// "It plugs into the service through rls.RequestTracer ... so neither
