@@ -66,11 +66,7 @@ func TestNoGoroutineOnRequestPath(t *testing.T) {
 // goroutineStarts returns the lines of file's go statements and .Go calls.
 func goroutineStarts(t *testing.T, file string) []int {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, file, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fset, f := parseGo(t, file, nil)
 	var lines []int
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
@@ -177,11 +173,7 @@ func f(wg *sync.WaitGroup, name string) string {
 // name.
 func redisNames(t *testing.T, name string, src []byte) []string {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, name, src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fset, f := parseGo(t, name, src)
 	var out []string
 	report := func(lit *ast.BasicLit) {
 		out = append(out, name+":"+strconv.Itoa(fset.Position(lit.Pos()).Line)+
@@ -211,6 +203,21 @@ func redisNames(t *testing.T, name string, src []byte) []string {
 	})
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// parseGo parses the Go file name (src, when not nil, is its text).
+func parseGo(t *testing.T, name string, src []byte) (*token.FileSet, *ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	var text any
+	if src != nil {
+		text = src
+	}
+	f, err := parser.ParseFile(fset, name, text, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fset, f
 }
 
 // sourceFiles returns the non-test Go files of the package in dir/pkg.
