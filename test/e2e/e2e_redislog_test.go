@@ -1,9 +1,11 @@
 package e2e
 
 import (
-	"net"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // TestDeadRedisOneLine: inspect against a Redis that is not there prints
@@ -28,13 +30,9 @@ func TestDeadRedisOneLine(t *testing.T) {
 // closedAddr is a loopback address nothing listens on: a port just freed.
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := childproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(port)
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,12 +162,11 @@ func startStack(t *testing.T, o stackOpts) *stack {
 
 	grpcAddr := "127.0.0.1:0"
 	if o.FixedGRPCPort {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := childproc.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		grpcAddr = l.Addr().String()
-		l.Close()
+		grpcAddr = "127.0.0.1:" + strconv.Itoa(port)
 	}
 	args := []string{"serve", "--config-dir", s.RulesDir,
 		"--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0",
