@@ -189,9 +189,14 @@ func checkImageBuild(t *testing.T, o overrides) error {
 // checkScripts runs shellcheck on the e2e scripts (copies, when
 // overridden, in a temporary directory).
 func checkScripts(t *testing.T, o overrides) error {
-	bin, err := exec.LookPath("shellcheck")
+	bin, err := childproc.Tool{
+		Name:    "shellcheck",
+		Pinned:  []string{"/usr/bin/shellcheck"},
+		Path:    []string{"shellcheck"},
+		Install: "apt-get install shellcheck; make test does it",
+	}.Find()
 	if err != nil {
-		return fmt.Errorf("shellcheck is not installed (apt-get install shellcheck; make test does it): %w", err)
+		return err
 	}
 	var errs []error
 	for _, rel := range repoGlob(t, "test/e2e/*.sh") {
