@@ -7,9 +7,16 @@
 // until it is added there with the rule its doc states, and a package
 // whose doc states a "must not import" rule must have a restricting entry.
 //
-// It also keeps the map of the code current: the package map of docs/development.md has
-// a line for every package, and every link into docs/architecture.md names
-// one of its headings (docs/architecture.md#import-rules).
+// Test support is recognised by its prefix, internal/testkit/, not by a
+// list. It also checks the claims of docs/architecture.md that can be
+// checked mechanically (claims_test.go): no request-path package starts a
+// goroutine outside the files it names, and every Redis name is built in
+// a key.go (or a file it names).
+//
+// It also keeps the map of the code current: the package map of
+// docs/development.md has a line for every package and none for a package
+// that is not there, and every link into docs/architecture.md names one of
+// its headings (docs/architecture.md#import-rules).
 //
 // The package has no runtime code and must not be imported; it only runs
 // `go list` and reads the module's source files, README.md and docs.
