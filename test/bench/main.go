@@ -113,7 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bin, "bin", "bin/envoy-rls", "envoy-rls binary to benchmark (make build)")
-	fs.StringVar(&o.redisServer, "redis-server", "", "redis-server binary (default: PATH, then /usr/bin/redis-server)")
+	fs.StringVar(&o.redisServer, "redis-server", "", "redis-server binary (default: /usr/bin/redis-server, then PATH)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured interval per load scenario")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each measured interval")
 	fs.IntVar(&o.concurrency, "concurrency", 32, "concurrent workers, each with one call in flight")
