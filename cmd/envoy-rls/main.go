@@ -4,7 +4,9 @@
 // arguments, environment, version and streams) to internal/cli, which
 // builds the command tree; serve's settings become an app.Config in
 // internal/serveconfig, the clients live in internal/clients, and
-// envoyproxy/ratelimit's environment is read by internal/dropin.
+// envoyproxy/ratelimit's environment is read by internal/dropin. It must
+// not import any other envoy-rls package than internal/cli and
+// internal/flagenv.
 package main
 
 import (

@@ -4,7 +4,8 @@
 // flag's ENVOY_RLS_* twin named in its help, and the exit codes; Run is
 // all cmd/envoy-rls calls. A command's flags and body are elsewhere:
 // serve's settings in internal/serveconfig, the clients' in
-// internal/clients. It starts no goroutine but serve's app.
+// internal/clients; serve runs internal/app. It must not import the pkg/
+// packages: it reaches them only through those.
 package cli
 
 import (

@@ -135,7 +135,7 @@ var refMappings = []refMapping{
 	{vars: []string{"LOCAL_CACHE_SIZE_IN_BYTES"}, flag: "redis-deny-cache-entries", conv: denyCacheEntries,
 		detail: "converted at about 256 bytes per entry; 0 turns the deny cache off, as it turns off the reference's local cache"},
 	// Observability: statsd, the reference's Prometheus names, tracing
-	// (cmd/envoy-rls/observability.go).
+	// (internal/serveconfig/observability.go).
 	{vars: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"}, flag: "statsd-addr", conv: statsdAddr,
 		detail: "the reference's stats under its statsd names; the response_time timer carries the fraction of a millisecond the reference truncates"},
 	{vars: []string{"STATSD_PROTOCOL"}, flag: "statsd-protocol", conv: lowerVar("STATSD_PROTOCOL")},
