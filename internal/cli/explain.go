@@ -21,7 +21,10 @@ its limits, the Redis keys of its counters, and, live (--addr, a running
 server's --debug-addr), each counter's state. Nothing is consumed.
 
 Offline, the rules are read as serve reads them: explain takes serve's
-flags and environment; the rule and key flags listed here matter.
+flags and environment; the rule and key flags listed here matter. With
+--redis-url, the keys are named with the counter-hash count the
+deployment recorded in Redis (--redis-counter-hashes, if given, must
+agree with it).
 Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
 		Example: `  # offline, against the shipped example rules
   envoy-rls explain --config-dir examples/config --domain edge -d remote_address=203.0.113.7
@@ -32,6 +35,6 @@ Exit codes: 0 explained, 1 the server refused or failed, 2 bad usage.`,
 		RunE: c.body(func([]string) int { return ef.Run(fs, c.env, c.stdout, c.stderr) }),
 	}
 	addFlags(cmd, fs, true)
-	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-key-prefix", "redis-counter-hashes")
+	showOnly(cmd, "addr", "tls-ca", "tls-cert", "tls-key", "domain", "descriptor", "json", "timeout", "config-dir", "default-algorithm", "sliding-log-cap", "merge-domain-config", "redis-url", "redis-key-prefix", "redis-counter-hashes")
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/flagenv"
 	"github.com/envoy-rls/envoy-rls/internal/serveconfig"
 	"github.com/envoy-rls/envoy-rls/pkg/explain"
+	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
 
@@ -76,7 +77,7 @@ func (ef *Explain) Run(fs *flag.FlagSet, env flagenv.Env, stdout, stderr io.Writ
 	if ef.addr != "" {
 		rep, err = explainLive(ctx, ef.addr, ef.tls, req)
 	} else {
-		rep, err = explainOffline(ctx, cfg, req)
+		rep, err = explainOffline(ctx, cfg, fs, env, req)
 		code = 2
 	}
 	if err != nil {
@@ -87,8 +88,9 @@ func (ef *Explain) Run(fs *flag.FlagSet, env flagenv.Env, stdout, stderr io.Writ
 }
 
 // explainOffline loads the rules as serve would and explains req against
-// them, with the limits as configured.
-func explainOffline(ctx context.Context, cfg *serveconfig.Settings, req explain.Request) (*explain.Report, error) {
+// them, with the limits as configured. With --redis-url, the Redis keys it
+// names use the counter-hash count recorded there for the deployment.
+func explainOffline(ctx context.Context, cfg *serveconfig.Settings, fs *flag.FlagSet, env flagenv.Env, req explain.Request) (*explain.Report, error) {
 	opts, err := cfg.RulesOptions()
 	if err != nil {
 		return nil, err
@@ -96,6 +98,22 @@ func explainOffline(ctx context.Context, cfg *serveconfig.Settings, req explain.
 	keys, err := cfg.CounterKeys()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.RedisURL() != "" {
+		// The keys are named with the count the deployment's replicas
+		// recorded in Redis (deploymentCounterHashes), not only the flag.
+		copts, err := cfg.RedisOptions()
+		if err != nil {
+			return nil, err
+		}
+		client, err := redisclient.New(copts)
+		if err != nil {
+			return nil, err
+		}
+		defer client.Close()
+		if keys.Hashes, err = deploymentCounterHashes(ctx, client, keys, fs, env); err != nil {
+			return nil, err
+		}
 	}
 	loader := rules.NewLoader(cfg.ConfigDir(), opts)
 	if err := loader.Load(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/flagenv"
 	"github.com/envoy-rls/envoy-rls/internal/serveconfig"
 	"github.com/envoy-rls/envoy-rls/pkg/inspect"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 	"github.com/envoy-rls/envoy-rls/pkg/rules"
 )
@@ -56,7 +57,8 @@ func (in *Inspect) Run(fs *flag.FlagSet, env flagenv.Env, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2
 	}
-	if err := checkInspect(cfg, fs, env, opts); err != nil {
+	keys, err := checkInspect(cfg, fs, env, opts)
+	if err != nil {
 		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
 		return 2
 	}
@@ -70,6 +72,15 @@ func (in *Inspect) Run(fs *flag.FlagSet, env flagenv.Env, stdout, stderr io.Writ
 		return 2
 	}
 	defer client.Close()
+	// The count the deployment's replicas recorded, not only the flag:
+	// keys are ours only in the bucket the deployment's count puts them.
+	if opts.CounterHashes, err = deploymentCounterHashes(context.Background(), client, keys, fs, env); err != nil {
+		fmt.Fprintf(stderr, "envoy-rls inspect: %v\n", err)
+		if errors.Is(err, redisalgo.ErrCounterHashesMismatch) {
+			return 2
+		}
+		return 1
+	}
 	var masters inspect.Masters = inspect.Single{Client: client.Single}
 	if client.Cluster != nil {
 		masters = client.Cluster
@@ -82,41 +93,45 @@ func (in *Inspect) Run(fs *flag.FlagSet, env flagenv.Env, stdout, stderr io.Writ
 	return printReport(stdout, stderr, "inspect", in.asJSON, rep, func(w io.Writer) error { return inspect.WriteText(w, rep) })
 }
 
-// checkInspect checks inspect's flags and loads the rules when
-// --config-dir is given (on the command line or in the environment; its
-// default is serve's and not a request to match rules).
-func checkInspect(cfg *serveconfig.Settings, fs *flag.FlagSet, env flagenv.Env, opts *inspect.Options) error {
+// checkInspect checks inspect's flags, returns the counter keys they name,
+// and loads the rules when --config-dir is given (on the command line or
+// in the environment; its default is serve's and not a request to match
+// rules).
+func checkInspect(cfg *serveconfig.Settings, fs *flag.FlagSet, env flagenv.Env, opts *inspect.Options) (serveconfig.CounterKeys, error) {
+	var keys serveconfig.CounterKeys
 	switch {
 	case cfg.RedisURL() == "":
-		return errors.New("--redis-url: required")
+		return keys, errors.New("--redis-url: required")
 	case opts.Top < 1:
-		return fmt.Errorf("--top: %d must be at least 1", opts.Top)
+		return keys, fmt.Errorf("--top: %d must be at least 1", opts.Top)
 	case opts.MaxKeys < 0:
-		return fmt.Errorf("--max-keys: %d must be 0 (no bound) or positive", opts.MaxKeys)
+		return keys, fmt.Errorf("--max-keys: %d must be 0 (no bound) or positive", opts.MaxKeys)
 	case opts.Count < 1:
-		return fmt.Errorf("--scan-count: %d must be at least 1", opts.Count)
+		return keys, fmt.Errorf("--scan-count: %d must be at least 1", opts.Count)
 	}
 	if err := flagenv.Positive("--redis-timeout", cfg.RedisTimeout()); err != nil {
-		return err
+		return keys, err
 	}
 	// A fixed window's counter is ours only in the bucket the
-	// deployment's count puts it in, so inspect needs the same count.
+	// deployment's count puts it in, so inspect needs the same count:
+	// the recorded one (deploymentCounterHashes), which the flag, checked
+	// here, must agree with.
 	keys, err := cfg.CounterKeys()
 	if err != nil {
-		return err
+		return keys, err
 	}
-	opts.KeyPrefix, opts.CounterHashes = keys.Prefix, keys.Hashes
+	opts.KeyPrefix = keys.Prefix
 	if !flagenv.Given(fs, env.Lookup, "config-dir") {
-		return nil
+		return keys, nil
 	}
 	ro, err := cfg.RulesOptions()
 	if err != nil {
-		return err
+		return keys, err
 	}
 	loader := rules.NewLoader(cfg.ConfigDir(), ro)
 	if err := loader.Load(); err != nil {
-		return fmt.Errorf("--config-dir: %w", err)
+		return keys, fmt.Errorf("--config-dir: %w", err)
 	}
 	opts.Rules = loader.Current()
-	return nil
+	return keys, nil
 }

@@ -127,6 +127,12 @@ type Decision struct {
 	// ReservedAt is now + Delay in Unix µs (the backend's clock) when Delay
 	// is positive, else 0: the time a cancellation (Check.ReservedAt) names.
 	ReservedAt int64
+	// At is the time the decision was made at, in Unix µs on the backend's
+	// clock, when the backend decides on a clock of its own (Redis: see
+	// Applier); 0 when it decides at the request's now. A refund of the
+	// decided hits names it (Check.At), so that it is decided at the same
+	// time and lands where the hits went, however late it is sent.
+	At int64
 }
 
 // Never is the RetryAfter of a denial that no wait would lift.

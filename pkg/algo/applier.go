@@ -30,6 +30,11 @@ import (
 //     no fixed window is decided at the script's TIME, read as it runs.
 //     Refunds across slot groups reuse the time their consumption was
 //     decided at. Options.CallerTime (tests only) decides at now.
+//   - Every Decision reports the time it was made at (Decision.At; 0 for a
+//     backend that decides at now), and a refund that names it (Check.At)
+//     is decided at that time, not at its own now: a layer that refunds
+//     after the fact (the per-second split, pkg/stack) gives back in the
+//     window the hits went to, on every backend and topology.
 //   - An error means no decision could be made (Redis unreachable, ctx
 //     done); then no state changed that the caller can observe, and pkg/rls
 //     answers UNAVAILABLE so that Envoy's failure_mode_deny decides.

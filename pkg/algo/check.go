@@ -56,4 +56,11 @@ type Check struct {
 	// ReservedAt): they are given back only where no later reservation
 	// depends on them (see Cancel in reserve.go). 0 is a plain refund.
 	ReservedAt int64
+	// At, on a refund, is the time the refunded hits were decided at (their
+	// Decision.At): a backend that decides on a clock of its own decides
+	// the refund at At instead of placing the request's now on its clock,
+	// so that a refund sent long after its hits (the per-second split's,
+	// after a slow other side) gives back in their window, not the next.
+	// 0 decides at now. It is not part of the counter identity.
+	At int64
 }

@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -27,7 +29,22 @@ type HealthOptions struct {
 	// Ping measures each node's round trip now; nil for the in-process
 	// store.
 	Ping func(ctx context.Context) []Shard
+	// CacheFor is how long one reading of the panel (the pings and the
+	// metrics) serves every poll: every open tab polls every HealthPoll,
+	// and the masters should see one PING per interval, not one per tab.
+	// 0 means HealthPoll.
+	CacheFor time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
+
+// HealthPoll is how often the page polls the health panel
+// (static/app.js).
+const HealthPoll = 3 * time.Second
+
+// healthTimeout bounds one reading of the panel: the pings run on behalf
+// of every waiting poll, so no single poll's context bounds them.
+const healthTimeout = 2 * time.Second
 
 // Health is the backend health panel.
 type Health struct {
@@ -59,9 +76,73 @@ var healthMetrics = map[string]bool{
 	"envoy_rls_backend_failure_mode_total":  true,
 }
 
-// NewHealth returns the health panel's reader.
+// NewHealth returns the health panel's reader. A reading is kept for
+// o.CacheFor; when it is older, the first poll reads again and the polls
+// that come meanwhile wait for that reading instead of starting their own.
 func NewHealth(o HealthOptions) func(ctx context.Context) any {
-	return func(ctx context.Context) any {
+	if o.CacheFor <= 0 {
+		o.CacheFor = HealthPoll
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &healthCache{read: readHealth(o), every: o.CacheFor, now: o.Now}
+	return func(ctx context.Context) any { return c.get(ctx) }
+}
+
+// healthCache holds the last reading of the panel and single-flights the
+// next one.
+type healthCache struct {
+	read  func(ctx context.Context) Health
+	every time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	last *Health
+	at   time.Time
+	// flight is closed when the reading in progress is done; nil when none
+	// is.
+	flight chan struct{}
+}
+
+func (c *healthCache) get(ctx context.Context) Health {
+	c.mu.Lock()
+	if c.last != nil && c.now().Sub(c.at) < c.every {
+		h := *c.last
+		c.mu.Unlock()
+		return h
+	}
+	if f := c.flight; f != nil {
+		c.mu.Unlock()
+		select {
+		case <-f:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.last == nil {
+			return Health{Shards: []Shard{}, Metrics: map[string]float64{}, Error: "console: health reading still in progress"}
+		}
+		return *c.last
+	}
+	f := make(chan struct{})
+	c.flight = f
+	c.mu.Unlock()
+	// The reading serves every poll waiting on it: one poll's end (a tab
+	// closed) must not cut it short.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
+	h := c.read(rctx)
+	cancel()
+	c.mu.Lock()
+	c.last, c.at, c.flight = &h, c.now(), nil
+	c.mu.Unlock()
+	close(f)
+	return h
+}
+
+// readHealth reads the panel now.
+func readHealth(o HealthOptions) func(ctx context.Context) Health {
+	return func(ctx context.Context) Health {
 		h := Health{Store: o.Store, Topology: o.Topology, Shards: []Shard{}, Metrics: map[string]float64{}}
 		if o.Ping != nil {
 			h.Shards = o.Ping(ctx)

@@ -70,7 +70,8 @@ type Explainer struct {
 	Effective func(now time.Time, domain string, r *rules.Rule, l *rules.Limit) rls.Effective
 	// KeyPrefix is the deployment's Redis key prefix (--redis-key-prefix).
 	KeyPrefix string
-	// CounterHashes is the deployment's --redis-counter-hashes, which
+	// CounterHashes is the deployment's counter-hash count (the one its
+	// replicas recorded in Redis: redisalgo.ResolveCounterHashes), which
 	// says which hash a fixed window's counter is in.
 	CounterHashes int
 	// Peeker, when set, makes the explanation live: each counter's state

@@ -57,10 +57,11 @@ func (s Single) ForEachMaster(ctx context.Context, fn func(ctx context.Context, 
 type Options struct {
 	// KeyPrefix is the deployment's --redis-key-prefix.
 	KeyPrefix string
-	// CounterHashes is the deployment's --redis-counter-hashes: a fixed
-	// window's field is ours only in the bucket it hashes to among that
-	// many (redisalgo.ParseCounter); 0 means
-	// redisalgo.DefaultCounterHashes.
+	// CounterHashes is the deployment's counter-hash count, the one its
+	// replicas recorded in Redis (redisalgo.ResolveCounterHashes, which
+	// envoy-rls inspect uses): a fixed window's field is ours only in the
+	// bucket it hashes to among that many (redisalgo.ParseCounter); 0
+	// means redisalgo.DefaultCounterHashes.
 	CounterHashes int
 	// Count is the COUNT hint of each SCAN and HSCAN step; 0 means 100.
 	// (Redis answers a small, compact hash in one step whatever the
@@ -212,6 +213,7 @@ func (w *walk) master(ctx context.Context, c *redis.Client) error {
 	w.r.Masters++
 	w.r.LFU = w.r.LFU || lfu
 	w.mu.Unlock()
+	meta := redisalgo.MetaKey(w.opts.KeyPrefix)
 	var cursor uint64
 	for {
 		names, next, err := c.Scan(ctx, cursor, "", w.opts.Count).Result()
@@ -222,6 +224,11 @@ func (w *walk) master(ctx context.Context, c *redis.Client) error {
 		// field by field (hash), each field counting as a key.
 		var keys, hashes []string
 		for _, n := range names {
+			if n == meta {
+				// The deployment's record of its counter-hash count
+				// (redisalgo.MetaKey): envoy-rls's, but no counter.
+				continue
+			}
 			if redisalgo.IsCounterHash(n, w.opts.KeyPrefix) {
 				hashes = append(hashes, n)
 			} else {

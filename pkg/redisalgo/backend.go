@@ -248,6 +248,7 @@ func newBase(client sender, opts Options) (*Backend, error) {
 		b.sizes, b.roundTrips = h, rt
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
+	b.expiries.init()
 	return b, nil
 }
 
@@ -299,13 +300,19 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 
 // Close waits for every queued and in-flight batch to finish; Apply fails
 // with ErrClosed afterwards. It does not close the client.
-func (b *Backend) Close() { b.topo.close() }
+func (b *Backend) Close() {
+	b.topo.close()
+	b.expiries.wait()
+}
 
 // Ping checks that Redis answers: every master of a cluster, else the
 // (current) master. It is meant for readiness probes. Until it has seen
 // every master's version once, it also checks that each is Redis 7.0 or
 // later (checkVersion), so that a Redis too old is an unready replica with
-// a log line that says why, not a failure at every request.
+// a log line that says why, not a failure at every request. Every ping
+// also records the backend's counter-hash count for the deployment when
+// none is, and fails when another is recorded (meta.go): a replica that
+// would count apart from the others is an unready one.
 func (b *Backend) Ping(ctx context.Context) error {
 	checked := b.versionChecked.Load()
 	err := b.topo.forEachMaster(ctx, func(ctx context.Context, m master) error {
@@ -323,7 +330,9 @@ func (b *Backend) Ping(ctx context.Context) error {
 	if !checked {
 		b.versionChecked.Store(true)
 	}
-	return nil
+	// On every ping, not once: a count recorded anew (a planned change,
+	// docs/redis.md) makes the replicas still on the old one unready.
+	return b.checkCounterHashes(ctx)
 }
 
 // minRedisMajor is the oldest Redis the backend works with: PEXPIRE … NX,
@@ -481,6 +490,7 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	}()
 	s.reset(len(checks))
 
+	b.keys(s, checks)
 	if err := b.requestNows(ctx, s, at, checks); err != nil {
 		return nil, err
 	}
@@ -510,9 +520,11 @@ type clockNow struct {
 // here (clock.go: at is from the caller's clock, placed on the monotonic
 // one, and used only near the send); else 0, the script's own TIME. Every
 // check on one master gets one time, so that a slot group's call has one.
-// Taking at, not the time of sending, puts a request's consumption and a
-// refund of it that its caller makes at the same at (the per-second
-// split's, say) in one window, even when a window ends in between.
+// A refund that names the time its hits were decided at (algo.Check.At,
+// from their Decision.At) is applied at that time, whatever at and the
+// send are: placing at near a send that came long after (the per-second
+// split refunds once the other Redis answered) could put it in the next
+// window, giving back hits that window never had.
 func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, checks []algo.Check) error {
 	period := int64(0)
 	if !b.callerTime {
@@ -523,19 +535,22 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 		if b.callerTime {
 			now = at.UnixMicro()
 		}
-		for range checks {
-			s.nows = append(s.nows, now)
+		for i := range checks {
+			s.nows = append(s.nows, cmp.Or(checks[i].At, now))
 		}
 		return nil
 	}
 	b.useClocks()
 	sent := time.Now()
 	for i := range checks {
-		mc, n := b.topo.clockOf(b.keyPrefix, &checks[i])
+		mc, n := b.topo.clockOf(s.keys.view(i))
 		s.nodes = append(s.nodes, n)
 		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
 		if k < 0 {
-			now, err := mc.at(ctx, at, sent, period)
+			now, err := checks[i].At, error(nil)
+			if now == 0 {
+				now, err = mc.at(ctx, at, sent, period)
+			}
 			if err != nil {
 				return err
 			}
@@ -559,7 +574,12 @@ func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Ch
 	}
 	b.useClocks()
 	k := slices.IndexFunc(checks, func(c algo.Check) bool { return c.Policy.KeyedWindow() })
-	mc, _ := b.topo.clockOf(b.keyPrefix, &checks[k])
+	buf := keyBufs.Get().(*keyBuf)
+	defer keyBufs.Put(buf)
+	buf.reset()
+	// Any window's hash has the counter's slot (AppendCounterHash).
+	buf.add(b.keyPrefix, checks[k], 0, b.counterHashes)
+	mc, _ := b.topo.clockOf(buf.view(0))
 	return mc.at(ctx, at, time.Now(), period)
 }
 
@@ -609,14 +629,29 @@ func ValidateKeyPrefix(p string) error {
 	return nil
 }
 
-// group computes each check's key and slot (the one slot computation: the
-// merged commands group by it too), orders the checks into slot groups
-// (one group unless the backend is a cluster's) and makes one call per
-// group.
+// keys computes each check's key and slot once per request (the one slot
+// computation: the merged commands group by it too): a fixed window's
+// hash is named for window 0 here, since which window holds the request
+// depends on its master's clock, found by the key (requestNows); group
+// then writes the window's digits in place. A key, and a long part's
+// SHA-256, is so built once per check, not once for the master and once
+// for the window.
+func (b *Backend) keys(s *scratch, checks []algo.Check) {
+	for i := range checks {
+		key := s.keys.add(b.keyPrefix, checks[i], 0, b.counterHashes)
+		// Any window's hash has the counter's slot (AppendCounterHash).
+		s.slots = append(s.slots, b.topo.slot(key))
+	}
+}
+
+// group names each fixed window's hash for its window at s.nows, orders
+// the checks into slot groups (one group unless the backend is a
+// cluster's) and makes one call per group.
 func (b *Backend) group(s *scratch, checks []algo.Check) {
 	for i := range checks {
-		key := s.keys.add(b.keyPrefix, checks[i], s.nows[i], b.counterHashes)
-		s.slots = append(s.slots, b.topo.slot(key))
+		if checks[i].Policy.KeyedWindow() {
+			s.keys.setWindow(i, checks[i].Policy, s.nows[i])
+		}
 		s.order = append(s.order, i)
 	}
 	b.topo.sortBySlot(s.order, s.slots)
@@ -713,6 +748,10 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 		}
 		// parseApplyInts's errors carry the package prefix and the detail.
 		c.evalNow, c.allowed, c.err = parseApplyInts(c.script.reply, c.out)
+		for j := range c.out {
+			// What a refund of these hits names (algo.Check.At).
+			c.out[j].At = c.evalNow
+		}
 		if c.script.plain && c.err == nil && !c.allowed && c.script.ints[2]&codeCharge == 0 {
 			s.sending = append(s.sending, c)
 		}

@@ -201,6 +201,7 @@ func TestHashTagGroupsOneUser(t *testing.T) {
 	for range checks {
 		s.nows = append(s.nows, 0)
 	}
+	b.keys(s, checks)
 	b.group(s, checks)
 	if len(s.calls) != 1 {
 		t.Fatalf("%d slot groups for one user's %d limits, want 1", len(s.calls), len(checks))

@@ -430,6 +430,7 @@ func oneCall(b *Backend, c algo.Check) *call {
 	s := new(scratch)
 	s.reset(1)
 	s.nows = append(s.nows, 0)
+	b.keys(s, []algo.Check{c})
 	b.group(s, []algo.Check{c})
 	return &s.calls[0]
 }

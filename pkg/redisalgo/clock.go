@@ -37,7 +37,9 @@ package redisalgo
 //     failover to a host whose clock differs), and the samples of before
 //     are dropped.
 //   - No request is decided on a reading older than clockMaxUse: the
-//     request measures the clock first (an idle replica pays one TIME).
+//     request measures the clock first (an idle replica pays one TIME,
+//     which every request that finds the reading unusable while it is in
+//     flight shares: masterClock.measureShared).
 //     While requests flow, the next pipeline to the master carries a TIME
 //     once the last measurement is older than clockMaxAge (Backend.send),
 //     so keeping the clock costs one TIME a second per master; a failed
@@ -50,6 +52,7 @@ package redisalgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -289,6 +292,51 @@ type masterClock struct {
 	// client would send a keyless TIME to any master).
 	via    sender
 	inline bool
+	// flightMu guards flight, the measurement on the request path in
+	// flight, nil when none is: requests that find the reading unusable
+	// at once (after clockMaxUse idle, or a suspect reading) share one
+	// TIME instead of each sending its own.
+	flightMu sync.Mutex
+	flight   *measurement
+}
+
+// measurement is one TIME on the request path that every request waiting
+// for it shares: err is its outcome, set before done is closed.
+type measurement struct {
+	done chan struct{}
+	err  error
+}
+
+// measureShared measures the clock once for every request that asks while
+// the measurement is in flight (masterClock.flight). The request that
+// starts it sends the TIME on its own ctx; one that waits stops waiting
+// when its ctx ends, and measures itself when the one it waited for ended
+// with its sender's ctx, not with an answer of Redis.
+func (m *masterClock) measureShared(ctx context.Context) error {
+	for {
+		m.flightMu.Lock()
+		f := m.flight
+		if f == nil {
+			f = &measurement{done: make(chan struct{})}
+			m.flight = f
+			m.flightMu.Unlock()
+			f.err = m.clock.measure(ctx, m.via)
+			m.flightMu.Lock()
+			m.flight = nil
+			m.flightMu.Unlock()
+			close(f.done)
+			return f.err
+		}
+		m.flightMu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("redisalgo: read Redis's clock: %w", ctx.Err())
+		}
+		if f.err == nil || !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) {
+			return f.err
+		}
+	}
 }
 
 // at returns the time a request whose instant is at, sent now, decides
@@ -300,7 +348,7 @@ func (m *masterClock) at(ctx context.Context, at, sent time.Time, period int64) 
 	}
 	// A refused measurement needs a second to be confirmed.
 	for range 2 {
-		if err := m.clock.measure(ctx, m.via); err != nil {
+		if err := m.measureShared(ctx); err != nil {
 			return 0, err
 		}
 		if now, ok := m.clock.place(at, time.Now(), period); ok {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
@@ -228,4 +229,45 @@ func TestClockStepNoOverAdmission(t *testing.T) {
 			t.Fatalf("the load filled %d of %d windows: the test proves nothing", full, len(admitted))
 		}
 	})
+}
+
+// TestClockSingleFlight: requests that all find the clock unmeasured (a
+// fresh replica, or one idle past clockMaxUse) share one TIME on the
+// request path instead of each sending its own (issue 39). Redis is
+// paused while they arrive, so that the first measurement is still in
+// flight when every other request asks; INFO commandstats counts the
+// TIMEs Redis ran.
+func TestClockSingleFlight(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Standalone(t).Client(t)
+	b := newBackend(t, client, Options{NoBatch: true})
+	if err := client.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(ctx, "client", "pause", 300, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const requests = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, requests)
+	for i := range requests {
+		wg.Go(func() {
+			c := backendtest.UserCheck("d", strconv.Itoa(i), backendtest.PerMinute(algo.FixedWindow, 5), 1)
+			if _, err := b.Apply(ctx, time.Now(), []algo.Check{c}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	stats := commandStats(t, ctx, client)
+	if n := stats["time"].calls; n != 1 {
+		t.Errorf("%d requests on an unmeasured clock sent %d TIMEs, want 1", requests, n)
+	}
+	if n := stats["hincrby"].calls; n != requests {
+		t.Errorf("HINCRBY ran %d times, want %d: not every request was decided", n, requests)
+	}
 }

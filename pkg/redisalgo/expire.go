@@ -3,6 +3,10 @@ package redisalgo
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
 // A fixed window's hash gets its expiry from the first plain call or
@@ -10,80 +14,119 @@ import (
 // the same for every counter of the window, so sending it with every hit,
 // as one key per counter needs, would double the commands per decision.
 // expiries remembers, per replica, the hashes it has sent an expiry for
-// in their window, so that a plain call carries a PEXPIRE … NX only when
-// this replica has not sent one yet, or again every resendExpiry-th call
-// to that hash: a hash evicted mid-window and recreated by a later
-// HINCRBY has no expiry, and the resend gives it one back (docs/redis.md,
-// "Eviction"). A replica that restarts sends each hash's expiry once more;
-// NX makes every extra one a no-op.
+// in their window and when, so that a plain call carries a PEXPIRE … NX
+// only when this replica has not sent one yet, or sent its last one
+// resendExpiry or more before: a hash evicted mid-window and recreated by
+// a later HINCRBY has no expiry, and the resend gives it one back within
+// resendExpiry of the recreation while calls to it go on, however few they
+// are (docs/redis.md, "Eviction"). A replica that restarts sends each
+// hash's expiry once more; NX makes every extra one a no-op.
+//
+// Every plain call asks (need), so the set is a shardmap: calls to
+// different hashes rarely wait for each other, and dropping the windows
+// that ended (sweep) runs on a goroutine of its own, under one shard's
+// lock at a time, never on a request's path.
 
-// resendExpiry is how many of this replica's plain calls to one hash in
-// one window carry its PEXPIRE … NX at most once: 1/64 of a command per
-// decision at worst, so a decision stays one command.
-const resendExpiry = 64
+// resendExpiry is how long after this replica's last PEXPIRE … NX to a
+// hash its next plain call to it in the window carries another: at most
+// one command a second per hash and replica, whatever the calls' rate.
+const resendExpiry = algo.Second
 
 // expiries is the set of hashes this replica has sent an expiry for, with
-// the end of their window; safe for concurrent use.
+// the end of their window and when it sent the last; safe for concurrent
+// use once init ran.
 type expiries struct {
-	mu sync.Mutex
 	// m's keys are copies: a map assignment to an existing key would
 	// store the caller's string (a view of a request's reused buffer), so
 	// an entry is updated through its pointer, never assigned again.
-	m map[string]*expiry
-	// sweepAt is the size at which the next need drops ended windows.
-	sweepAt int
+	m shardmap.Map[*expiry]
+	// sweepAt[i] is the size at which shard i's next new hash starts a
+	// sweep of its windows that ended; guarded by the shard's lock.
+	sweepAt [shardmap.Count]int
+	// sweeping[i] is set while shard i's sweep runs, so one at a time does.
+	sweeping [shardmap.Count]atomic.Bool
+	// sweeps counts the sweeps running, for wait.
+	sweeps sync.WaitGroup
 }
 
 type expiry struct {
-	end   int64  // the window's end (Unix µs on the master's clock)
-	calls uint32 // plain calls to the hash in this window, this one included
+	end  int64 // the window's end (Unix µs on the master's clock)
+	sent int64 // when this replica last sent the PEXPIRE … NX (same clock)
 }
 
-// minSweep is the size below which expiries never sweeps.
-const minSweep = 1024
+// minSweep is the size below which a shard never sweeps.
+const minSweep = 64
+
+func (e *expiries) init() { e.m.Init() }
 
 // need reports whether this replica's plain call to hash, whose window
 // ends at end, at now, must carry the hash's PEXPIRE … NX. hash may view
 // a buffer that is reused later: it is copied when remembered.
 func (e *expiries) need(hash string, end, now int64) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if x, ok := e.m[hash]; ok && x.end == end {
-		x.calls++
-		return x.calls%resendExpiry == 1
-	} else if ok {
-		// The name came round to another window (36⁴ windows later).
-		x.end, x.calls = end, 1
-		return true
-	}
-	if e.m == nil {
-		e.m = make(map[string]*expiry)
-	}
-	if len(e.m) >= max(e.sweepAt, minSweep) {
-		// Windows that ended are never written again by this replica's
-		// clock; a lagging replica's late hits are its own to expire.
-		for k, x := range e.m {
-			if x.end < now {
-				delete(e.m, k)
-			}
+	i := e.m.IndexString(hash)
+	sh := e.m.Shard(i)
+	sh.Mu.Lock()
+	if x, ok := sh.M[hash]; ok {
+		send := x.end != end || now-x.sent >= resendExpiry
+		if send {
+			// A resend, or the name came round to another window (36⁴
+			// windows later).
+			x.end, x.sent = end, now
 		}
-		e.sweepAt = 2 * len(e.m)
+		sh.Mu.Unlock()
+		return send
 	}
-	e.m[strings.Clone(hash)] = &expiry{end: end, calls: 1}
+	sh.M[strings.Clone(hash)] = &expiry{end: end, sent: now}
+	sweep := len(sh.M) >= max(e.sweepAt[i], minSweep)
+	if sweep {
+		// Not again until the shard doubles, whatever this sweep finds.
+		e.sweepAt[i] = 2 * len(sh.M)
+	}
+	sh.Mu.Unlock()
+	if sweep && e.sweeping[i].CompareAndSwap(false, true) {
+		e.sweeps.Add(1)
+		go e.sweep(i, now)
+	}
 	return true
 }
+
+// sweep drops shard i's hashes whose window ended before now: windows
+// that ended are never written again by this replica's clock; a lagging
+// replica's late hits are its own to expire.
+func (e *expiries) sweep(i int, now int64) {
+	defer e.sweeps.Done()
+	defer e.sweeping[i].Store(false)
+	sh := e.m.Shard(i)
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	for k, x := range sh.M {
+		if x.end < now {
+			delete(sh.M, k)
+		}
+	}
+	e.sweepAt[i] = 2 * len(sh.M)
+}
+
+// wait waits for the sweeps running (Backend.Close).
+func (e *expiries) wait() { e.sweeps.Wait() }
 
 // forget drops hash, so that the next plain call to it sends its expiry
 // again: the one this replica sent may not have been applied.
 func (e *expiries) forget(hash string) {
-	e.mu.Lock()
-	delete(e.m, hash)
-	e.mu.Unlock()
+	sh := e.m.Shard(e.m.IndexString(hash))
+	sh.Mu.Lock()
+	delete(sh.M, hash)
+	sh.Mu.Unlock()
 }
 
 // len is how many hashes are remembered, for tests.
 func (e *expiries) len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.m)
+	n := 0
+	for i := range shardmap.Count {
+		sh := e.m.Shard(i)
+		sh.Mu.Lock()
+		n += len(sh.M)
+		sh.Mu.Unlock()
+	}
+	return n
 }

@@ -2,141 +2,138 @@ package redisalgo
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/algo"
+	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
 )
 
-// TestExpiriesNeed: which plain calls to a hash carry its PEXPIRE … NX.
-// A step is one call to need, or a forget when forget is set.
+// TestExpiriesNeed: which plain calls to a hash carry its PEXPIRE … NX:
+// the first in a window, then the first resendExpiry or more after the
+// last that did, however few calls came between (issue 39: a hash
+// recreated after an eviction gets its expiry back by time, not only
+// after many calls). A step is one call to need at now, or a forget.
 func TestExpiriesNeed(t *testing.T) {
-	const end, now = 2000, 1000
+	const end, t0 = 100 * algo.Second, 10 * algo.Second
 	type step struct {
 		hash   string
 		end    int64
+		now    int64
 		forget bool
 		want   bool
 	}
-	// calls returns n calls of hash in the window ending at end, the
-	// first of which needs when first: afterwards every resendExpiry-th
-	// one after the last that needed does again.
-	calls := func(hash string, end int64, n int, first bool) []step {
-		var s []step
-		for i := range n {
-			s = append(s, step{hash: hash, end: end, want: i%resendExpiry == 0 && (first || i > 0)})
-		}
-		return s
-	}
-	join := func(parts ...[]step) []step {
-		var s []step
-		for _, p := range parts {
-			s = append(s, p...)
-		}
-		return s
+	call := func(hash string, end, now int64, want bool) step {
+		return step{hash: hash, end: end, now: now, want: want}
 	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
-		{"first needs, then every resendExpiry-th", calls("h", end, 3*resendExpiry+1, true)},
-		{"a new window needs", join(
-			calls("h", end, 5, true),
-			calls("h", end+1000, 5, true),
-			calls("h", end, 5, true), // an end that differs again is a new window too
-		)},
-		{"the count starts again in a new window", join(
-			calls("h", end, resendExpiry-1, true),
-			calls("h", end+1000, resendExpiry+1, true),
-		)},
-		{"forget makes the next need", join(
-			calls("h", end, 3, true),
-			[]step{{hash: "h", forget: true}},
-			calls("h", end, resendExpiry+1, true),
-		)},
-		{"forgetting an unknown hash is harmless", join(
-			[]step{{hash: "x", forget: true}},
-			calls("h", end, 2, true),
-			[]step{{hash: "x", forget: true}},
-			calls("h", end, 2, false),
-		)},
-		{"hashes count apart", join(
-			calls("a", end, 2, true),
-			calls("b", end, 2, true),
-			calls("a", end, resendExpiry-2, false),
-			[]step{{hash: "a", end: end, want: true}, {hash: "b", end: end, want: false}},
-		)},
+		{"first needs, the next within resendExpiry do not", []step{
+			call("h", end, t0, true),
+			call("h", end, t0+1, false),
+			call("h", end, t0+resendExpiry-1, false),
+		}},
+		{"a call resendExpiry after the last sent needs, however few came between", []step{
+			call("h", end, t0, true),
+			call("h", end, t0+resendExpiry, true),
+			call("h", end, t0+resendExpiry+1, false),
+			call("h", end, t0+3*resendExpiry, true),
+		}},
+		{"many calls within resendExpiry need once", func() []step {
+			s := []step{call("h", end, t0, true)}
+			for i := range 1000 {
+				s = append(s, call("h", end, t0+int64(i), false))
+			}
+			return s
+		}()},
+		{"a new window needs", []step{
+			call("h", end, t0, true),
+			call("h", end+algo.Second, t0+1, true),
+			call("h", end, t0+2, true), // an end that differs again is a new window too
+			call("h", end, t0+3, false),
+		}},
+		{"forget makes the next need", []step{
+			call("h", end, t0, true),
+			{hash: "h", forget: true},
+			call("h", end, t0+1, true),
+			call("h", end, t0+2, false),
+		}},
+		{"forgetting an unknown hash is harmless", []step{
+			{hash: "x", forget: true},
+			call("h", end, t0, true),
+			{hash: "x", forget: true},
+			call("h", end, t0+1, false),
+		}},
+		{"hashes are timed apart", []step{
+			call("a", end, t0, true),
+			call("b", end, t0+resendExpiry/2, true),
+			call("a", end, t0+resendExpiry, true),
+			call("b", end, t0+resendExpiry, false),
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var e expiries
+			e.init()
 			for i, s := range tc.steps {
 				if s.forget {
 					e.forget(s.hash)
 					continue
 				}
-				if got := e.need(s.hash, s.end, now); got != s.want {
-					t.Fatalf("step %d: need(%q, end %d) = %v, want %v", i, s.hash, s.end, got, s.want)
+				if got := e.need(s.hash, s.end, s.now); got != s.want {
+					t.Fatalf("step %d: need(%q, end %d) at %d = %v, want %v", i, s.hash, s.end, s.now, got, s.want)
 				}
 			}
 		})
 	}
 }
 
-// TestExpiriesSweep: once the map reaches its size bound (minSweep, then
-// twice what the last sweep kept), the next new hash drops the hashes
-// whose window ended and keeps the live ones, which go on counting
-// towards their resend.
+// TestExpiriesSweep: a sweep drops the hashes whose window ended and keeps
+// the live ones, whose next call within resendExpiry needs nothing; a
+// shard that reaches its bound (minSweep, then twice what it held) starts
+// a sweep by itself, off the caller's path.
 func TestExpiriesSweep(t *testing.T) {
 	const now = 1_000_000
-	for _, tc := range []struct {
-		name        string
-		ended, live int
-		// wantLen is the size after the call that may sweep.
-		wantLen int
-	}{
-		{"below the bound nothing goes", minSweep/2 - 1, minSweep / 2, minSweep},
-		{"at the bound ended windows go", minSweep / 2, minSweep / 2, minSweep/2 + 1},
-		{"all ended", minSweep, 0, 1},
-		{"all live", 0, minSweep, minSweep + 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var e expiries
-			for i := range tc.ended {
-				e.need(fmt.Sprintf("ended%d", i), now-1, now-2)
-			}
-			for i := range tc.live {
-				e.need(fmt.Sprintf("live%d", i), now+1000, now-2)
-			}
-			if !e.need("new", now+1000, now) {
-				t.Fatal("a new hash did not need its expiry")
-			}
-			if n := e.len(); n != tc.wantLen {
-				t.Fatalf("%d hashes remembered, want %d", n, tc.wantLen)
-			}
-			// A live hash is still remembered: its next call needs no
-			// expiry. An ended one that was dropped needs one if called
-			// again (its replica's clock lagging).
-			if tc.live > 0 && e.need("live0", now+1000, now) {
-				t.Error("a live hash was forgotten by the sweep")
-			}
-			if swept := tc.wantLen < tc.ended+tc.live+1; tc.ended > 0 && e.need("ended0", now-1, now) != swept {
-				t.Errorf("ended0 needs %v, want %v (swept %v)", !swept, swept, swept)
-			}
-		})
-	}
-	t.Run("the bound doubles what a sweep kept", func(t *testing.T) {
+	t.Run("ended go, live stay", func(t *testing.T) {
 		var e expiries
-		for i := range minSweep {
-			e.need(fmt.Sprintf("live%d", i), now+1000, now)
-		}
-		e.need("trigger", now+1000, now) // sweeps, keeps all: the next bound is 2·(minSweep)
-		for i := range minSweep - 1 {
+		e.init()
+		const ended, live = 500, 300
+		for i := range ended {
 			e.need(fmt.Sprintf("ended%d", i), now-1, now-2)
 		}
-		// 2·minSweep entries: below the doubled bound nothing went.
-		if n := e.len(); n != 2*minSweep {
-			t.Fatalf("%d hashes remembered, want %d", n, 2*minSweep)
+		for i := range live {
+			e.need(fmt.Sprintf("live%d", i), now+1000, now-2)
 		}
-		e.need("next", now+1000, now) // at the bound: the ended go
-		if n := e.len(); n != minSweep+2 {
-			t.Fatalf("after the second sweep %d hashes remembered, want %d", n, minSweep+2)
+		// Sweeps the shards started meanwhile dropped nothing: no window
+		// had ended at their now.
+		e.wait()
+		for i := range shardmap.Count {
+			e.sweeps.Add(1)
+			e.sweep(i, now)
+		}
+		if n := e.len(); n != live {
+			t.Fatalf("%d hashes remembered after the sweep, want the %d live", n, live)
+		}
+		if e.need("live0", now+1000, now) {
+			t.Error("a live hash was forgotten by the sweep")
+		}
+		if !e.need("ended0", now-1, now) {
+			t.Error("an ended hash is still remembered")
+		}
+	})
+	t.Run("a shard at its bound sweeps by itself", func(t *testing.T) {
+		var e expiries
+		e.init()
+		const total = 4 * shardmap.Count * minSweep
+		for i := range total {
+			e.need(fmt.Sprintf("ended%d", i), now-1, now)
+		}
+		e.wait()
+		// Every shard reached minSweep, and its first sweep dropped all
+		// it held.
+		if n := e.len(); n > total-shardmap.Count*minSweep {
+			t.Fatalf("%d of %d ended hashes remembered: the shards did not sweep", n, total)
 		}
 	})
 }
@@ -159,6 +156,7 @@ func TestExpiriesCopiesHash(t *testing.T) {
 		t.Fatalf("the view is %q, want %q", view, name)
 	}
 	var e expiries
+	e.init()
 	if !e.need(view, end, now) {
 		t.Fatal("the first call did not need its expiry")
 	}
@@ -185,4 +183,26 @@ func TestExpiriesCopiesHash(t *testing.T) {
 	if n := e.len(); n != 2 {
 		t.Errorf("%d hashes remembered, want 2", n)
 	}
+}
+
+// BenchmarkExpiriesNeed is the plain path's bookkeeping of expiries, every
+// plain call's, from parallel requests on many hashes: run it with -cpu
+// 1,2,4,8 to see what a single lock would cost as cores are added.
+func BenchmarkExpiriesNeed(b *testing.B) {
+	const hashes = 4096
+	names := make([]string, hashes)
+	for i := range names {
+		names[i] = fmt.Sprintf("r3{bench:f1h0:%d}a4da", i)
+	}
+	var e expiries
+	e.init()
+	const end = 100 * algo.Second
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			e.need(names[i%hashes], end, int64(i%1000))
+		}
+	})
 }

@@ -37,6 +37,21 @@ const AnchorPrefix = "r2w"
 // locks in one slot.
 func OverrideKey(prefix string) string { return prefix + "envoy-rls:override:v1:{overrides}" }
 
+// MetaKey is the Redis hash that records, per deployment (key prefix) and
+// layout, what every replica and tool must agree on to name the same
+// keys: the counter-hash count (field MetaCounterHashes), which is part of
+// every fixed window's hash name and every hash-tagged key. It is one key
+// in one slot (its hash tag, {meta}): on a Cluster it lives on one master,
+// and every replica reads it there whichever masters hold counters, since
+// one value is what they must share. Its name has no '{' after the layout
+// version and prefix, so it is never read as a counter, and it has no
+// expiry: it lives as long as the deployment's keys (Backend.Ping).
+func MetaKey(prefix string) string { return prefix + "envoy-rls:layout:" + LayoutVersion + ":{meta}" }
+
+// MetaCounterHashes is MetaKey's field that holds the deployment's
+// counter-hash count (Options.CounterHashes), in decimal.
+const MetaCounterHashes = "counter_hashes"
+
 // AppendAnchorKey appends the key of a warm-up anchor to dst:
 //
 //	r2w{<domain>:<anchor>}

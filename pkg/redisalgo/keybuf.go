@@ -48,6 +48,13 @@ func (k *keyBuf) add(prefix string, c algo.Check, now int64, hashes int) []byte 
 	return k.b[start:]
 }
 
+// setWindow names key i, a fixed window's hash (of policy p), for the
+// window holding now: its last windowDigits bytes are the window's
+// (AppendCounterHash), the rest is the same for every window.
+func (k *keyBuf) setWindow(i int, p algo.Policy, now int64) {
+	appendWindow(k.b[:k.ends[i]-windowDigits], p, now)
+}
+
 // field returns the field of key i (empty unless a fixed window's) as a
 // string that shares k's bytes, as view does.
 func (k *keyBuf) field(i int) string { return viewOf(k.f, k.fends, i) }

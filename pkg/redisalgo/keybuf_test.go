@@ -68,3 +68,40 @@ func TestKeyBufViews(t *testing.T) {
 		t.Errorf("reset left %d bytes, %d keys", len(k.b), len(k.ends))
 	}
 }
+
+// TestKeyBufSetWindow: a fixed window's hash built for window 0 and then
+// named for now with setWindow (Backend.keys and group, which build each
+// key once per request) is the name AppendCounterHash gives at now, for
+// untagged and hash-tagged counters, long (digested) parts and every
+// key around it untouched; its slot is the one of any window.
+func TestKeyBufSetWindow(t *testing.T) {
+	long := strings.Repeat("v", 3*maxPart)
+	tagged := backendtest.UserCheck("dom", "alice", backendtest.PerMinute(algo.FixedWindow, 3), 1)
+	tagged.HashTag = 0
+	checks := []algo.Check{
+		backendtest.UserCheck("dom", "alice", backendtest.PerMinute(algo.FixedWindow, 3), 1),
+		backendtest.UserCheck("dom", long, backendtest.PerMinute(algo.TokenBucket, 3), 1),
+		backendtest.UserCheck(long, long, algo.Policy{Algorithm: algo.FixedWindow, Limit: 3, Period: algo.Second}, 1),
+		tagged,
+	}
+	for _, now := range []int64{0, 1, t0.UnixMicro(), t0.UnixMicro() + 59*algo.Second, 1 << 60} {
+		var k keyBuf
+		for _, c := range checks {
+			k.add("pre:", c, 0, 7)
+		}
+		for i, c := range checks {
+			before := keySlot([]byte(k.view(i)))
+			if c.Policy.KeyedWindow() {
+				k.setWindow(i, c.Policy, now)
+			}
+			if got := keySlot([]byte(k.view(i))); got != before {
+				t.Errorf("at %d, check %d: slot %d after setWindow, %d before", now, i, got, before)
+			}
+		}
+		for i, c := range checks {
+			if want, _ := CounterAt("pre:", c, now, 7); k.view(i) != want {
+				t.Errorf("at %d, check %d: %q, want %q", now, i, k.view(i), want)
+			}
+		}
+	}
+}

@@ -18,10 +18,11 @@ package redisalgo
 //
 //	PEXPIRE <hash> <ms to the window's end + windowMargin> NX
 //
-// to its first plain call to each hash in each window, and to every
-// resendExpiry-th after (expire.go); NX (Redis 7.0) leaves an expiry that
-// another replica or a script set alone. A decision is therefore one
-// command, plus one per hash, window and replica (BENCHMARKS.md).
+// to its first plain call to each hash in each window, and to its first
+// call resendExpiry (a second) or more after the last it sent (expire.go);
+// NX (Redis 7.0) leaves an expiry that another replica or a script set
+// alone. A decision is therefore one command, plus at most one a second
+// per hash and replica (BENCHMARKS.md).
 //
 // A denied hit has been counted and is given back (giveBack): not on the
 // request's path, which is answered at once, but with the next pipeline to

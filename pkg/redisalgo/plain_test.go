@@ -91,6 +91,11 @@ func TestDifferentialPlain(t *testing.T) {
 			}
 			goOut := make([]algo.Decision, len(checks))
 			allowed := algo.ApplyAll(checks, goStates, now, goOut)
+			for i := range goOut {
+				// The backend reports the time it decided at (CallerTime:
+				// now), which a refund of the hits names.
+				goOut[i].At = now
+			}
 			got, err := b.Apply(ctx, time.UnixMicro(now), checks)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)

@@ -39,9 +39,10 @@ type topology interface {
 	shard(prefix string, c algo.Check) int
 	// shardName returns the address shard id names, or "".
 	shardName(id int) string
-	// clockOf returns the clock of the master of c's key, prefix first,
-	// and that master's node (nil unless cluster), which route keeps.
-	clockOf(prefix string, c *algo.Check) (*masterClock, *node)
+	// clockOf returns the clock of the master of key (a check's, prefix
+	// first, as the request built it), and that master's node (nil unless
+	// cluster), which route keeps.
+	clockOf(key string) (*masterClock, *node)
 	// poster returns the batcher that carries give-backs to the master of
 	// a call routed to n (nil unless cluster): its request batcher, or
 	// one for give-backs alone under Options.NoBatch.
@@ -84,7 +85,7 @@ func (t *oneMaster) roundTrip(ctx context.Context, s *scratch, calls []*call) er
 	return t.b.roundTripVia(ctx, s, calls, t.batch, t.clock)
 }
 
-func (t *oneMaster) clockOf(string, *algo.Check) (*masterClock, *node) { return t.clock, nil }
+func (t *oneMaster) clockOf(string) (*masterClock, *node) { return t.clock, nil }
 
 func (t *oneMaster) settle(_ []call, failed error) error { return failed }
 func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
@@ -146,8 +147,8 @@ func (t *cluster) roundTrip(ctx context.Context, s *scratch, calls []*call) erro
 	return roundTripNodes(ctx, s, calls)
 }
 
-func (t *cluster) clockOf(prefix string, c *algo.Check) (*masterClock, *node) {
-	n := t.nodeOf(prefix, c)
+func (t *cluster) clockOf(key string) (*masterClock, *node) {
+	n := t.nodes.forKey(key)
 	return n.clock, n
 }
 

@@ -12,7 +12,11 @@
 // rule's limit is split by max-min fairness over the live instances
 // (FairShares); an instance gets its share as a token bucket. Assignments
 // carry a time to live of a few reporting intervals and are re-sent on
-// every report. docs/rlqs.md says what is exact and what approximate.
+// every report. A bucket idle past its assignment is abandoned in Envoy
+// and forgotten (forget.go), so what a replica holds and refreshes is the
+// buckets in use, not every bucket ever reported; each stream sends from
+// one goroutine, with no lock held across a Send. docs/rlqs.md says what
+// is exact and what approximate.
 //
 // The package reads rules and writes only its own usage keys; it must not
 // touch the rate-limit counters or the rule files.

@@ -75,6 +75,9 @@ type Usage interface {
 	Record(ctx context.Context, now time.Time, reps []Report) ([][]InstanceDemand, error)
 	// Demands returns every live instance's demand per bucket key.
 	Demands(ctx context.Context, now time.Time, buckets []string) ([][]InstanceDemand, error)
+	// Forget removes reps' instances from their buckets' demand at once
+	// (a bucket Envoy was told to abandon), instead of letting them expire.
+	Forget(ctx context.Context, reps []Report) error
 }
 
 // Config configures a Server.
@@ -169,12 +172,61 @@ func (s *Server) Register(g *grpc.Server) { rlqspb.RegisterRateLimitQuotaService
 // streamState is one Envoy instance's stream.
 type streamState struct {
 	instance string
-	// mu guards sent and orders sends: an assignment is recorded and sent
-	// under it, so Envoy never gets an older one after a newer.
+	// mu guards sent, pending and closed. It is never held across a Send:
+	// a flow-controlled Envoy that stops reading must stall only its own
+	// stream, not refresh or /debug/config.
 	mu sync.Mutex
-	// sent is the last assignment per bucket key.
+	// sent is the last assignment per live bucket key: a bucket is added
+	// by a report and deleted when it is forgotten (forget.go).
 	sent map[string]*Assignment
-	send func(*rlqspb.RateLimitQuotaResponse) error
+	// pending are the bucket actions recorded but not yet sent, the newest
+	// per bucket key, in the order their keys were first queued. One
+	// goroutine sends them (StreamRateLimitQuotas): an action is queued
+	// under mu as it is recorded, and a batch is taken whole under mu, so
+	// Envoy never gets an older action for a bucket after a newer one.
+	// Keeping only the newest bounds the queue by the live buckets however
+	// long Envoy stops reading.
+	pending map[string]*rlqspb.RateLimitQuotaResponse_BucketAction
+	order   []string
+	// wake tells the sender that pending is not empty (capacity 1).
+	wake chan struct{}
+	// closed is set when the stream ended: nothing more is recorded.
+	closed bool
+}
+
+func newStreamState(instance string) *streamState {
+	return &streamState{instance: instance, sent: map[string]*Assignment{},
+		pending: map[string]*rlqspb.RateLimitQuotaResponse_BucketAction{}, wake: make(chan struct{}, 1)}
+}
+
+// queue records act as the next action to send for bucket key; ss.mu is
+// held.
+func (ss *streamState) queue(key string, act *rlqspb.RateLimitQuotaResponse_BucketAction) {
+	if _, ok := ss.pending[key]; !ok {
+		ss.order = append(ss.order, key)
+	}
+	ss.pending[key] = act
+	select {
+	case ss.wake <- struct{}{}:
+	default: // already signalled
+	}
+}
+
+// take returns the pending actions as one response and empties the
+// queue; nil when nothing is pending.
+func (ss *streamState) take() *rlqspb.RateLimitQuotaResponse {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.order) == 0 {
+		return nil
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{BucketAction: make([]*rlqspb.RateLimitQuotaResponse_BucketAction, 0, len(ss.order))}
+	for _, key := range ss.order {
+		resp.BucketAction = append(resp.BucketAction, ss.pending[key])
+	}
+	ss.order = ss.order[:0]
+	clear(ss.pending)
+	return resp
 }
 
 // Assignment is what an instance was last told for a bucket.
@@ -202,12 +254,19 @@ type Assignment struct {
 	Reason string `json:"reason,omitempty"`
 	// failure: sent in the failure mode, while the usage store failed.
 	failure bool
+	// reported is when Envoy last named the bucket in a report, active
+	// when it last reported requests in it (or first reported it): the
+	// forgetting rule's clocks (forget.go).
+	reported, active time.Time
 }
 
 // StreamRateLimitQuotas serves one Envoy instance: every usage report is
-// answered with an assignment for each bucket it names.
+// answered with an assignment for each bucket it names. Reports are read
+// and answered on a goroutine of their own; this one only sends, so a
+// Send that blocks (Envoy stopped reading) holds no lock and delays no
+// report of any stream.
 func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	ss := &streamState{instance: instanceOf(st.Context()), sent: map[string]*Assignment{}, send: st.Send}
+	ss := newStreamState(instanceOf(st.Context()))
 	s.mu.Lock()
 	s.streams[ss] = struct{}{}
 	s.mu.Unlock()
@@ -217,10 +276,14 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 		delete(s.streams, ss)
 		s.mu.Unlock()
 		s.cfg.Metrics.streams.Dec()
+		ss.mu.Lock()
+		ss.closed = true
+		s.cfg.Metrics.buckets.Sub(float64(len(ss.sent)))
+		clear(ss.sent)
+		ss.mu.Unlock()
 	}()
 	// Recv in a goroutine of its own, so that Drain can end the stream
 	// while it waits; the stream's end makes that Recv return.
-	msgs := make(chan *rlqspb.RateLimitQuotaUsageReports)
 	errc := make(chan error, 1)
 	go func() {
 		for {
@@ -229,11 +292,7 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 				errc <- err
 				return
 			}
-			select {
-			case msgs <- m:
-			case <-st.Context().Done():
-				return
-			}
+			s.handle(st.Context(), ss, m)
 		}
 	}()
 	for {
@@ -248,9 +307,11 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 				return nil
 			}
 			return err
-		case m := <-msgs:
-			if err := s.handle(st.Context(), ss, m); err != nil {
-				return err
+		case <-ss.wake:
+			if resp := ss.take(); resp != nil {
+				if err := st.Send(resp); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -297,6 +358,8 @@ type bucketReport struct {
 	lim     *limitPlan
 	blanket *Blanket
 	reason  string
+	// abandon: the bucket was idle past its assignment (markIdle).
+	abandon bool
 }
 
 // Bounds on a bucket id: Envoy builds it from configuration and request
@@ -332,14 +395,16 @@ type limitPlan struct {
 	periodS      int64
 }
 
-// handle answers one usage report.
-func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimitQuotaUsageReports) error {
+// handle answers one usage report: it records the demand and queues an
+// action per bucket for the stream's sender. A bucket idle past its
+// assignment (forget.go) is abandoned instead: Envoy drops it and stops
+// reporting it, and the server forgets it.
+func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimitQuotaUsageReports) {
 	now := s.cfg.Now()
 	snap := s.cfg.Rules()
 	domain := m.GetDomain()
 	md := metricDomain(snap, domain)
 	brs := make([]bucketReport, 0, len(m.GetBucketQuotaUsages()))
-	var reps []Report
 	for _, u := range m.GetBucketQuotaUsages() {
 		b := u.GetBucketId().GetBucket()
 		if len(b) == 0 {
@@ -353,17 +418,28 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 		}
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "allowed").Add(float64(u.GetNumRequestsAllowed()))
 		s.cfg.Metrics.reported.WithLabelValues(md, ruleID, "denied").Add(float64(u.GetNumRequestsDenied()))
-		if br.lim != nil {
-			rep := Report{Bucket: br.counter, Instance: member(ss.instance, br.key)}
-			if el := u.GetTimeElapsed().AsDuration(); el >= time.Second {
-				rep.PerSecond = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
-			} else {
-				// A bucket's first report (elapsed 0) says nothing of its rate.
-				rep.Unknown = true
-			}
-			reps = append(reps, rep)
-		}
 		brs = append(brs, br)
+	}
+	s.markIdle(now, ss, brs)
+	var reps, gone []Report
+	for i := range brs {
+		br := &brs[i]
+		if br.lim == nil {
+			continue
+		}
+		rep := Report{Bucket: br.counter, Instance: member(ss.instance, br.key)}
+		if br.abandon {
+			gone = append(gone, rep)
+			continue
+		}
+		u := br.usage
+		if el := u.GetTimeElapsed().AsDuration(); el >= time.Second {
+			rep.PerSecond = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
+		} else {
+			// A bucket's first report (elapsed 0) says nothing of its rate.
+			rep.Unknown = true
+		}
+		reps = append(reps, rep)
 	}
 	var demands [][]InstanceDemand
 	var usageErr error
@@ -376,36 +452,60 @@ func (s *Server) handle(ctx context.Context, ss *streamState, m *rlqspb.RateLimi
 			s.cfg.Logger.Warn("rlqs: usage store failed; keeping the last assignments until their TTL", zap.Error(usageErr))
 		}
 	}
-	resp := &rlqspb.RateLimitQuotaResponse{}
+	if len(gone) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.UsageTimeout)
+		if err := s.cfg.Usage.Forget(rctx, gone); err != nil {
+			// Harmless: the entries expire within the usage TTL anyway.
+			s.cfg.Logger.Debug("rlqs: forgetting abandoned buckets' demand failed", zap.Error(err))
+		}
+		cancel()
+	}
 	k := 0
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if ss.closed {
+		return // the stream ended while the store answered
+	}
 	for i := range brs {
 		br := &brs[i]
+		prev := ss.sent[br.key]
+		if br.abandon {
+			s.forgetLocked(ss, br.key, forgotIdle)
+			ss.queue(br.key, abandonAction(br.bucket))
+			s.cfg.Metrics.assignments.WithLabelValues(md, ruleOf(br), "abandon").Inc()
+			continue
+		}
 		var a *Assignment
 		switch {
 		case br.lim == nil:
 			a = s.assignment(now, ss.instance, domain, br, Report{}, nil)
 		case usageErr != nil:
 			k++
-			if last := ss.sent[br.key]; last != nil && last.Expires.After(now) {
+			if prev != nil && prev.Expires.After(now) {
+				prev.reported = now
+				if reportsRequests(br.usage) {
+					prev.active = now
+				}
 				continue // Envoy still holds it; say nothing.
 			}
 			a = s.assignment(now, ss.instance, domain, br, Report{}, nil)
 			a.Kind, a.Reason, a.failure = s.cfg.FailureMode.String(), "usage store unavailable: failure mode", true
 		default:
 			a = s.assignment(now, ss.instance, domain, br, reps[k], demands[k])
-			a.keepNear(ss.sent[br.key])
+			a.keepNear(prev)
 			k++
 		}
+		a.reported, a.active = now, now
+		if prev != nil && !reportsRequests(br.usage) {
+			a.active = prev.active
+		}
+		if prev == nil {
+			s.cfg.Metrics.buckets.Inc()
+		}
 		ss.sent[br.key] = a
-		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
+		ss.queue(br.key, a.action(s.ttl()))
 		s.cfg.Metrics.assignments.WithLabelValues(md, a.Rule, a.Kind).Inc()
 	}
-	if len(resp.BucketAction) == 0 {
-		return nil
-	}
-	return ss.send(resp)
 }
 
 func (s *Server) ttl() time.Duration {
@@ -442,7 +542,9 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			start := time.Now()
 			s.refresh(ctx)
+			s.cfg.Metrics.refresh.Observe(time.Since(start).Seconds())
 		}
 	}
 }
@@ -473,10 +575,12 @@ func (s *Server) held() []held {
 	return hs
 }
 
-// refresh is one round of Run.
+// refresh is one round of Run: it forgets the buckets Envoy stopped
+// reporting, then works on the live ones only.
 func (s *Server) refresh(ctx context.Context) {
 	now := s.cfg.Now()
 	snap := s.cfg.Rules()
+	s.forgetUnreported(now)
 	hs := s.held()
 	if len(hs) == 0 {
 		return
@@ -534,25 +638,21 @@ type pushed struct {
 	a   *Assignment
 }
 
-// deliver records and sends ps on ss, skipping buckets a report answered
-// since refresh read them.
+// deliver records ps on ss and queues them for its sender, skipping
+// buckets a report answered (or forgot) since refresh read them.
 func (s *Server) deliver(ss *streamState, ps []pushed, readAt time.Time, snap *rules.Snapshot) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, p := range ps {
-		if cur := ss.sent[p.key]; cur == nil || cur.Sent.After(readAt) {
-			continue // answered by a report since refresh read it
+		cur := ss.sent[p.key]
+		if cur == nil || cur.Sent.After(readAt) {
+			continue // answered or forgotten since refresh read it
 		}
 		a := p.a
+		a.reported, a.active = cur.reported, cur.active
 		ss.sent[p.key] = a
-		resp.BucketAction = append(resp.BucketAction, a.action(s.ttl()))
+		ss.queue(p.key, a.action(s.ttl()))
 		s.cfg.Metrics.assignments.WithLabelValues(metricDomain(snap, a.Domain), a.Rule, a.Kind).Inc()
-	}
-	if len(resp.BucketAction) > 0 {
-		if err := ss.send(resp); err != nil {
-			s.cfg.Logger.Debug("rlqs: push failed; the stream is closing", zap.Error(err))
-		}
 	}
 }
 

@@ -36,10 +36,15 @@ type InstanceDemand struct {
 
 // MemUsage keeps demand in process: enough for one replica. It is safe
 // for concurrent use; its zero value is not usable, see NewMemUsage.
+// A bucket's map is deleted with its last entry: expired entries are swept
+// at most once a TTL across every bucket (so a bucket nobody reports
+// again goes too), and Forget deletes at once.
 type MemUsage struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	m   map[string]map[string]memEntry
+	// swept is when the last sweep ran.
+	swept time.Time
 }
 
 type memEntry struct {
@@ -56,6 +61,7 @@ func NewMemUsage(ttl time.Duration) *MemUsage {
 func (u *MemUsage) Record(_ context.Context, now time.Time, reps []Report) ([][]InstanceDemand, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.sweep(now)
 	out := make([][]InstanceDemand, len(reps))
 	for i, r := range reps {
 		b := u.m[r.Bucket]
@@ -79,6 +85,7 @@ func (u *MemUsage) Record(_ context.Context, now time.Time, reps []Report) ([][]
 func (u *MemUsage) Demands(_ context.Context, now time.Time, buckets []string) ([][]InstanceDemand, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.sweep(now)
 	out := make([][]InstanceDemand, len(buckets))
 	for i, key := range buckets {
 		for _, e := range u.m[key] {
@@ -88,6 +95,40 @@ func (u *MemUsage) Demands(_ context.Context, now time.Time, buckets []string) (
 		}
 	}
 	return out, nil
+}
+
+// Forget deletes reps' entries, and a bucket's map with its last entry.
+func (u *MemUsage) Forget(_ context.Context, reps []Report) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, r := range reps {
+		if b := u.m[r.Bucket]; b != nil {
+			delete(b, r.Instance)
+			if len(b) == 0 {
+				delete(u.m, r.Bucket)
+			}
+		}
+	}
+	return nil
+}
+
+// sweep deletes expired entries and empty buckets, at most once a TTL so
+// that its cost (every entry) is spread over a TTL's calls; u.mu is held.
+func (u *MemUsage) sweep(now time.Time) {
+	if now.Sub(u.swept) < u.ttl {
+		return
+	}
+	u.swept = now
+	for key, b := range u.m {
+		for inst, e := range b {
+			if !e.expires.After(now) {
+				delete(b, inst)
+			}
+		}
+		if len(b) == 0 {
+			delete(u.m, key)
+		}
+	}
 }
 
 // RedisUsage keeps demand in Redis so every replica sees every instance:
@@ -143,6 +184,21 @@ func (u *RedisUsage) Demands(ctx context.Context, now time.Time, buckets []strin
 		return nil, fmt.Errorf("rlqs: reading usage from redis: %w", err)
 	}
 	return u.live(ctx, now, keys, gets), nil
+}
+
+// Forget deletes reps' fields: one pipeline of HDEL. Redis deletes a hash
+// with its last field.
+func (u *RedisUsage) Forget(ctx context.Context, reps []Report) error {
+	_, err := u.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range reps {
+			p.HDel(ctx, u.prefix+r.Bucket, r.Instance)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rlqs: forgetting usage in redis: %w", err)
+	}
+	return nil
 }
 
 // live decodes HGETALL replies into the demands that have not expired,

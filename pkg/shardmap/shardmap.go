@@ -43,6 +43,9 @@ func (m *Map[V]) Init() {
 // compute it once and come back to the shard later.
 func (m *Map[V]) Index(key []byte) int { return int(maphash.Bytes(m.seed, key) % Count) }
 
+// IndexString is Index for a key held as a string (no copy to bytes).
+func (m *Map[V]) IndexString(key string) int { return int(maphash.String(m.seed, key) % Count) }
+
 // Shard returns shard i (0 ≤ i < Count).
 func (m *Map[V]) Shard(i int) *Shard[V] { return &m.shards[i] }
 

@@ -22,8 +22,11 @@ type applyFunc func(ctx context.Context, now time.Time, checks []algo.Check) ([]
 //
 // Each side is all or nothing on its own, so a request is admitted on both
 // only if both admit it. When the sides disagree, or one fails, the side
-// that consumed is refunded at the same now, as redisalgo refunds across
-// Cluster slot groups: a denied request then consumes nothing, and while
+// that consumed is refunded at the time its hits were decided at (each
+// decision's At, carried by giveBack into the refund's Check.At: the
+// request's now would be placed anew by the Redis backend when the other
+// side answered late, possibly in the next window), as redisalgo refunds
+// across Cluster slot groups: a denied request then consumes nothing, and while
 // the refund is in flight other requests may be under-admitted, never
 // over-admitted. A refund that fails is logged; its limits under-admit by
 // at most the refunded hits until their state expires.

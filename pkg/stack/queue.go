@@ -34,7 +34,9 @@ func hasQueue(checks []algo.Check) bool {
 // giveBack turns consuming check c, decided d, into the check that gives
 // its hits back: a cancellation of its reservation when it queued.
 func giveBack(c algo.Check, d algo.Decision) algo.Check {
-	c.Refund, c.MaxDelay = true, 0
+	// At the time the hits were decided at: the refund is sent after the
+	// other side answered, which may be past the window's end (algo.Applier).
+	c.Refund, c.MaxDelay, c.At = true, 0, d.At
 	if d.Delay > 0 {
 		c.ReservedAt = d.ReservedAt
 	}

@@ -34,6 +34,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -314,7 +315,9 @@ func RedisBackend(client *redisclient.Client, opts redisalgo.Options) (*redisalg
 // the operator chose how to answer without Redis, and every replica shares
 // the same Redis: failing readiness would pull all of them out of the
 // Service and turn the chosen policy into connection errors, which Envoy
-// then treats by its own failure_mode_deny. So those modes stay ready; the
+// then treats by its own failure_mode_deny. So those modes stay ready
+// (but for a counter-hash count that differs from the deployment's, which
+// is this replica's own fault and unready in every mode); the
 // outage shows in envoy_rls_backend_breaker_state,
 // envoy_rls_backend_errors_total, envoy_rls_backend_failure_mode_total and
 // a warning logged at each readiness check.
@@ -324,7 +327,10 @@ func readyUnder(fb *failover.Backend, log *zap.Logger) func(ctx context.Context)
 		if err == nil {
 			return nil
 		}
-		if fb.Mode() == failover.ModeError {
+		// A replica whose counter-hash count is not the deployment's
+		// would count apart from the others: no outage, which a failure
+		// mode answers, but a misconfiguration of this replica alone.
+		if fb.Mode() == failover.ModeError || errors.Is(err, redisalgo.ErrCounterHashesMismatch) {
 			return fmt.Errorf("backend: %w", err)
 		}
 		log.Warn("redis unavailable; staying ready and answering with the failure mode",

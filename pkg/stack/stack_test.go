@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/lease"
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
@@ -195,6 +197,32 @@ func TestRedisClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := newStack(t, tc.cfg).Redis(); got != tc.want {
 				t.Errorf("Redis() = %p, want %p", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadyCounterHashes: two replicas (stacks) on one Redis with
+// different counter-hash counts: the first records its count, the second
+// is not ready, in every failure mode, with an error naming both counts;
+// a replica with the first's count is ready (issue 39).
+func TestReadyCounterHashes(t *testing.T) {
+	for _, mode := range []failover.Mode{failover.ModeError, failover.ModeAllow} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			srv := redistest.Standalone(t)
+			replica := func(hashes int) *Stack {
+				return newStack(t, Config{Redis: &redisclient.Client{Single: srv.Client(t)}, Timeout: 5 * time.Second, FailureMode: mode, CounterHashes: hashes})
+			}
+			if err := replica(16).Ready(ctx); err != nil {
+				t.Fatalf("the first replica (16 counter hashes) is not ready: %v", err)
+			}
+			err := replica(64).Ready(ctx)
+			if !errors.Is(err, redisalgo.ErrCounterHashesMismatch) || !strings.Contains(err.Error(), "this replica's is 64, the deployment's is 16") {
+				t.Fatalf("a replica with 64 counter hashes: Ready = %v; want unready naming 64 and 16", err)
+			}
+			if err := replica(16).Ready(ctx); err != nil {
+				t.Errorf("a replica with the deployment's 16 is not ready: %v", err)
 			}
 		})
 	}

@@ -262,6 +262,21 @@ func TestInspectCommand(t *testing.T) {
 	if _, errOut, code := runCLI(t, nil, "inspect", "--redis-url", "redis://"+r.Addr, "--redis-counter-hashes", "0"); code != 2 || !strings.Contains(errOut, "--redis-counter-hashes: 0") {
 		t.Errorf("inspect --redis-counter-hashes 0: exit %d, stderr %q; want 2 naming the flag", code, errOut)
 	}
+	// The server recorded its counter-hash count (the default, 16) when
+	// it became ready: inspect reads it, and refuses a flag that
+	// disagrees, naming both counts (issue 39).
+	if v := rc.HGet(ctx, "prod:envoy-rls:layout:r3:{meta}", "counter_hashes").Val(); v != "16" {
+		t.Fatalf("the server recorded counter hashes %q, want 16", v)
+	}
+	if _, errOut, code := runCLI(t, nil, "inspect", "--redis-url", "redis://"+r.Addr, "--redis-key-prefix", "prod:", "--redis-counter-hashes", "32"); code != 2 || !strings.Contains(errOut, "given 32, the deployment's is 16") {
+		t.Errorf("inspect --redis-counter-hashes 32 on a deployment of 16: exit %d, stderr %q; want 2 naming both", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, nil, "explain", "--redis-url", "redis://"+r.Addr, "--redis-key-prefix", "prod:", "--redis-counter-hashes", "32", "--config-dir", dir, "--domain", "shop", "-d", "user=alice"); code != 2 || !strings.Contains(errOut, "given 32, the deployment's is 16") {
+		t.Errorf("explain --redis-counter-hashes 32 on a deployment of 16: exit %d, stderr %q; want 2 naming both", code, errOut)
+	}
+	if out, errOut, code := runCLI(t, nil, "explain", "--redis-url", "redis://"+r.Addr, "--redis-key-prefix", "prod:", "--config-dir", dir, "--domain", "shop", "-d", "user=alice", "--json"); code != 0 || !strings.Contains(out, top.Name) {
+		t.Errorf("explain with the recorded count: exit %d, stderr %q; want the key %s in:\n%s", code, errOut, top.Name, out)
+	}
 }
 
 // TestExplainLiveTLS: with --admin-tls-cert the debug listener speaks

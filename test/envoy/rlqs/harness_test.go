@@ -80,8 +80,9 @@ func freeAddr(t *testing.T) string {
 }
 
 // startRig starts the rig with the shipped example rules (rules, when not
-// empty, replaces the rule file's text).
-func startRig(t *testing.T, envoys int, rules string) *rig {
+// empty, replaces the rule file's text); extra are more flags for every
+// replica.
+func startRig(t *testing.T, envoys int, rules string, extra ...string) *rig {
 	t.Helper()
 	g := &rig{Redis: redistest.Standalone(t), RulesDir: t.TempDir()}
 	if rules == "" {
@@ -100,6 +101,7 @@ func startRig(t *testing.T, envoys int, rules string) *rig {
 			"--redis-url", "redis://" + g.Redis.Addr, "--redis-timeout=2s",
 			"--rlqs-key-order", "name,client",
 			"--admin-token-file", tokFile, "--override-refresh", "500ms"}
+		args = append(args, extra...)
 		g.Replicas = append(g.Replicas, &replica{Proc: rlsproc.Start(t, binPath, args, nil), token: token})
 	}
 	boot := readRepoFile(t, "examples/rlqs/envoy.yaml")
