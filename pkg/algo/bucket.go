@@ -102,18 +102,25 @@ func tokens(sq, sf, period, limit, burst int64) int64 {
 	return k
 }
 
-// stepTokenBucket is the exact bucket of token_bucket and gcra; TAT =
-// tat + frac/limit.
-func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
-	limit, period, burst := p.Limit, p.Period, p.Capacity()
-	tat, frac := s.Time, s.Frac
+// bucketTAT returns s's TAT at now as tat + frac/limit: never before now
+// (a full bucket), and rounded up to a whole µs when s was written under
+// another limit (a Frac outside [0, limit)), never down.
+func bucketTAT(s State, now, limit int64) (tat, frac int64) {
+	tat, frac = s.Time, s.Frac
 	if frac < 0 || frac >= limit {
-		// Written under another limit: round TAT up, never down.
 		tat, frac = tat+1, 0
 	}
 	if tat < now {
 		tat, frac = now, 0
 	}
+	return tat, frac
+}
+
+// stepTokenBucket is the exact bucket of token_bucket and gcra; TAT =
+// tat + frac/limit.
+func stepTokenBucket(p Policy, s State, now, hits int64, refund bool) (State, Decision) {
+	limit, period, burst := p.Limit, p.Period, p.Capacity()
+	tat, frac := bucketTAT(s, now, limit)
 	if refund {
 		q, r := debt(hits, period, limit, burst)
 		tat, frac = fracSub(tat, frac, q, r, limit)
@@ -161,13 +168,7 @@ func debt(hits, period, limit, burst int64) (q, r int64) {
 // client out for longer than two refills.
 func overdrawBucket(p Policy, s State, now, hits int64) State {
 	limit, period, burst := p.Limit, p.Period, p.Capacity()
-	tat, frac := s.Time, s.Frac
-	if frac < 0 || frac >= limit {
-		tat, frac = tat+1, 0
-	}
-	if tat < now {
-		tat, frac = now, 0
-	}
+	tat, frac := bucketTAT(s, now, limit)
 	q, r := debt(hits, period, limit, burst)
 	tat, frac = fracAdd(tat, frac, q, r, limit)
 	cq, cr := debt(2*burst, period, limit, burst)

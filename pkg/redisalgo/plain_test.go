@@ -44,7 +44,7 @@ func TestDifferentialPlain(t *testing.T) {
 		// comes round again.
 		states := map[string]algo.State{}
 		expires := map[string]int64{}
-		var kinds [4]int // plain, plain denied, script, refunds
+		var kinds [4]int   // plain, plain denied, script, refunds
 		var charges [2]int // plain charges within the limit, and past it
 		for step := range 1500 {
 			now := clk.us.Add(randsteps.Gap(r, algo.Minute, 4))

@@ -202,3 +202,26 @@ descriptors:
 		}
 	}
 }
+
+// TestReferenceMetricsShadowBlockCharge: a shadow-mode rule of 0 whose
+// limit is a charge (drop-in mode's default) counts nothing, and the
+// reference's shadow_mode and over_limit stats still count its hits, as
+// Envoy Gateway's statsd_exporter expects.
+func TestReferenceMetricsShadowBlockCharge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, _ := newTestService(t, `
+domain: ref
+descriptors:
+  - key: user
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0, cost: charge}
+`, func(c *Config) { c.ReferenceMetrics = NewReferenceMetrics(reg, 0.8) })
+	for range 2 {
+		call(t, s, request("ref", desc("user=a")))
+	}
+	for stat, want := range map[string]float64{"total_hits": 2, "shadow_mode": 2, "over_limit": 2, "within_limit": 0} {
+		if got := counterValues(t, reg, "ratelimit_service_rate_limit_"+stat)["domain=ref,key1=user,key2="]; got != want {
+			t.Errorf("%s = %v, want %v", stat, got, want)
+		}
+	}
+}

@@ -138,11 +138,12 @@ func (m *ReferenceMetrics) observe(p *plan) {
 		s.counts[refTotal].Add(hits)
 		limit := uint64(max(c.Policy.Limit, 0))
 		// Remaining is what is left after the hits when they were
-		// counted (admitted, or a charge), else before them; the
-		// reference compares the count after them with the limit.
+		// counted (admitted, or a charge: but a limit of 0 counts
+		// nothing), else before them; the reference compares the count
+		// after them with the limit.
 		used := max(c.Policy.Limit-d.Remaining, 0)
 		before, after := uint64(used), uint64(used)+hits
-		if d.Allowed || c.Charge {
+		if d.Allowed || (c.Charge && c.Policy.Limit > 0) {
 			before, after = uint64(max(used-c.Hits, 0)), uint64(used)
 		}
 		near := uint64(math.Floor(float64(limit) * m.nearRatio))

@@ -529,9 +529,8 @@ local function debt(hits, period, limit, burst)
   return fracAdd(q, r, bq, br, limit)
 end
 
--- algo.overdrawBucket: TAT moves to max(TAT, now) + hits·T, never past
--- now + 2·burst·T.
-local function overdrawBucket(limit, period, burst, s, now, hits)
+-- algo.bucketTAT
+local function bucketTAT(s, now, limit)
   local tat, frac = s.t, s.f
   if frac < 0 or frac >= limit then
     tat, frac = tat + 1, 0
@@ -539,6 +538,13 @@ local function overdrawBucket(limit, period, burst, s, now, hits)
   if tat < now then
     tat, frac = now, 0
   end
+  return tat, frac
+end
+
+-- algo.overdrawBucket: TAT moves to max(TAT, now) + hits·T, never past
+-- now + 2·burst·T.
+local function overdrawBucket(limit, period, burst, s, now, hits)
+  local tat, frac = bucketTAT(s, now, limit)
   local q, r = debt(hits, period, limit, burst)
   tat, frac = fracAdd(tat, frac, q, r, limit)
   local cq, cr = debt(2 * burst, period, limit, burst)
@@ -550,13 +556,7 @@ end
 
 -- algo.stepTokenBucket, for token_bucket and gcra
 local function stepTokenBucket(limit, period, burst, s, now, hits, refund)
-  local tat, frac = s.t, s.f
-  if frac < 0 or frac >= limit then
-    tat, frac = tat + 1, 0
-  end
-  if tat < now then
-    tat, frac = now, 0
-  end
+  local tat, frac = bucketTAT(s, now, limit)
   if refund then
     local q, r = debt(hits, period, limit, burst)
     tat, frac = fracSub(tat, frac, q, r, limit)

@@ -309,3 +309,20 @@ func metric(t testing.TB, httpAddr, name string, labels ...string) float64 {
 	}
 	return sum
 }
+
+// testClusters ends every test bootstrap here: the model (llm) and
+// envoy-rls, on placeholder ports that envoytest.Rewrite moves.
+const testClusters = `  clusters:
+  - name: llm
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment: {cluster_name: llm, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]}
+  - name: envoy_rls
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment: {cluster_name: envoy_rls, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 2}}}}]}]}
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+`

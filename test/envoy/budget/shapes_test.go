@@ -138,20 +138,7 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: llm
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment: {cluster_name: llm, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]}
-  - name: envoy_rls
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment: {cluster_name: envoy_rls, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 2}}}}]}]}
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-`)
+` + testClusters)
 }
 
 // budget is one token budget: B tokens per period of P seconds, counted
