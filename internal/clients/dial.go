@@ -50,7 +50,7 @@ func grpcCredentials(t TLSFiles) (credentials.TransportCredentials, error) {
 }
 
 // clientTLS is the client side of the --tls-ca, --tls-cert and --tls-key
-// flags of check and override: nil (plain text) without a CA, else a
+// flags of every client command: nil (plain text) without a CA, else a
 // configuration trusting it and, with a certificate, presenting it (mTLS).
 func clientTLS(t TLSFiles) (*tls.Config, error) {
 	if t.CA == "" {
