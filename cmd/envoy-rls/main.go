@@ -1,17 +1,21 @@
-// Command envoy-rls is a rate-limit service for Envoy and Istio. This
-// package only reads flags, ENVOY_RLS_* variables and envoyproxy/ratelimit's
-// variables (refenv.go), turns them into an app.Config, and runs
-// internal/app, which wires the packages under pkg/ together, until a
-// signal; it starts no goroutine. The CLI commands (validate, check,
-// explain, inspect, override) are clients and live here too; cli.go
-// builds the command tree.
+// Command envoy-rls is a rate-limit service for Envoy and Istio, and the
+// command-line clients of a running one. This package is only the entry
+// point: it installs go-redis's logger and hands the process (its
+// arguments, environment, version and streams) to internal/cli, which
+// builds the command tree; serve's settings become an app.Config in
+// internal/serveconfig, the clients live in internal/clients, and
+// envoyproxy/ratelimit's environment is read by internal/dropin. It must
+// not import any other envoy-rls package than internal/cli and
+// internal/flagenv.
 package main
 
 import (
-	"io"
 	"os"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/cli"
+	"github.com/envoy-rls/envoy-rls/internal/flagenv"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -23,14 +27,14 @@ func main() {
 	// own error. It has no per-client logger, so this one global is
 	// unavoidable: it is set here, once, before any client exists, to a
 	// logger that serve points at its zap logger and that the CLI commands
-	// leave silent (redislog.go).
-	env := processEnv(os.Args[0])
-	env.redisLog = &redisLog{}
-	redis.SetLogger(env.redisLog)
-	os.Exit(runIn(env, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// run is runIn with this process's environment, started as envoy-rls.
-func run(args []string, stdout, stderr io.Writer) int {
-	return runIn(processEnv("envoy-rls"), args, stdout, stderr)
+	// leave silent (internal/cli's redislog.go).
+	redisLog := &cli.RedisLog{}
+	redis.SetLogger(redisLog)
+	os.Exit(cli.Run(cli.Process{
+		Version:  version,
+		Env:      flagenv.ProcessEnv(os.Args[0]),
+		RedisLog: redisLog,
+		Stdout:   os.Stdout,
+		Stderr:   os.Stderr,
+	}, os.Args[1:]))
 }

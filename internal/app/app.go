@@ -4,7 +4,7 @@
 // everything down in order and joins every goroutine it started.
 //
 // app must not read flags, environment variables or files of its own
-// choosing: cmd/envoy-rls turns those into a Config. Errors name the
+// choosing: internal/serveconfig turns those into a Config. Errors name the
 // setting by its command-line flag (--config-dir), since that is how an
 // operator sets it.
 package app
@@ -30,7 +30,7 @@ import (
 )
 
 // Config is everything the serve command was told, already parsed and
-// checked by its reader (cmd/envoy-rls).
+// checked by its reader (internal/serveconfig).
 type Config struct {
 	// Logger receives every component's log; nil discards.
 	Logger *zap.Logger

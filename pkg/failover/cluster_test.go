@@ -48,7 +48,7 @@ type shardLoad struct {
 func TestClusterShardFailure(t *testing.T) {
 	// ratio: a failure ratio low enough that the failed master's third of
 	// the traffic would open one breaker for the whole cluster, as the
-	// issue saw; otherwise the service's defaults (cmd/envoy-rls).
+	// issue saw; otherwise the service's defaults (internal/serveconfig).
 	ratio := failover.BreakerOptions{Failures: 100, FailureRatio: 0.2}
 	// noProbe: with a cool-down of an hour, no half-open probe can be what
 	// finds the promoted replica, only the slot map refresh can. The ratio

@@ -23,9 +23,36 @@ const testKit = "internal/testkit/"
 // and the other rules its package doc states. Each entry quotes the rule
 // it enforces; change the doc and the entry together.
 var moduleRules = map[string]rule{
-	// Composition roots: they wire everything, but never test support.
-	"cmd/envoy-rls": {allow: []string{"*"}},
-	"internal/app":  {allow: []string{"*"}}, // 23a's composition root
+	// The composition root: it wires everything, but never test support.
+	"internal/app": {allow: []string{"*"}}, // 23a's composition root
+
+	// The binary's command line (issue 41), its arrows downward only:
+	// cmd/envoy-rls → internal/cli → internal/clients → internal/serveconfig
+	// → internal/dropin → internal/flagenv.
+	// "It must not import any other envoy-rls package than internal/cli and
+	// internal/flagenv."
+	"cmd/envoy-rls": {allow: []string{"internal/cli", "internal/flagenv"}},
+	// "It must not import the pkg/ packages: it reaches them only through
+	// those" (internal/app, internal/serveconfig, internal/clients).
+	"internal/cli": {allow: []string{"internal/app", "internal/clients", "internal/dropin", "internal/flagenv", "internal/serveconfig"}},
+	// "It serves nothing and must not import internal/app or internal/cli."
+	"internal/clients": {allow: []string{
+		"internal/flagenv", "internal/serveconfig",
+		"pkg/console", "pkg/explain", "pkg/inspect", "pkg/override", "pkg/redisalgo", "pkg/redisclient", "pkg/rls", "pkg/rules", "pkg/tlsfiles",
+	}},
+	// "it must not import internal/cli or internal/clients": the settings,
+	// and the app's Config they turn into, with the packages whose options
+	// the flags parse into.
+	"internal/serveconfig": {allow: []string{
+		"internal/app", "internal/dropin", "internal/flagenv",
+		"pkg/algo", "pkg/failover", "pkg/lease", "pkg/override", "pkg/redisalgo", "pkg/redisclient",
+		"pkg/refstats", "pkg/rlqs", "pkg/rls", "pkg/rules", "pkg/stack", "pkg/tlsfiles", "pkg/tracing", "pkg/xdsrules",
+	}},
+	// "it must not import internal/app, internal/serveconfig or
+	// internal/cli": flags by name, and the rule options it sets.
+	"internal/dropin": {allow: []string{"internal/flagenv", "pkg/algo", "pkg/rules"}, forbid: append([]string{redis}, grpcStack...)},
+	// "it must not import any other envoy-rls package."
+	"internal/flagenv": {},
 
 	// "This package must import nothing outside the standard library."
 	"pkg/algo": {stdlibOnly: true},

@@ -22,13 +22,13 @@ var keepaliveMinTimeDecl = regexp.MustCompile(`"grpc-keepalive-min-time",\s*(\d+
 // accepts by default.
 func serverKeepaliveMinTime(t testing.TB) time.Duration {
 	t.Helper()
-	for _, f := range repoGlob(t, "cmd/envoy-rls/*.go") {
+	for _, f := range flagSources(t) {
 		if m := keepaliveMinTimeDecl.FindSubmatch(childproc.ReadRepoFile(t, f)); m != nil {
 			n, _ := strconv.Atoi(string(m[1]))
 			return time.Duration(n) * time.Second
 		}
 	}
-	t.Fatal("meshconfig: no --grpc-keepalive-min-time declaration in cmd/envoy-rls; has its style changed?")
+	t.Fatal("meshconfig: no --grpc-keepalive-min-time declaration in internal/serveconfig; has its style changed?")
 	return 0
 }
 

@@ -15,21 +15,18 @@ import (
 // fs.StringVar(&x, "name", …), fs.Int("name", …), fs.Var(&v, "name", …).
 var flagDecl = regexp.MustCompile(`\bfs\.[A-Z][A-Za-z0-9]*\(\s*(?:&[^,"]+,\s*)?"([a-z0-9-]+)"`)
 
-// envTwins returns the ENVOY_RLS_* variables of the flags cmd/envoy-rls
+// envTwins returns the ENVOY_RLS_* variables of the flags envoy-rls
 // declares (--redis-url → ENVOY_RLS_REDIS_URL).
 func envTwins(t testing.TB) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for _, f := range repoGlob(t, "cmd/envoy-rls/*.go") {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
+	for _, f := range flagSources(t) {
 		for _, m := range flagDecl.FindAllStringSubmatch(string(childproc.ReadRepoFile(t, f)), -1) {
 			out["ENVOY_RLS_"+strings.ToUpper(strings.ReplaceAll(m[1], "-", "_"))] = true
 		}
 	}
 	if len(out) < 5 {
-		t.Fatalf("found only %d flags in cmd/envoy-rls; has the flag declaration style changed?", len(out))
+		t.Fatalf("found only %d flags in envoy-rls's command line; has the flag declaration style changed?", len(out))
 	}
 	return out
 }

@@ -22,6 +22,22 @@ func repoGlob(t testing.TB, pattern string) []string {
 	return out
 }
 
+// flagSources are the source files that declare envoy-rls's flags: the
+// command's entry point, its command line, serve's settings and the
+// clients (issue 41 moved them out of cmd/envoy-rls).
+func flagSources(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, dir := range []string{"cmd/envoy-rls", "internal/cli", "internal/clients", "internal/serveconfig"} {
+		for _, f := range repoGlob(t, dir+"/*.go") {
+			if !strings.HasSuffix(f, "_test.go") {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
 // mutate returns a copy of data with the first occurrence of old replaced by
 // repl. It fails the test when old does not occur, so a mutation that no
 // longer applies to the shipped file cannot pass unnoticed.
