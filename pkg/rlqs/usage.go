@@ -145,7 +145,7 @@ type RedisUsage struct {
 // NewRedisUsage returns a Redis store under key prefix prefix whose
 // entries live for ttl.
 func NewRedisUsage(c redis.Cmdable, prefix string, ttl time.Duration) *RedisUsage {
-	return &RedisUsage{c: c, prefix: prefix + "rlqs:", ttl: ttl}
+	return &RedisUsage{c: c, prefix: usagePrefix(prefix), ttl: ttl}
 }
 
 // Record stores reps and returns each bucket's live demands: one pipeline
@@ -155,7 +155,7 @@ func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) (
 	pipe := u.c.Pipeline()
 	gets := make([]*redis.MapStringStringCmd, len(reps))
 	for i, r := range reps {
-		key := u.prefix + r.Bucket
+		key := usageKey(u.prefix, r.Bucket)
 		pipe.HSet(ctx, key, r.Instance, encodeDemand(r, expires))
 		pipe.PExpire(ctx, key, 2*u.ttl)
 		gets[i] = pipe.HGetAll(ctx, key)
@@ -165,7 +165,7 @@ func (u *RedisUsage) Record(ctx context.Context, now time.Time, reps []Report) (
 	}
 	keys := make([]string, len(reps))
 	for i, r := range reps {
-		keys[i] = u.prefix + r.Bucket
+		keys[i] = usageKey(u.prefix, r.Bucket)
 	}
 	return u.live(ctx, now, keys, gets), nil
 }
@@ -177,7 +177,7 @@ func (u *RedisUsage) Demands(ctx context.Context, now time.Time, buckets []strin
 	gets := make([]*redis.MapStringStringCmd, len(buckets))
 	keys := make([]string, len(buckets))
 	for i, b := range buckets {
-		keys[i] = u.prefix + b
+		keys[i] = usageKey(u.prefix, b)
 		gets[i] = pipe.HGetAll(ctx, keys[i])
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -191,7 +191,7 @@ func (u *RedisUsage) Demands(ctx context.Context, now time.Time, buckets []strin
 func (u *RedisUsage) Forget(ctx context.Context, reps []Report) error {
 	_, err := u.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, r := range reps {
-			p.HDel(ctx, u.prefix+r.Bucket, r.Instance)
+			p.HDel(ctx, usageKey(u.prefix, r.Bucket), r.Instance)
 		}
 		return nil
 	})

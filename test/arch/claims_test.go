@@ -84,10 +84,7 @@ func goroutineStarts(t *testing.T, file string) []int {
 
 // redisNameFiles are the files outside a key.go that build Redis names,
 // each with the reason docs/architecture.md#redis-data-model gives.
-var redisNameFiles = map[string]string{
-	// RLQS usage keys: the deployment's prefix, "rlqs:", the bucket key.
-	"pkg/rlqs/usage.go": "RLQS usage keys",
-}
+var redisNameFiles = map[string]string{}
 
 // What a piece of a Redis name looks like in a string literal: a name
 // with a hash tag ("envoy-rls:override:v1:{overrides}"), or words joined by
