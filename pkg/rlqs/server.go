@@ -317,15 +317,14 @@ func (s *Server) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRat
 	}
 }
 
-// unknownDomain labels metrics of a domain no rule file names: the domain
-// comes from Envoy, and only configured names may become label values.
-const unknownDomain = "(unknown)"
-
+// metricDomain labels metrics with domain when a rule file names it, else
+// with rls.UnknownDomainLabel: the domain comes from Envoy, and only
+// configured names may become label values.
 func metricDomain(snap *rules.Snapshot, domain string) string {
 	if snap != nil && snap.HasDomain(domain) {
 		return domain
 	}
-	return unknownDomain
+	return rls.UnknownDomainLabel
 }
 
 // Drain ends every stream, now and from now on: at shutdown, so that the

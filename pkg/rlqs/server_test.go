@@ -183,8 +183,8 @@ func TestAssignmentKinds(t *testing.T) {
 	unknown := report(map[string]string{"name": "x"}, 1, 0)
 	unknown.Domain = "made-up"
 	answer(t, s, newStream("y"), unknown)
-	if n := testutil.ToFloat64(s.cfg.Metrics.assignments.WithLabelValues(unknownDomain, "", "deny_all")); n != 1 {
-		t.Errorf("assignments for an unknown domain counted %v under %q, want 1", n, unknownDomain)
+	if n := testutil.ToFloat64(s.cfg.Metrics.assignments.WithLabelValues(rls.UnknownDomainLabel, "", "deny_all")); n != 1 {
+		t.Errorf("assignments for an unknown domain counted %v under %q, want 1", n, rls.UnknownDomainLabel)
 	}
 }
 

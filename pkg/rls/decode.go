@@ -76,7 +76,7 @@ func (s *Service) handleShouldRateLimit(srv any, ctx context.Context, dec func(a
 func (s *Service) undecodable(start time.Time, msg string) error {
 	err := status.Error(codes.InvalidArgument, msg)
 	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.observeRequest(unknownDomainLabel, nil, err, time.Since(start))
+		s.cfg.Metrics.observeRequest(UnknownDomainLabel, nil, err, time.Since(start))
 	}
 	return err
 }

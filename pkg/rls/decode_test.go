@@ -91,7 +91,7 @@ func TestUndecodableRequest(t *testing.T) {
 		return next(ctx, req)
 	}))
 	invalid := func() float64 {
-		return testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(unknownDomainLabel, codes.InvalidArgument.String()))
+		return testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(UnknownDomainLabel, codes.InvalidArgument.String()))
 	}
 
 	// A descriptor field holding a byte that starts a varint and never
@@ -116,7 +116,7 @@ func TestUndecodableRequest(t *testing.T) {
 				t.Fatalf("got %v, %v; want INVALID_ARGUMENT with %q", resp, err, tt.want)
 			}
 			if d := invalid() - before; d != 1 {
-				t.Errorf("envoy_rls_requests_total{domain=%q,code=InvalidArgument} moved by %v, want 1", unknownDomainLabel, d)
+				t.Errorf("envoy_rls_requests_total{domain=%q,code=InvalidArgument} moved by %v, want 1", UnknownDomainLabel, d)
 			}
 		})
 	}
@@ -163,7 +163,7 @@ func TestJSONUndecodable(t *testing.T) {
 		{"not JSON", `{"domain":`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			before := testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(unknownDomainLabel, codes.InvalidArgument.String()))
+			before := testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(UnknownDomainLabel, codes.InvalidArgument.String()))
 			resp, err := http.Post(srv.URL, "application/json", strings.NewReader(tt.body))
 			if err != nil {
 				t.Fatal(err)
@@ -174,9 +174,9 @@ func TestJSONUndecodable(t *testing.T) {
 			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.String(), "rls: decode RateLimitRequest: ") {
 				t.Fatalf("got %d %q, want 400 naming the decoding", resp.StatusCode, body.String())
 			}
-			after := testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(unknownDomainLabel, codes.InvalidArgument.String()))
+			after := testutil.ToFloat64(s.cfg.Metrics.requests.WithLabelValues(UnknownDomainLabel, codes.InvalidArgument.String()))
 			if after-before != 1 {
-				t.Errorf("envoy_rls_requests_total{domain=%q,code=InvalidArgument} moved by %v, want 1", unknownDomainLabel, after-before)
+				t.Errorf("envoy_rls_requests_total{domain=%q,code=InvalidArgument} moved by %v, want 1", UnknownDomainLabel, after-before)
 			}
 		})
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// Label values for requests whose domain is not in the rules: a client must
-// not be able to create metric series by inventing domains.
-const (
-	unknownDomainLabel = "_unknown"
-)
+// UnknownDomainLabel is the domain label of requests whose domain is not
+// in the rules, in every metric of envoy-rls (the rate-limit service's
+// and RLQS's alike): a client must not be able to create metric series by
+// inventing domains.
+const UnknownDomainLabel = "_unknown"
 
 // Metrics holds the service's Prometheus collectors. Every label value comes
 // from configuration (domain, rule ID, algorithm) or a fixed set (code,

@@ -185,7 +185,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	snap := s.cfg.Rules()
 	known := snap.HasDomain(req.GetDomain())
-	domainLabel := unknownDomainLabel
+	domainLabel := UnknownDomainLabel
 	if known {
 		domainLabel = req.GetDomain()
 	} else if snap != nil {
