@@ -28,14 +28,26 @@ var applyLua = withConstants(applyLuaSource)
 // constants written in fails loudly instead of using another value.
 const constMaxWindowMargin = "__MAX_WINDOW_MARGIN__"
 
-// withConstants writes the Go constants the scripts share into src, so
-// that each has one definition, here.
+// sharedLuaSource holds the Lua helpers apply.lua and lean.lua both need
+// (divmod, ceilDiv, windowMargin, ttlMs), written into each where its
+// sharedMarker line stands: a script cannot call another's functions.
+//
+//go:embed lua/shared.lua
+var sharedLuaSource string
+
+// sharedMarker is the line of a script that lua/shared.lua replaces.
+const sharedMarker = "-- __SHARED__"
+
+// withConstants writes lua/shared.lua and the Go constants the scripts
+// share into src, so that each has one definition: the helpers in
+// shared.lua, the constants here.
 func withConstants(src string) string {
-	if !strings.Contains(src, constMaxWindowMargin) {
+	if !strings.Contains(src, sharedMarker) || !strings.Contains(src+sharedLuaSource, constMaxWindowMargin) {
 		// The embedded scripts are part of the build: this is a defect of
 		// the build, which any test shows at once.
-		panic("redisalgo: a script lacks " + constMaxWindowMargin)
+		panic("redisalgo: a script lacks " + sharedMarker + " or " + constMaxWindowMargin)
 	}
+	src = strings.Replace(src, sharedMarker, sharedLuaSource+"-- end of lua/shared.lua;", 1)
 	return strings.ReplaceAll(src, constMaxWindowMargin, strconv.FormatInt(maxWindowMargin, 10))
 }
 

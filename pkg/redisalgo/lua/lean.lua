@@ -11,29 +11,11 @@
 -- even a lean path inside it) costs Redis up to about twice this script's
 -- CPU for the same one fixed-window limit (BENCHMARKS.md, issue 19), and
 -- that is the call a per-user or per-route limit makes at every request.
--- A script cannot share code with another, so the few helpers below repeat
--- apply.lua's.
---
--- Each function names the apply.lua function (and so the algo function) it
--- repeats; the differential test (TestDifferentialLean) holds this script
--- to algo.ApplyAll as TestDifferential holds apply.lua. Every request is
--- all or nothing: its limits are read and decided first, and written only
--- when all allowed; a key of another type fails its request alone
--- (status 2), before anything of that request is written.
+-- The helpers both scripts need (divmod, ttlMs …) are written once, in
+-- lua/shared.lua, which the backend writes into each at load.
 
--- apply.lua's divmod (algo.divmod)
-local function divmod(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-    r = r + b
-  elseif r >= b then
-    q = q + 1
-    r = r - b
-  end
-  return q, r
-end
+-- __SHARED__: divmod, ceilDiv, windowMargin and ttlMs (lua/shared.lua,
+-- written in at load: script.go)
 
 -- apply.lua's load for a fixed window: the hash names the window holding
 -- now, and the field's value is the count; an unreadable value reads as
@@ -180,13 +162,8 @@ for _, r in ipairs(reqs) do
           -- hash's expiry (algo.expiryFixedWindow) is the window's end,
           -- > now, and apply.lua's windowMargin (the backend writes the
           -- bound in), set by the first writer of the window (NX).
-          local e = ns + period - now + math.min(period, __MAX_WINDOW_MARGIN__)
-          local ms, rem = divmod(e, 1000)
-          if rem > 0 then
-            ms = ms + 1
-          end
           redis.call('HSET', KEYS[rk + i], ARGV[fa + i - 1], string.format('%.0f', nc))
-          redis.call('PEXPIRE', KEYS[rk + i], ms, 'NX')
+          redis.call('PEXPIRE', KEYS[rk + i], ttlMs(ns + period - now + windowMargin(period)), 'NX')
         else
           local _, _, ok, remaining, reset, retry = step(limit, period, lim[l + 3], lim[l + 4], now, 0)
           reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok and 1 or 0, remaining, reset, retry
