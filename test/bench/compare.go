@@ -283,7 +283,7 @@ func (b *bench) startReference(ctx context.Context, rd *redisServer) (*server, e
 			return nil, err
 		}
 		b.track(p)
-		s := &server{proc: p, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), httpAddr: "127.0.0.1:" + strconv.Itoa(ports[0])}
+		s := &server{proc: p, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), httpAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), debugAddr: "127.0.0.1:" + strconv.Itoa(ports[2])}
 		err = waitHTTPReady(ctx, p, "http://"+s.httpAddr+"/healthcheck", 30*time.Second)
 		if err == nil {
 			return s, nil

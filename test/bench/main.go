@@ -67,6 +67,10 @@ type options struct {
 	// rlqsDuration is (d)'s measured interval: long enough for two of
 	// Envoy's 5 s usage reports to land in it.
 	rlqsDuration time.Duration
+	// wakeups runs only the wake-up measurement (wakeups.go), with
+	// strace attached for straceWindow per system and load.
+	wakeups      bool
+	straceWindow time.Duration
 }
 
 func main() {
@@ -95,6 +99,8 @@ func main() {
 		_, err = runCompare(ctx, opts, os.Stdout, os.Stderr)
 	case opts.envoy:
 		_, err = runEnvoy(ctx, opts, os.Stdout, os.Stderr)
+	case opts.wakeups:
+		_, err = runWakeups(ctx, opts, os.Stdout, os.Stderr)
 	default:
 		_, err = run(ctx, opts, os.Stdout, os.Stderr)
 	}
@@ -138,6 +144,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.envoyConfig, "envoy-config", "envoy-config/envoy.yaml", "the shipped Envoy bootstrap the phase through Envoy derives its own from")
 	fs.IntVar(&o.rlqsUsers, "rlqs-users", 0, "--envoy: users the RLQS configuration (d) draws from, one bucket each; 0: the same 100 k users as the others (most requests open a new bucket); a few hundred: buckets that repeat, RLQS's steady state")
 	fs.DurationVar(&o.rlqsDuration, "rlqs-duration", 10*time.Second, "--envoy: measured interval of the RLQS configuration (d); Envoy 1.40 reports usage every 5 s from its start, so 10s (after the warmup) lands two reports")
+	fs.BoolVar(&o.wakeups, "wakeups", false, "run only the wake-up measurement: per decision, syscalls by kind (strace -c -f), context switches (/proc), goroutines woken (a 1 s execution trace) and service CPU (no tracer), "+
+		"for the floor, the reference (--ref-bin) and envoy-rls, each on its own Redis, --rounds interleaved rounds at 1000/s, 4000/s and in the closed loop (--compare-only picks loads); --duration (the CPU window) and --warmup default to 3s and 1s there")
+	fs.DurationVar(&o.straceWindow, "strace-window", 2*time.Second, "--wakeups: how long strace counts syscalls per system and load")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -151,8 +160,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.cmpOnly = append(o.cmpOnly, v)
 	}
-	if o.compare && o.envoy || o.scriptCost && (o.compare || o.envoy) {
-		return o, errors.New("bench: --compare, --envoy and --script-cost each run alone: pass one")
+	if n := countTrue(o.compare, o.envoy, o.scriptCost, o.wakeups); n > 1 {
+		return o, errors.New("bench: --compare, --envoy, --script-cost and --wakeups each run alone: pass one")
+	}
+	if o.wakeups {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			o.duration = 3 * time.Second
+		}
+		if !set["warmup"] {
+			o.warmup = time.Second
+		}
 	}
 	if o.compare || o.envoy {
 		set := map[string]bool{}
@@ -186,6 +205,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("bench: --concurrency, --workers-per-conn and --max-requests must be positive")
 	case o.rounds < 1:
 		return o, errors.New("bench: --rounds must be positive")
+	case o.straceWindow <= 0:
+		return o, errors.New("bench: --strace-window must be positive")
 	case o.rlqsUsers < 0 || o.rlqsDuration <= 0:
 		return o, errors.New("bench: --rlqs-users must not be negative, --rlqs-duration must be positive")
 	case o.users < 1 || o.keys < 0 || o.keysPerRequest < 1:
@@ -258,7 +279,7 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: find own executable: %w", err)
 	}
 	b.self = self
-	if opts.compare || opts.envoy {
+	if opts.compare || opts.envoy || opts.wakeups {
 		if b.opts.refBin, err = filepath.Abs(opts.refBin); err != nil {
 			return nil, fmt.Errorf("bench: --ref-bin: %w", err)
 		}
@@ -266,7 +287,7 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 			return nil, fmt.Errorf("bench: --ref-bin %s: not a file (make bench-compare or make bench-envoy installs it)", b.opts.refBin)
 		}
 	}
-	if b.needsRLS() || opts.compare || opts.envoy {
+	if b.needsRLS() || opts.compare || opts.envoy || opts.wakeups {
 		if b.opts.bin, err = filepath.Abs(opts.bin); err != nil {
 			return nil, fmt.Errorf("bench: --bin: %w", err)
 		}
@@ -278,6 +299,17 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return b, nil
+}
+
+// countTrue counts the true values: the modes that run alone.
+func countTrue(vs ...bool) int {
+	n := 0
+	for _, v := range vs {
+		if v {
+			n++
+		}
+	}
+	return n
 }
 
 func (b *bench) needsRLS() bool {

@@ -23,6 +23,9 @@ type server struct {
 	proc     *child
 	grpcAddr string
 	httpAddr string
+	// debugAddr serves /debug/pprof/trace, for the wake-up measurement
+	// (empty: none known).
+	debugAddr string
 }
 
 // startServer writes the scenario's rules and starts its server, retrying

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"runtime/trace"
+	"strings"
+	"testing"
+)
+
+func TestParseStraceSummary(t *testing.T) {
+	const out = `% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 41.10    0.012000           3      4000      2000 read
+ 30.00    0.009000           2      3500           write
+  0.00    0.000000           0        12           epoll_pwait
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.021000           2      7512      2000 total
+`
+	got, err := parseStraceSummary(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]straceCount{"read": {4000, 2000}, "write": {3500, 0}, "epoll_pwait": {12, 0}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %+v, want %+v", k, got[k], v)
+		}
+	}
+	if _, err := parseStraceSummary(strings.NewReader("strace: attach: ptrace(PTRACE_SEIZE, 1): Operation not permitted\n")); err == nil {
+		t.Error("a summary without its table parsed")
+	}
+}
+
+func TestParseSwitches(t *testing.T) {
+	v, iv := parseSwitches("Name:\tx\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t4\n")
+	if v != 17 || iv != 4 {
+		t.Fatalf("got %d, %d; want 17, 4", v, iv)
+	}
+	sw, err := procSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sw.voluntary+sw.involuntary == 0 {
+		t.Fatal("a running test process has never been switched out")
+	}
+}
+
+// TestCountTraceWakeups traces a known number of channel hand-offs to a
+// goroutine that blocks on each, and checks the count sees at least that
+// many wake-ups and the one creation.
+func TestCountTraceWakeups(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to parse the trace")
+	}
+	const handoffs = 50
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Skipf("tracing is on already: %v", err)
+	}
+	ping, pong := make(chan int), make(chan int)
+	go func() {
+		for v := range ping {
+			pong <- v
+		}
+		close(pong)
+	}()
+	for i := range handoffs {
+		ping <- i
+		<-pong
+	}
+	close(ping)
+	<-pong
+	trace.Stop()
+	path := t.TempDir() + "/t.trace"
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	woken, created, err := countTraceWakeups(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each hand-off wakes the peer that waits for it: at least one
+	// wake-up per hand-off, the rest being the runtime's own goroutines.
+	if woken < handoffs || created < 1 {
+		t.Fatalf("woken %d, created %d; want at least %d and 1", woken, created, handoffs)
+	}
+}
+
+func TestWakeRatioLeavesSaturatedRoundsOut(t *testing.T) {
+	cpu := wakeFigures()[0]
+	rls := &cell[wakeSample]{samples: []wakeSample{
+		{round: 0, offered: 4000, rps: 4000, cpu: 50},
+		{round: 1, offered: 4000, rps: 3000, cpu: 10}, // saturated
+	}}
+	ref := &cell[wakeSample]{samples: []wakeSample{
+		{round: 0, offered: 4000, rps: 4000, cpu: 100},
+		{round: 1, offered: 4000, rps: 4000, cpu: 100},
+	}}
+	if r, n := wakeRatio(rls, ref, cpu, true); r != 0.5 || n != 1 {
+		t.Fatalf("moderate: got %v over %d rounds, want 0.5 over 1", r, n)
+	}
+	if r, n := wakeRatio(rls, ref, cpu, false); r != 0.3 || n != 2 {
+		t.Fatalf("all: got %v over %d rounds, want 0.3 over 2", r, n)
+	}
+	// A strace window that failed leaves its figures out, not zero.
+	sys := wakeFigures()[6]
+	rls.samples[0].sysErr = errors.New("detached")
+	if _, n := wakeRatio(rls, ref, sys, false); n != 0 {
+		t.Fatalf("a failed window counted: %d rounds", n)
+	}
+}
