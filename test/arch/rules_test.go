@@ -38,8 +38,6 @@ var moduleRules = map[string]rule{
 	// The client-TLS-from-files builder: the standard library only.
 	"pkg/tlsfiles": {stdlibOnly: true},
 	"pkg/evict":    {stdlibOnly: true},
-	// "It must not import any envoy-rls package."
-	"pkg/vtcodec": {},
 
 	// "must not import pkg/rules, pkg/memstore, pkg/rls or anything that
 	// knows about gRPC; it depends on pkg/algo and go-redis only."
