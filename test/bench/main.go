@@ -46,7 +46,10 @@ type options struct {
 	soakEvery      time.Duration
 	scenarios      []string
 	rlsArgs        []string
-	timeout        time.Duration
+	// rlsEnv is added to every envoy-rls process's environment (e.g.
+	// GOMAXPROCS=1, issue 42).
+	rlsEnv  []string
+	timeout time.Duration
 	// The comparison with the reference (compare.go).
 	compare  bool
 	refBin   string
@@ -130,6 +133,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soakEvery, "soak-every", 0, "RSS sampling period in the soak (0: soak/24, within 1s..10s)")
 	scen := fs.String("scenarios", strings.Join(allScenarioNames(), ","), "comma list of phases to run; the floor runs whenever a load scenario does")
 	rlsArgs := fs.String("rls-args", "", "extra arguments for every envoy-rls process, space separated")
+	rlsEnv := fs.String("rls-env", "", "extra environment for every envoy-rls process, space separated NAME=value pairs (e.g. GOMAXPROCS=1)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.compare, "compare", false, "run only the comparison with envoyproxy/ratelimit (--ref-bin): each on its own Redis, interleaved rounds, medians; "+
 		"--duration and --warmup default to 6s and 1s there")
@@ -198,6 +202,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.scenarios = append(o.scenarios, s)
 	}
 	o.rlsArgs = strings.Fields(*rlsArgs)
+	o.rlsEnv = strings.Fields(*rlsEnv)
+	for _, kv := range o.rlsEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return o, fmt.Errorf("bench: --rls-env: %q is not NAME=value", kv)
+		}
+	}
 	switch {
 	case o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 || o.soak < 0:
 		return o, errors.New("bench: --duration and --timeout must be positive, --warmup and --soak not negative")

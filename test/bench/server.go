@@ -82,7 +82,11 @@ func (b *bench) startServerOn(ctx context.Context, name string, floor bool, rd *
 			}
 			args = append(append(args, b.opts.rlsArgs...), extra...)
 		}
-		p, err := startChild(name, dir, bin, args...)
+		var env []string // nil: the driver's environment
+		if !floor {
+			env = b.opts.rlsEnv
+		}
+		p, err := startChildEnv(name, dir, env, bin, args...)
 		if err != nil {
 			return nil, err
 		}

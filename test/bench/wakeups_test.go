@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/trace"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseStraceSummary(t *testing.T) {
@@ -114,5 +116,24 @@ func TestWakeRatioLeavesSaturatedRoundsOut(t *testing.T) {
 	rls.samples[0].sysErr = errors.New("detached")
 	if _, n := wakeRatio(rls, ref, sys, false); n != 0 {
 		t.Fatalf("a failed window counted: %d rounds", n)
+	}
+}
+
+func TestParseWakeupsOptions(t *testing.T) {
+	o, err := parseOptions([]string{"--wakeups", "--rls-env", "GOMAXPROCS=1 GODEBUG=x=1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.wakeups || o.duration != 3*time.Second || o.warmup != time.Second || len(o.rlsEnv) != 2 {
+		t.Fatalf("got wakeups %v, duration %v, warmup %v, env %q", o.wakeups, o.duration, o.warmup, o.rlsEnv)
+	}
+	for _, args := range [][]string{
+		{"--wakeups", "--compare"},
+		{"--wakeups", "--rls-env", "GOMAXPROCS"},
+		{"--wakeups", "--strace-window", "0s"},
+	} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("%q parsed", args)
+		}
 	}
 }
