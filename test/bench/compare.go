@@ -278,6 +278,7 @@ func (b *bench) startReference(ctx context.Context, rd *redisServer) (*server, e
 			"PORT=" + strconv.Itoa(ports[0]), "GRPC_PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
 			"LOG_LEVEL=warn",
 		}
+		env = append(env, b.opts.refEnv...)
 		p, err := startChildEnv("reference", dir, env, b.opts.refBin)
 		if err != nil {
 			return nil, err

@@ -49,6 +49,7 @@ type options struct {
 	// rlsEnv is added to every envoy-rls process's environment (e.g.
 	// GOMAXPROCS=1, issue 42).
 	rlsEnv  []string
+	refEnv  []string // the same for the reference
 	timeout time.Duration
 	// The comparison with the reference (compare.go).
 	compare  bool
@@ -134,6 +135,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	scen := fs.String("scenarios", strings.Join(allScenarioNames(), ","), "comma list of phases to run; the floor runs whenever a load scenario does")
 	rlsArgs := fs.String("rls-args", "", "extra arguments for every envoy-rls process, space separated")
 	rlsEnv := fs.String("rls-env", "", "extra environment for every envoy-rls process, space separated NAME=value pairs (e.g. GOMAXPROCS=1)")
+	refEnv := fs.String("ref-env", "", "--compare, --envoy, --wakeups: extra environment for the reference, as --rls-env (after its own settings, so it may override them)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.compare, "compare", false, "run only the comparison with envoyproxy/ratelimit (--ref-bin): each on its own Redis, interleaved rounds, medians; "+
 		"--duration and --warmup default to 6s and 1s there")
@@ -202,10 +204,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.scenarios = append(o.scenarios, s)
 	}
 	o.rlsArgs = strings.Fields(*rlsArgs)
-	o.rlsEnv = strings.Fields(*rlsEnv)
-	for _, kv := range o.rlsEnv {
+	o.rlsEnv, o.refEnv = strings.Fields(*rlsEnv), strings.Fields(*refEnv)
+	for _, kv := range append(o.rlsEnv[:len(o.rlsEnv):len(o.rlsEnv)], o.refEnv...) {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return o, fmt.Errorf("bench: --rls-env: %q is not NAME=value", kv)
+			return o, fmt.Errorf("bench: --rls-env, --ref-env: %q is not NAME=value", kv)
 		}
 	}
 	switch {
