@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/trace"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,19 @@ func TestParseWakeupsOptions(t *testing.T) {
 		if _, err := parseOptions(args, io.Discard); err == nil {
 			t.Errorf("%q parsed", args)
 		}
+	}
+}
+
+// TestEnvoySaturatedRounds: a round where either configuration fell under
+// 95% of the open loop's rate is marked; the closed loop never is.
+func TestEnvoySaturatedRounds(t *testing.T) {
+	a := []envoySample{{round: 0, rps: 1000}, {round: 1, rps: 900}, {round: 2, rps: 1000}}
+	b := []envoySample{{round: 0, rps: 1000}, {round: 1, rps: 1000}, {round: 2, rps: 940}}
+	got := envoySaturatedRounds(1000, a, b, 3)
+	if want := []bool{false, true, true}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	if got := envoySaturatedRounds(0, a, b, 3); slices.Contains(got, true) {
+		t.Fatalf("closed loop marked saturated: %v", got)
 	}
 }
