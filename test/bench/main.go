@@ -75,6 +75,9 @@ type options struct {
 	// strace attached for straceWindow per system and load.
 	wakeups      bool
 	straceWindow time.Duration
+	// keepTraces is where --wakeups keeps its execution traces (empty:
+	// removed once counted).
+	keepTraces string
 }
 
 func main() {
@@ -152,6 +155,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.rlqsDuration, "rlqs-duration", 10*time.Second, "--envoy: measured interval of the RLQS configuration (d); Envoy 1.40 reports usage every 5 s from its start, so 10s (after the warmup) lands two reports")
 	fs.BoolVar(&o.wakeups, "wakeups", false, "run only the wake-up measurement: per decision, syscalls by kind (strace -c -f), context switches (/proc), goroutines woken (a 1 s execution trace) and service CPU (no tracer), "+
 		"for the floor, the reference (--ref-bin) and envoy-rls, each on its own Redis, --rounds interleaved rounds at 1000/s, 4000/s and in the closed loop (--compare-only picks loads); --duration (the CPU window) and --warmup default to 3s and 1s there")
+	fs.StringVar(&o.keepTraces, "keep-traces", "", "--wakeups: keep each execution trace in this directory, as LOAD-SYSTEM-rROUND.trace, for go tool trace (which goroutines wake, woken by whom)")
 	fs.DurationVar(&o.straceWindow, "strace-window", 2*time.Second, "--wakeups: how long strace counts syscalls per system and load")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {

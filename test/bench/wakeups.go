@@ -213,6 +213,12 @@ func (b *bench) measureWake(ctx context.Context, strace string, round int, t cmp
 			s.created = float64(created) / float64(s.traceDecisions)
 		}
 	}
+	if dir := b.opts.keepTraces; dir != "" && s.traceErr == nil {
+		// Kept for go tool trace: which goroutines wake, woken by whom.
+		if err := os.Rename(tracePath, filepath.Join(dir, fmt.Sprintf("%s-%s-r%d.trace", load.name, t.srv.proc.name, round+1))); err != nil {
+			b.logf("  keep trace: %v", err)
+		}
+	}
 	os.Remove(tracePath)
 	if s.traceErr != nil {
 		b.logf("  trace window failed: %v", s.traceErr)
