@@ -15,8 +15,9 @@ APT_GET := apt-get -o DPkg::Lock::Timeout=300
 # Packages apt-get installs for the tests: real Redis (server, cli,
 # sentinel via redis-server --sentinel), shellcheck for test/e2e, and a
 # real Prometheus for the adaptive controller's tests (internal/testkit/promtest),
-# and Chromium for the console's browser tests (test/console).
-TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus chromium:chromium
+# Chromium for the console's browser tests (test/console), and strace for
+# the bench's wake-up measurement (--wakeups: syscalls by kind).
+TEST_DEPS := redis-server:redis-server redis-cli:redis-tools shellcheck:shellcheck prometheus:prometheus chromium:chromium strace:strace
 # Each fuzz target's budget, as a count of inputs rather than a duration:
 # go1.26's fuzz coordinator can report a spurious "context deadline
 # exceeded" failure when a -fuzztime duration ends while a worker on a busy
@@ -55,7 +56,7 @@ REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 # Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
 BENCH_ENVOY_ARGS ?=
 
-.PHONY: run build envoy run-envoy test test-deps test-release test-envoy fuzz bench bench-compare bench-envoy lint fmt vet staticcheck clean release-tools release-lint release-snapshot
+.PHONY: run build envoy run-envoy test test-deps test-release test-envoy fuzz bench bench-compare bench-envoy bench-wakeups lint fmt vet staticcheck clean release-tools release-lint release-snapshot
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -162,7 +163,12 @@ bench: test-deps build $(REF_BIN)
 	$(GO) test -run '^$$' -bench KeyMemory -benchtime 1x ./pkg/redisalgo/
 	$(GO) run ./test/bench --bin $(BIN)
 	$(GO) run ./test/bench --bin $(BIN) --compare --ref-bin $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --wakeups --ref-bin $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
+
+## bench-wakeups: only the wake-ups per decision beside envoyproxy/ratelimit: syscalls by kind, context switches, goroutines woken, CPU (~5 minutes)
+bench-wakeups: test-deps build $(REF_BIN)
+	$(GO) run ./test/bench --bin $(BIN) --wakeups --ref-bin $(REF_BIN)
 
 ## bench-compare: only the comparison with envoyproxy/ratelimit (~8 minutes)
 bench-compare: test-deps build $(REF_BIN)

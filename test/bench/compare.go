@@ -269,12 +269,13 @@ func (b *bench) startReference(ctx context.Context, rd *redisServer) (*server, e
 		// warn: the bench reads no log line of the reference's, and info
 		// logs would cost it time the comparison counts.
 		env := append(refproc.Env(dir, rd.addr, ports[0], ports[1], ports[2]), "LOG_LEVEL=warn")
+		env = append(env, b.opts.refEnv...)
 		p, err := startChildEnv("reference", dir, env, b.opts.refBin)
 		if err != nil {
 			return nil, err
 		}
 		b.track(p)
-		s := &server{proc: p, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), httpAddr: "127.0.0.1:" + strconv.Itoa(ports[0])}
+		s := &server{proc: p, grpcAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), httpAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), debugAddr: "127.0.0.1:" + strconv.Itoa(ports[2])}
 		err = waitHTTPReady(ctx, p, "http://"+s.httpAddr+"/healthcheck", 30*time.Second)
 		if err == nil {
 			return s, nil

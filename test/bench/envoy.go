@@ -834,10 +834,24 @@ func writeEnvoyTargets(w io.Writer, o options, cells map[envoyCellKey]*envoyCell
 				continue
 			}
 			rs := pairedRatios(samples(cfgFloor), samples(t.cfg), samples(cfgRef), t.get, t.added, o.rounds)
+			// A round where either service's configuration did not hold
+			// the open loop's rate measures saturation, not the moderate
+			// load the target is about (issue 42): it is shown, and left
+			// out of the median.
+			sat := envoySaturatedRounds(load.rate, samples(t.cfg), samples(cfgRef), o.rounds)
+			for r := range rs {
+				if sat[r] {
+					rs[r] = math.NaN()
+				}
+			}
 			m, ok := medianRatio(rs)
 			row := []string{load.title, t.name(), t.bound()}
-			for _, r := range rs {
-				row = append(row, fmtRatio(r))
+			for r, v := range rs {
+				if sat[r] {
+					row = append(row, "saturated")
+					continue
+				}
+				row = append(row, fmtRatio(v))
 			}
 			med := "—"
 			if ok {
@@ -870,6 +884,20 @@ const quotaReportedFloor = 0.5
 // reports lag (see quotaReportedFloor).
 func quotaUnderReported(f envoyFigures) bool {
 	return f.ok && f.reportedPerReq < quotaReportedFloor
+}
+
+// envoySaturatedRounds marks the rounds in which a or b did not hold the open
+// loop's rate (none for the closed loop, rate 0).
+func envoySaturatedRounds(rate float64, a, b []envoySample, rounds int) []bool {
+	out := make([]bool, rounds)
+	for _, ss := range [][]envoySample{a, b} {
+		for _, s := range ss {
+			if s.round >= 0 && s.round < rounds && rateNotHeld(rate, s.rps) {
+				out[s.round] = true
+			}
+		}
+	}
+	return out
 }
 
 // rateNotHeld reports whether an open loop's measured rate fell under 95%

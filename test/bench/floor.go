@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os/signal"
 	"syscall"
 	"time"
@@ -66,6 +67,9 @@ func serveFloor(ctx context.Context, grpcAddr, httpAddr string) error {
 	// because the phase through Envoy uses this listener as its upstream, a
 	// Go server whose work per request is the same in every configuration.
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	// The wake-up measurement (--wakeups) takes its execution trace here,
+	// as it does from the services' debug listeners.
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- gsrv.Serve(gl) }()

@@ -48,7 +48,11 @@ type options struct {
 	soakEvery      time.Duration
 	scenarios      []string
 	rlsArgs        []string
-	timeout        time.Duration
+	// rlsEnv is added to every envoy-rls process's environment (e.g.
+	// GOMAXPROCS=1, issue 42).
+	rlsEnv  []string
+	refEnv  []string // the same for the reference
+	timeout time.Duration
 	// The comparison with the reference (compare.go).
 	compare  bool
 	refBin   string
@@ -69,6 +73,13 @@ type options struct {
 	// rlqsDuration is (d)'s measured interval: long enough for two of
 	// Envoy's 5 s usage reports to land in it.
 	rlqsDuration time.Duration
+	// wakeups runs only the wake-up measurement (wakeups.go), with
+	// strace attached for straceWindow per system and load.
+	wakeups      bool
+	straceWindow time.Duration
+	// keepTraces is where --wakeups keeps its execution traces (empty:
+	// removed once counted).
+	keepTraces string
 }
 
 func main() {
@@ -97,6 +108,8 @@ func main() {
 		_, err = runCompare(ctx, opts, os.Stdout, os.Stderr)
 	case opts.envoy:
 		_, err = runEnvoy(ctx, opts, os.Stdout, os.Stderr)
+	case opts.wakeups:
+		_, err = runWakeups(ctx, opts, os.Stdout, os.Stderr)
 	default:
 		_, err = run(ctx, opts, os.Stdout, os.Stderr)
 	}
@@ -126,6 +139,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.soakEvery, "soak-every", 0, "RSS sampling period in the soak (0: soak/24, within 1s..10s)")
 	scen := fs.String("scenarios", strings.Join(allScenarioNames(), ","), "comma list of phases to run; the floor runs whenever a load scenario does")
 	rlsArgs := fs.String("rls-args", "", "extra arguments for every envoy-rls process, space separated")
+	rlsEnv := fs.String("rls-env", "", "extra environment for every envoy-rls process, space separated NAME=value pairs (e.g. GOMAXPROCS=1)")
+	refEnv := fs.String("ref-env", "", "--compare, --envoy, --wakeups: extra environment for the reference, as --rls-env (after its own settings, so it may override them)")
 	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&o.compare, "compare", false, "run only the comparison with envoyproxy/ratelimit (--ref-bin): each on its own Redis, interleaved rounds, medians; "+
 		"--duration and --warmup default to 6s and 1s there")
@@ -140,6 +155,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.envoyConfig, "envoy-config", "envoy-config/envoy.yaml", "the shipped Envoy bootstrap the phase through Envoy derives its own from")
 	fs.IntVar(&o.rlqsUsers, "rlqs-users", 0, "--envoy: users the RLQS configuration (d) draws from, one bucket each; 0: the same 100 k users as the others (most requests open a new bucket); a few hundred: buckets that repeat, RLQS's steady state")
 	fs.DurationVar(&o.rlqsDuration, "rlqs-duration", 10*time.Second, "--envoy: measured interval of the RLQS configuration (d); Envoy 1.40 reports usage every 5 s from its start, so 10s (after the warmup) lands two reports")
+	fs.BoolVar(&o.wakeups, "wakeups", false, "run only the wake-up measurement: per decision, syscalls by kind (strace -c -f), context switches (/proc), goroutines woken (a 1 s execution trace) and service CPU (no tracer), "+
+		"for the floor, the reference (--ref-bin) and envoy-rls, each on its own Redis, --rounds interleaved rounds at 1000/s, 4000/s and in the closed loop (--compare-only picks loads); --duration (the CPU window) and --warmup default to 3s and 1s there")
+	fs.StringVar(&o.keepTraces, "keep-traces", "", "--wakeups: keep each execution trace in this directory, as LOAD-SYSTEM-rROUND.trace, for go tool trace (which goroutines wake, woken by whom)")
+	fs.DurationVar(&o.straceWindow, "strace-window", 2*time.Second, "--wakeups: how long strace counts syscalls per system and load")
 	only := fs.String("compare-only", "", "comma list of the --compare loads (1000, 4000, closed) and key sets (uniform, zipf) to run; empty: all")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -153,8 +172,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.cmpOnly = append(o.cmpOnly, v)
 	}
-	if o.compare && o.envoy || o.scriptCost && (o.compare || o.envoy) {
-		return o, errors.New("bench: --compare, --envoy and --script-cost each run alone: pass one")
+	if n := countTrue(o.compare, o.envoy, o.scriptCost, o.wakeups); n > 1 {
+		return o, errors.New("bench: --compare, --envoy, --script-cost and --wakeups each run alone: pass one")
+	}
+	if o.wakeups {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			o.duration = 3 * time.Second
+		}
+		if !set["warmup"] {
+			o.warmup = time.Second
+		}
 	}
 	if o.compare || o.envoy {
 		set := map[string]bool{}
@@ -181,6 +210,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.scenarios = append(o.scenarios, s)
 	}
 	o.rlsArgs = strings.Fields(*rlsArgs)
+	o.rlsEnv, o.refEnv = strings.Fields(*rlsEnv), strings.Fields(*refEnv)
+	for _, kv := range append(o.rlsEnv[:len(o.rlsEnv):len(o.rlsEnv)], o.refEnv...) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return o, fmt.Errorf("bench: --rls-env, --ref-env: %q is not NAME=value", kv)
+		}
+	}
 	switch {
 	case o.duration <= 0 || o.warmup < 0 || o.timeout <= 0 || o.soak < 0:
 		return o, errors.New("bench: --duration and --timeout must be positive, --warmup and --soak not negative")
@@ -188,6 +223,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("bench: --concurrency, --workers-per-conn and --max-requests must be positive")
 	case o.rounds < 1:
 		return o, errors.New("bench: --rounds must be positive")
+	case o.straceWindow <= 0:
+		return o, errors.New("bench: --strace-window must be positive")
 	case o.rlqsUsers < 0 || o.rlqsDuration <= 0:
 		return o, errors.New("bench: --rlqs-users must not be negative, --rlqs-duration must be positive")
 	case o.users < 1 || o.keys < 0 || o.keysPerRequest < 1:
@@ -260,7 +297,7 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: find own executable: %w", err)
 	}
 	b.self = self
-	if opts.compare || opts.envoy {
+	if opts.compare || opts.envoy || opts.wakeups {
 		if b.opts.refBin, err = filepath.Abs(opts.refBin); err != nil {
 			return nil, fmt.Errorf("bench: --ref-bin: %w", err)
 		}
@@ -268,7 +305,7 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 			return nil, fmt.Errorf("bench: --ref-bin %s: not a file (make bench-compare or make bench-envoy installs it)", b.opts.refBin)
 		}
 	}
-	if b.needsRLS() || opts.compare || opts.envoy {
+	if b.needsRLS() || opts.compare || opts.envoy || opts.wakeups {
 		if b.opts.bin, err = filepath.Abs(opts.bin); err != nil {
 			return nil, fmt.Errorf("bench: --bin: %w", err)
 		}
@@ -280,6 +317,17 @@ func newBench(opts options, log io.Writer) (*bench, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return b, nil
+}
+
+// countTrue counts the true values: the modes that run alone.
+func countTrue(vs ...bool) int {
+	n := 0
+	for _, v := range vs {
+		if v {
+			n++
+		}
+	}
+	return n
 }
 
 func (b *bench) needsRLS() bool {

@@ -42,15 +42,21 @@ func scriptCostOps(dir string) ([]scriptCostOp, error) {
 	minimal := redis.NewScript(`local c = redis.call('INCRBY', KEYS[1], 1)
 if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return c`)
+	shared, err := os.ReadFile(filepath.Join(dir, "shared.lua"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: script cost: %w (run from the repository's root)", err)
+	}
 	read := func(name string) (*redis.Script, error) {
 		src, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("bench: script cost: %w (run from the repository's root)", err)
 		}
-		// The backend writes its constants into the scripts before it
-		// loads them (pkg/redisalgo/script.go); the value does not change
-		// what a call costs.
-		return redis.NewScript(strings.ReplaceAll(string(src), "__MAX_WINDOW_MARGIN__", "5000000")), nil
+		// The backend writes lua/shared.lua and its constants into the
+		// scripts before it loads them (pkg/redisalgo/script.go,
+		// withConstants); the constant's value does not change what a
+		// call costs.
+		s := strings.Replace(string(src), "-- __SHARED__", string(shared)+"-- end of lua/shared.lua;", 1)
+		return redis.NewScript(strings.ReplaceAll(s, "__MAX_WINDOW_MARGIN__", "5000000")), nil
 	}
 	lean, err := read("lean.lua")
 	if err != nil {

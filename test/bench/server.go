@@ -23,6 +23,9 @@ type server struct {
 	proc     *child
 	grpcAddr string
 	httpAddr string
+	// debugAddr serves /debug/pprof/trace, for the wake-up measurement
+	// (empty: none known).
+	debugAddr string
 }
 
 // startServer writes the scenario's rules and starts its server, retrying
@@ -79,7 +82,11 @@ func (b *bench) startServerOn(ctx context.Context, name string, floor bool, rd *
 			}
 			args = append(append(args, b.opts.rlsArgs...), extra...)
 		}
-		p, err := startChild(name, dir, bin, args...)
+		var env []string // nil: the driver's environment
+		if !floor {
+			env = b.opts.rlsEnv
+		}
+		p, err := startChildEnv(name, dir, env, bin, args...)
 		if err != nil {
 			return nil, err
 		}
