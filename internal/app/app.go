@@ -169,19 +169,6 @@ func New(ctx context.Context, cfg Config) (_ *App, err error) {
 	return a, nil
 }
 
-// Addrs are the addresses the listeners bound, for a caller that asked
-// for port 0; Debug is "" when the debug listener is off.
-type Addrs struct{ GRPC, HTTP, Debug string }
-
-// Addrs returns the bound addresses.
-func (a *App) Addrs() Addrs {
-	out := Addrs{GRPC: grpcAddrString(a.srv.gl), HTTP: a.srv.hl.Addr().String()}
-	if a.srv.dl != nil {
-		out.Debug = a.srv.dl.Addr().String()
-	}
-	return out
-}
-
 // limitAdjusters is the one list both protocols adjust limits by
 // (ShouldRateLimit's service and the RLQS server): a warm-up ramp first,
 // then the overrides, so a factor scales the ramped limit and an absolute

@@ -125,7 +125,7 @@ func runCharges(t *testing.T, p Policy, steps []chargeStep) {
 	for i, st := range steps {
 		var d Decision
 		if st.hits > 0 {
-			s, d = Charge(p, s, t0+st.at, st.hits)
+			s, d = charge(p, s, t0+st.at, st.hits, true)
 		} else {
 			_, d = Step(p, s, t0+st.at, 0, false)
 		}
@@ -151,7 +151,7 @@ func TestChargeNeverLost(t *testing.T) {
 					hits := 1 + r.Int64N(2*p.Capacity())
 					_, before := Step(p, s, now, 0, false)
 					var d Decision
-					s, d = Charge(p, s, now, hits)
+					s, d = charge(p, s, now, hits, true)
 					_, after := Step(p, s, now, 0, false)
 					want := before.Remaining - hits
 					if p.Algorithm.UsesBurst() {

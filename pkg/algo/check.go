@@ -26,7 +26,7 @@ type Check struct {
 	Refund bool
 	// Charge counts Hits even when they do not fit (a limit's `cost:
 	// charge`): the check is still denied then, and the request with
-	// it, but the hits are counted past the limit (Charge in state.go),
+	// it, but the hits are counted past the limit (charge in state.go),
 	// and they are counted whatever the request's other checks decide.
 	// A budget charged when a response is done (Envoy's
 	// apply_on_stream_done, whose answer Envoy ignores) needs it: a

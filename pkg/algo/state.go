@@ -103,17 +103,13 @@ func probe(p Policy, s State, now int64) Decision {
 	return d
 }
 
-// Charge applies hits > 0 that are counted whatever the limit says
+// charge applies hits > 0 that are counted whatever the limit says
 // (Check.Charge, a rule's `cost: charge`): when they fit it is Step;
 // when they do not, they are counted all the same (overdraw) and the
 // decision is the check-only decision of the overdrawn state, denied. The
 // overdraft stays until the window ends or the refill pays it back. A
-// limit of 0 counts nothing (it admits nothing to charge for).
-func Charge(p Policy, s State, now, hits int64) (State, Decision) {
-	return charge(p, s, now, hits, true)
-}
-
-// charge is Charge; build as in step.
+// limit of 0 counts nothing (it admits nothing to charge for). build is
+// as in step. ApplyAll applies a Check.Charge with it.
 func charge(p Policy, s State, now, hits int64, build bool) (State, Decision) {
 	ns, d := step(p, s, now, hits, false, build)
 	if d.Allowed || hits <= 0 || p.Limit <= 0 || p.Period <= 0 {
@@ -205,7 +201,7 @@ func Expiry(p Policy, s State, now int64) int64 {
 // Charges (Check.Charge) are counted whatever the request's outcome: a
 // denied charge denies the request like any check (allowed is false, and
 // the other checks consume nothing), but its own hits are counted past
-// the limit (Charge). Envoy ignores the answer to a charge made when a
+// the limit (charge). Envoy ignores the answer to a charge made when a
 // stream is done, so a charge must not depend on the request's other
 // descriptors.
 //

@@ -61,14 +61,6 @@ func (s *Server) Config() *tls.Config {
 	}
 }
 
-// LastError reports the most recent failed reload, or nil; the previous
-// good files stay in use after a failure.
-func (s *Server) LastError() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lastErr
-}
-
 func (s *Server) get() *tls.Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()

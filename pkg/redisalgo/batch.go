@@ -351,14 +351,6 @@ func (b *batcher) close() {
 	b.wg.Wait()
 }
 
-// pending returns the number of queued calls (tests use it to know that
-// callers have enqueued).
-func (b *batcher) pending() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.queued
-}
-
 // sharedHistogram returns the histogram registered with reg, reusing one
 // that another Backend registered there already.
 func sharedHistogram(reg prometheus.Registerer, opts prometheus.HistogramOpts) (prometheus.Histogram, error) {

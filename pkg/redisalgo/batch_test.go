@@ -100,7 +100,7 @@ func wrapBatchers(b *Backend, wrap func(*batcher)) {
 
 // pending returns the calls queued in b's batchers.
 func pending(b *Backend) int {
-	return b.topo.pending()
+	return topologyPending(b.topo)
 }
 
 // hold arms a gate for the next pipeline; entered is closed when that

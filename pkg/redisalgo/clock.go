@@ -146,16 +146,6 @@ type clockReading struct {
 	due     bool
 }
 
-// now returns Redis's time (Unix µs) at the local instant at, and whether
-// the clock was ever measured (before, now is at's own).
-func (c *redisClock) now(at time.Time) (now int64, ok bool) {
-	r := c.cur.Load()
-	if r == nil {
-		return at.UnixMicro(), false
-	}
-	return r.anchor.redis + at.Sub(r.anchor.local).Microseconds(), true
-}
-
 // place returns the time a request whose instant is at, sent at sent,
 // decides at on Redis's clock: at's, when it is within atSkew(period) of
 // sent's, else sent's (see the package comment). ok is false when the

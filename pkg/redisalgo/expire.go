@@ -118,15 +118,3 @@ func (e *expiries) forget(hash string) {
 	delete(sh.M, hash)
 	sh.Mu.Unlock()
 }
-
-// len is how many hashes are remembered, for tests.
-func (e *expiries) len() int {
-	n := 0
-	for i := range shardmap.Count {
-		sh := e.m.Shard(i)
-		sh.Mu.Lock()
-		n += len(sh.M)
-		sh.Mu.Unlock()
-	}
-	return n
-}

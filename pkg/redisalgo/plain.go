@@ -156,7 +156,7 @@ func (p plainCmds) split() {
 		*r = [...]int64{now, 1, 1, limit - count, left, 0, 0}
 	case code&codeCharge != 0:
 		// A charge past the limit stays counted: the check-only
-		// decision of the overdrawn window, denied (algo.Charge).
+		// decision of the overdrawn window, denied (algo.Check.Charge).
 		*r = [...]int64{now, 0, 0, limit - count, left, left, 0}
 	default:
 		// Denied: the hit is given back (giveBack), and the window reads

@@ -208,20 +208,6 @@ func (n *node) closeBatchers() {
 	}
 }
 
-// pending returns the calls queued on every node (for tests).
-func (ns *nodes) pending() int {
-	ns.mu.Lock()
-	all := slices.Clone(ns.all)
-	ns.mu.Unlock()
-	total := 0
-	for _, n := range all {
-		if n.batch != nil {
-			total += n.batch.pending()
-		}
-	}
-	return total
-}
-
 var keyBufs = sync.Pool{New: func() any { return new(keyBuf) }}
 
 // Shard returns the shard of c: on Redis Cluster a number naming the

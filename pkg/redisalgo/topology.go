@@ -49,8 +49,6 @@ type topology interface {
 	poster(n *node) *batcher
 	// close closes the batchers.
 	close()
-	// pending returns the calls queued in the batchers (for tests).
-	pending() int
 }
 
 // master is what a Backend asks of each master: *redis.Client, and Client.
@@ -100,13 +98,6 @@ func (t *oneMaster) close() {
 	if t.backs != t.batch {
 		t.backs.close()
 	}
-}
-
-func (t *oneMaster) pending() int {
-	if t.batch == nil {
-		return 0
-	}
-	return t.batch.pending()
 }
 
 // cluster is the topology of Redis Cluster.
@@ -186,4 +177,3 @@ func (t *cluster) shard(prefix string, c algo.Check) int {
 func (t *cluster) shardName(id int) string { return t.nodes.name(id) }
 func (t *cluster) close()                  { t.nodes.close() }
 func (t *cluster) poster(n *node) *batcher { return n.backs }
-func (t *cluster) pending() int            { return t.nodes.pending() }

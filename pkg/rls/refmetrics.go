@@ -78,13 +78,6 @@ const refMappedPrefix = "ratelimit_service_rate_limit_"
 // fixed); greedy like the exporter's regexp.
 var refDeepKey = regexp.MustCompile(`^(.*)\.(.*)\.(.*)(\..*)$`)
 
-// NewReferenceMetrics registers the reference's per-limit counters with
-// reg. nearLimitRatio is the reference's NEAR_LIMIT_RATIO (0.8 there by
-// default); a value outside (0, 1] means 0.8.
-func NewReferenceMetrics(reg prometheus.Registerer, nearLimitRatio float64) *ReferenceMetrics {
-	return NewReferenceMetricsWith(ReferenceOptions{Registerer: reg, NearLimitRatio: nearLimitRatio})
-}
-
 func newRefSeries(path string) *refSeries {
 	s := &refSeries{}
 	for i, st := range refStats {

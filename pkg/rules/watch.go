@@ -49,11 +49,6 @@ func (l *Loader) Current() *Snapshot { return l.cur.Load() }
 // is still passed to Options.OnReload.
 func (l *Loader) Load() error { return l.reload(true, false) }
 
-// Reload reads the directory now. On success the new snapshot replaces the
-// current one; on failure the current one stays. Either way the result is
-// logged and passed to Options.OnReload.
-func (l *Loader) Reload() error { return l.reload(true, true) }
-
 // reload reloads the directory; unless force is set, input identical to the
 // previous attempt's is skipped silently. logFailure says whether a failure
 // is logged here or left to the caller.

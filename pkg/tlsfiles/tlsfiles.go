@@ -28,9 +28,6 @@ type Files struct {
 	Cert, Key string
 }
 
-// IsZero reports whether f names no file.
-func (f Files) IsZero() bool { return f == Files{} }
-
 // Config returns a client configuration (TLS 1.2 or later) loaded with f.
 func Config(f Files) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -244,9 +244,6 @@ func (e *Envoy) ListenerAddr(name string) (string, error) {
 	return "", fmt.Errorf("envoytest: no listener %q in %q", name, string(b))
 }
 
-// Wait returns when Envoy has exited, with its exit error.
-func (e *Envoy) Wait() error { return e.proc.Wait() }
-
 // Exited reports whether Envoy's process has ended.
 func (e *Envoy) Exited() bool { return e.proc.Exited() }
 

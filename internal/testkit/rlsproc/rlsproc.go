@@ -174,25 +174,11 @@ func (p *Proc) Restart() {
 	p.launch()
 }
 
-// Pid is the running process's id.
-func (p *Proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.proc.Pid()
-}
-
 // ExitCode is the last run's exit code (-1 for a signal).
 func (p *Proc) ExitCode() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.proc.ExitCode()
-}
-
-// Signal sends sig to the process.
-func (p *Proc) Signal(sig syscall.Signal) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.proc.Cmd.Process.Signal(sig)
 }
 
 // Serving is what the "envoy-rls serving" log line says: the listeners'

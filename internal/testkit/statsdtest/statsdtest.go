@@ -135,9 +135,6 @@ func renameTimerType(t *testing.T, mapping string) string {
 	return out
 }
 
-// Logs returns what the exporter logged (at debug: every line received).
-func (e *Exporter) Logs() string { return e.logs.String() }
-
 func (e *Exporter) scrape() (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get(e.MetricsURL)
 	if err != nil {

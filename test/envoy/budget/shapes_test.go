@@ -2,7 +2,6 @@ package budget
 
 import (
 	"fmt"
-	"strings"
 )
 
 // The two products' shapes, as they generate them for a cost, on one
@@ -205,5 +204,3 @@ var (
 	egShape = shape{Name: "envoy-gateway", Path: egPath, RequestHits: 0,
 		Header: func(run string) map[string]string { return map[string]string{userHeader: run} }}
 )
-
-func (s shape) String() string { return strings.ToLower(s.Name) }
