@@ -51,12 +51,12 @@ ACTIONLINT_STAMP := $(TOOLS)/.actionlint-$(ACTIONLINT_VERSION)
 # our shipped EnvoyFilters to real Envoys. Istio's release tags are refused
 # by the module proxy here; this master snapshot (VERSION 1.31, go 1.26.0)
 # is served. It is built once per version (the stamp) from a copy of the
-# module with build/istio/multicluster-guard.patch applied (the patch says
+# module with build/istio/no-kubernetes-guards.patch applied (the patch says
 # why; check at each bump whether it is still needed); test/istio's
 # IstioVersion names the same snapshot. The build takes ~11 minutes of CPU
 # on 2 cores; the binary is ~190 MB.
 ISTIO_VERSION := v0.0.0-20260827124520-eed52ebb66ad
-ISTIOD_PATCH := build/istio/multicluster-guard.patch
+ISTIOD_PATCH := build/istio/no-kubernetes-guards.patch
 ISTIOD_BIN := $(TOOLS)/istiod-$(ISTIO_VERSION)/pilot-discovery
 # The stamp names the patch's content too, so a changed patch rebuilds.
 ISTIOD_PATCH_SUM := $(shell sha256sum $(ISTIOD_PATCH) 2>/dev/null | cut -c1-12)

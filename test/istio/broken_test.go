@@ -54,7 +54,7 @@ func TestBrokenGatewayFilter(t *testing.T) {
 			set := kustomizeSet(t, "base", map[string][]byte{rel: []byte(broken)})
 			set.Name = rel + " broken (" + bc.name + "), kustomize base"
 			m := startMesh(t, set)
-			err := m.check()
+			_, err := m.check()
 			if err == nil {
 				t.Fatalf("%s: the check passed", set.Name)
 			}

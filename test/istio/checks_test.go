@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,8 +17,8 @@ import (
 )
 
 // patchFacts is what a set's EnvoyFilters promise one kind of proxy: the
-// number of rate_limits entries their VIRTUAL_HOST and HTTP_ROUTE patches
-// add, and the filters that have a patch for it.
+// rate_limits entries their VIRTUAL_HOST and HTTP_ROUTE patches add, and
+// the filters that have a patch for it.
 type patchFacts struct {
 	filters                 []string
 	vhostLimits, routeLimit int
@@ -47,6 +49,7 @@ func (s manifestSet) promised(ctx string) (patchFacts, error) {
 			return pf, fmt.Errorf("%s: %v: %w", s.Name, o, err)
 		}
 		mine := false
+		vh, rt := 0, 0
 		for _, p := range spec.ConfigPatches {
 			if p.Match.Context != ctx && p.Match.Context != "ANY" && p.Match.Context != "" {
 				continue
@@ -54,11 +57,15 @@ func (s manifestSet) promised(ctx string) (patchFacts, error) {
 			mine = true
 			switch p.ApplyTo {
 			case "VIRTUAL_HOST":
-				pf.vhostLimits += len(p.Patch.Value.RateLimits)
+				vh += len(p.Patch.Value.RateLimits)
 			case "HTTP_ROUTE":
-				pf.routeLimit += len(p.Patch.Value.Route.RateLimits)
+				rt += len(p.Patch.Value.Route.RateLimits)
 			}
 		}
+		// Which of the filters reach a proxy is istiod's call (their
+		// selectors, proxyVersion): a proxy must hold at least what the
+		// largest one adds.
+		pf.vhostLimits, pf.routeLimit = max(pf.vhostLimits, vh), max(pf.routeLimit, rt)
 		if mine {
 			pf.filters = append(pf.filters, o.Metadata.Namespace+"/"+o.Metadata.Name)
 		}
@@ -70,18 +77,30 @@ func (s manifestSet) promised(ctx string) (patchFacts, error) {
 // sidecar, istiod pushed and the proxy acknowledged, the config dump
 // holds what the EnvoyFilters promise, and traffic is limited. The error
 // names the set, the EnvoyFilters, the proxy and what istiod did.
-func (m *mesh) check() error {
+func (m *mesh) check() ([]string, error) {
 	var errs []error
+	var proven []string
 	for i, g := range m.Gateways {
-		errs = append(errs, m.checkProxy(g, "GATEWAY", m.GatewayPorts[i], net.IPv4(127, 0, 0, byte(1+i))))
+		s, err := m.checkProxy(g, "GATEWAY", m.GatewayPorts[i], net.IPv4(127, 0, 0, byte(1+i)))
+		proven, errs = append(proven, s), append(errs, err)
 	}
 	if m.Sidecar != nil {
-		errs = append(errs, m.checkProxy(m.Sidecar, "SIDECAR_INBOUND", m.SidecarPort, net.IPv4(127, 0, 0, 1)))
+		s, err := m.checkProxy(m.Sidecar, "SIDECAR_INBOUND", m.SidecarPort, net.IPv4(127, 0, 0, 1))
+		proven, errs = append(proven, s), append(errs, err)
 	}
-	return errors.Join(errs...)
+	return proven, errors.Join(errs...)
 }
 
-func (m *mesh) checkProxy(p *proxy, ctx string, port int, client net.IP) error {
+// checkProxy returns what it proved, in a line.
+func (m *mesh) checkProxy(p *proxy, ctx string, port int, client net.IP) (string, error) {
+	err := m.checkProxyErr(p, ctx, port, client)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%v: pushed and acknowledged, %s right before the router, rate_limits in place, traffic limited", p.Spec, rateLimitFilter), nil
+}
+
+func (m *mesh) checkProxyErr(p *proxy, ctx string, port int, client net.IP) error {
 	pf, err := m.Set.promised(ctx)
 	if err != nil {
 		return err
@@ -154,38 +173,69 @@ func (m *mesh) checkProxy(p *proxy, ctx string, port int, client net.IP) error {
 	return nil
 }
 
-// trafficRule is, per rate-limit domain, the request a manifest's comment
-// names and the rule that limits it: send until the first 429, at most
+// trafficRule is a request a manifest's comment names and the rule (by
+// its name in the rules) that limits it: send until the first 429, at most
 // max requests; a limit of exactly allowed requests is checked exactly.
 type trafficRule struct {
 	rule    string
+	about   string
 	path    string
 	header  http.Header
 	allowed int // exact number of 200s before the first 429; 0: any
 	max     int
 }
 
-var trafficRules = map[string]trafficRule{
-	// envoyfilter-gateway.yaml: "add the login descriptor on the route
-	// named login" → [("generic_key", "login"), ("remote_address", IP)],
-	// rules/edge.yaml login_per_minute: 5 per minute, exact (sliding_log).
-	"edge": {rule: "edge login_per_minute (5 per minute per client IP)", path: "/api/login", allowed: 5, max: 6},
+// trafficRules are, per rate-limit domain, the candidates in order: the
+// first whose rule the loaded rules define is used.
+var trafficRules = map[string][]trafficRule{
+	"edge": {
+		// envoyfilter-gateway.yaml: "add the login descriptor on the
+		// route named login" → [("generic_key", "login"),
+		// ("remote_address", IP)]; rules/edge.yaml login_per_minute: 5
+		// per minute, exact (sliding_log).
+		{rule: "login_per_minute", about: "5 per minute per client IP on /api/login", path: "/api/login", allowed: 5, max: 6},
+		// The chart's default rules: the virtual host's [("remote_address",
+		// IP)], per_ip: 50 per second, bursts of 100 (token bucket).
+		{rule: "per_ip", about: "50 per second per client IP, bursts of 100", path: "/get", max: 2000},
+	},
 	// components/sidecar: [("tenant", <x-tenant-id>)], rules/internal.yaml
 	// trial_pool: 1000 per hour for trial-* tenants.
-	"internal": {rule: "internal trial_pool (1000 per hour for trial-* tenants)", path: "/get", header: http.Header{"X-Tenant-Id": {"trial-42"}}, max: 1001},
+	"internal": {{rule: "trial_pool", about: "1000 per hour for trial-* tenants", path: "/get", header: http.Header{"X-Tenant-Id": {"trial-42"}}, max: 1001}},
 	// components/per-version: [("version", "unrouted")] when x-version is
 	// missing, rules/versions.yaml unrouted: 20 per second.
-	"versions": {rule: "versions unrouted (20 per second without x-version)", path: "/reviews/1", max: 1000},
+	"versions": {{rule: "unrouted", about: "20 per second without x-version", path: "/reviews/1", max: 1000}},
+}
+
+// trafficRule picks the domain's traffic rule that the mesh's rules define.
+func (m *mesh) trafficRule(domain string) (trafficRule, error) {
+	files, _ := filepath.Glob(filepath.Join(m.Rules, "*.yaml"))
+	var all strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return trafficRule{}, err
+		}
+		if domainOf(string(b)) == domain {
+			all.Write(b)
+		}
+	}
+	for _, r := range trafficRules[domain] {
+		if strings.Contains(all.String(), "name: "+r.rule+"\n") {
+			return r, nil
+		}
+	}
+	return trafficRule{}, fmt.Errorf("no traffic rule for rate-limit domain %q that envoy-rls's rules (%s) define: add one to trafficRules", domain, m.Rules)
 }
 
 // limited sends the domain's requests through the listener on port from
 // the client address, and checks 200s, then a 429 with
 // x-envoy-ratelimited, and that no limited request reached the upstream.
 func (m *mesh) limited(domain string, port int, client net.IP) error {
-	r, ok := trafficRules[domain]
-	if !ok {
-		return fmt.Errorf("no traffic rule for rate-limit domain %q: add one to trafficRules", domain)
+	r, err := m.trafficRule(domain)
+	if err != nil {
+		return err
 	}
+	r.rule = domain + " " + r.rule + " (" + r.about + ")"
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: client}}).DialContext,
 		DisableKeepAlives: false,
@@ -228,6 +278,7 @@ func (m *mesh) limited(domain string, port int, client net.IP) error {
 		if got := len(m.Upstream.Hits()) - before; got != ok200 {
 			return fmt.Errorf("%s: the upstream served %d requests, want the %d that passed", r.rule, got, ok200)
 		}
+		m.Limited = append(m.Limited, fmt.Sprintf("port %d: %d×200 then 429 by %s", port, ok200, r.rule))
 		return nil
 	}
 	return fmt.Errorf("%s: %d requests, none limited (%d got 200)", r.rule, r.max, ok200)

@@ -1,6 +1,6 @@
 // Package istio has a real istiod (pilot-discovery, built pinned by
 // `make test-deps` into bin/tools/istiod-<version>, with the small guard of
-// build/istio/multicluster-guard.patch) apply every EnvoyFilter the
+// build/istio/no-kubernetes-guards.patch) apply every EnvoyFilter the
 // repository ships to real Envoys, and proves each by limited traffic:
 // the kustomize base manifests/istio and each of its components, the Helm
 // chart charts/envoy-rls rendered over each values set, and the guides'

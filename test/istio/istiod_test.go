@@ -200,6 +200,10 @@ func (d *istiod) syncz() ([]syncStatus, error) {
 // clusters and routes and every type it sent is acknowledged, and else why
 // not, in istiod's words (a NACK carries Envoy's rejection message).
 func (d *istiod) synced(proxyID string) (bool, string) {
+	// istiod names a proxy POD.NAMESPACE, the node id's third part.
+	if parts := strings.Split(proxyID, "~"); len(parts) == 4 {
+		proxyID = parts[2]
+	}
 	all, err := d.syncz()
 	if err != nil {
 		return false, err.Error()
@@ -224,9 +228,9 @@ func (d *istiod) synced(proxyID string) (bool, string) {
 				why = append(why, fmt.Sprintf("%s sent %s, acked %s", short, r.Sent, r.Acked))
 			}
 		}
-		for _, want := range []string{"Listener", "Cluster"} {
-			if s.Resources["type.googleapis.com/envoy.config.listener.v3."+want].Sent == "" && s.Resources["type.googleapis.com/envoy.config.cluster.v3."+want].Sent == "" {
-				why = append(why, want+" not sent yet")
+		for _, want := range []string{"type.googleapis.com/envoy.config.listener.v3.Listener", "type.googleapis.com/envoy.config.cluster.v3.Cluster"} {
+			if s.Resources[want].Sent == "" {
+				why = append(why, want[strings.LastIndex(want, ".")+1:]+" not sent yet")
 			}
 		}
 		if len(why) > 0 {

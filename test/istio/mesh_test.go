@@ -122,6 +122,10 @@ type mesh struct {
 	SidecarPort  int
 	// ConfigDir is istiod's --configDir.
 	ConfigDir string
+	// Limited records each traffic check that passed.
+	Limited []string
+	// Rules is envoy-rls's rules directory.
+	Rules string
 }
 
 // startMesh starts everything for one set; it fails t only on the
@@ -134,6 +138,7 @@ func startMesh(t *testing.T, set manifestSet) *mesh {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Rules = rules
 	rlsArgs := func(grpcAddr string) []string {
 		return []string{"serve", "--config-dir", rules, "--grpc-addr", grpcAddr,
 			"--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0",
@@ -230,8 +235,11 @@ func startMesh(t *testing.T, set manifestSet) *mesh {
 				"captureMode":     "NONE",
 				"defaultEndpoint": m.Upstream.Addr,
 			}},
+			// HTTP_PROXY: an egress port that selects every service (any
+			// other protocol keeps only the services on that port, and the
+			// sidecar would have no outbound cluster for envoy-rls).
 			"egress": []any{map[string]any{
-				"port":        map[string]any{"number": outPort, "name": "http-out", "protocol": "HTTP"},
+				"port":        map[string]any{"number": outPort, "name": "http-proxy", "protocol": "HTTP_PROXY"},
 				"bind":        "127.0.0.1",
 				"captureMode": "NONE",
 				"hosts":       []string{"*/*"},
@@ -320,12 +328,14 @@ func serviceEntry(svc object, rls *rlsproc.Proc) (map[string]any, error) {
 }
 
 // rulesDir writes envoy-rls's rules: the files of the set's rules
-// ConfigMaps (envoy-rls-config, or the chart's <release>-rules), else,
-// when the set renders none (the chart's existingConfigMap and xds values
-// sets), examples/config, the rules those sets are documented with.
+// ConfigMaps (envoy-rls-config, or the chart's <release>-rules), and for
+// each domain they do not define, the file of examples/config that does
+// (the chart's values say their rate_limits make the descriptors of
+// examples/config; its existingConfigMap and xds values sets render no
+// rules at all).
 func rulesDir(t *testing.T, set manifestSet) (string, error) {
 	dir := t.TempDir()
-	n := 0
+	domains := map[string]bool{}
 	for _, o := range set.Objects {
 		if o.Kind != "ConfigMap" || (o.Metadata.Name != "envoy-rls-config" && !strings.HasSuffix(o.Metadata.Name, "-rules")) {
 			continue
@@ -338,13 +348,40 @@ func rulesDir(t *testing.T, set manifestSet) (string, error) {
 			if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
 				return "", err
 			}
-			n++
+			domains[domainOf(data)] = true
 		}
 	}
-	if n > 0 {
-		return dir, nil
+	examples, err := filepath.Glob(rlsproc.RepoPath("examples/config/*.yaml"))
+	if err != nil || len(examples) == 0 {
+		return "", fmt.Errorf("no rules in examples/config (%v)", err)
 	}
-	return rlsproc.RepoPath("examples/config"), nil
+	for _, e := range examples {
+		data, err := os.ReadFile(e)
+		if err != nil {
+			return "", err
+		}
+		d := domainOf(string(data))
+		if d == "" {
+			return "", fmt.Errorf("%s names no domain", e)
+		}
+		if domains[d] {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "example-"+filepath.Base(e)), data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// domainOf returns the domain a rules file names.
+func domainOf(rules string) string {
+	for _, l := range strings.Split(rules, "\n") {
+		if v, ok := strings.CutPrefix(l, "domain:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
 }
 
 // waitSynced waits until istiod has pushed to the proxy and the proxy

@@ -1,6 +1,7 @@
 package istio
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +75,59 @@ var chartProxies = map[string]proxiesFor{
 var guideProxies = map[string]proxiesFor{
 	"envoy-rls-gateway": {gateway: &istioctlGateway},
 	"envoy-rls-sidecar": {sidecar: &httpbinSidecar},
+}
+
+// guideKeeps is, per EnvoyFilter name, the kustomize component whose
+// same-named EnvoyFilter's HTTP_ROUTE patches a guide's block is used
+// with: docs/deploying.md shows the Unix-socket sidecar's filter without
+// them and says "Keep the component's HTTP_ROUTE patch as it is".
+var guideKeeps = map[string]string{"envoy-rls-sidecar": "sidecar"}
+
+// withRoutePatches returns the guide's EnvoyFilter with the HTTP_ROUTE
+// patches of the component's same-named filter appended, when the guide's
+// has none of its own.
+func withRoutePatches(t *testing.T, f object, component string) object {
+	t.Helper()
+	var whole map[string]any
+	if err := json.Unmarshal(f.raw, &whole); err != nil {
+		t.Fatal(err)
+	}
+	spec := whole["spec"].(map[string]any)
+	patches, _ := spec["configPatches"].([]any)
+	for _, p := range patches {
+		if p.(map[string]any)["applyTo"] == "HTTP_ROUTE" {
+			return f
+		}
+	}
+	var added int
+	for _, o := range kustomizeSet(t, component, nil).envoyFilters() {
+		if o.Metadata.Name != f.Metadata.Name {
+			continue
+		}
+		var src map[string]any
+		if err := json.Unmarshal(o.raw, &src); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range src["spec"].(map[string]any)["configPatches"].([]any) {
+			if p.(map[string]any)["applyTo"] == "HTTP_ROUTE" {
+				patches = append(patches, p)
+				added++
+			}
+		}
+	}
+	if added == 0 {
+		t.Fatalf("components/%s has no EnvoyFilter %s with an HTTP_ROUTE patch to keep", component, f.Metadata.Name)
+	}
+	spec["configPatches"] = patches
+	raw, err := json.Marshal(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := parseObjects(f.String(), raw)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("%v: %v", f, err)
+	}
+	return objs[0]
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -164,8 +218,12 @@ func runSet(t *testing.T, set manifestSet) {
 		t.Fatalf("%s renders no EnvoyFilter", set.Name)
 	}
 	m := startMesh(t, set)
-	if err := m.check(); err != nil {
+	proven, err := m.check()
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range append(proven, m.Limited...) {
+		t.Log(p)
 	}
 }
 
@@ -225,7 +283,12 @@ func TestGuides(t *testing.T) {
 						set.Objects = append(set.Objects, o)
 					}
 				}
-				set.Objects = append(set.Objects, objs...)
+				for _, o := range objs {
+					if c, ok := guideKeeps[o.Metadata.Name]; ok && o.Kind == "EnvoyFilter" {
+						o = withRoutePatches(t, o, c)
+					}
+					set.Objects = append(set.Objects, o)
+				}
 				for _, f := range set.envoyFilters() {
 					p, ok := guideProxies[f.Metadata.Name]
 					if !ok {

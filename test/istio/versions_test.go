@@ -61,7 +61,7 @@ func TestProxyVersion(t *testing.T) {
 	}
 	set.Gateways = []proxySpec{gw("ingressgateway-1-31", "1.31.0"), gw("ingressgateway-1-30", "1.30.2")}
 	m := startMesh(t, set)
-	if err := m.check(); err != nil {
+	if _, err := m.check(); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []string{"istio_1_31", "istio_1_30"} {
