@@ -167,7 +167,7 @@ func (m *mesh) checkProxyErr(p *proxy, ctx string, port int, client net.IP) erro
 	}
 	for d := range domains {
 		if err := m.limited(d, port, client); err != nil {
-			return fmt.Errorf("%s: %s and the config_dump holds the patches, but traffic was not limited: %w", where, did, err)
+			return fmt.Errorf("%s: %s and the config_dump holds the patches, but traffic through it does not follow the rule: %w", where, did, err)
 		}
 	}
 	return nil

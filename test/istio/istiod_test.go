@@ -2,6 +2,7 @@ package istio
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,14 +56,12 @@ func istiodBinary() (string, error) {
 }
 
 // meshConfig is istiod's --meshConfig: mTLS off (no CA runs, and sidecar
-// inbound listeners would wait for SDS secrets forever), the default root
-// namespace, and the proxies' gateway topology trusting one proxy in front
-// (the test's client sets X-Forwarded-For, as a load balancer would).
+// inbound listeners would wait for SDS secrets forever; the config
+// directory also holds a mesh-wide PeerAuthentication DISABLE), and the
+// default root namespace.
 const meshConfig = `rootNamespace: istio-system
 trustDomain: cluster.local
 enableAutoMtls: false
-defaultConfig:
-  discoveryAddress: 127.0.0.1:15010
 `
 
 // istiod is one running pilot-discovery serving plaintext xDS from files.
@@ -77,10 +76,15 @@ type istiod struct {
 	err  error
 }
 
+// errRefused is istiod refusing its config directory: it exits at start,
+// as a cluster's validating webhook would refuse the kubectl apply.
+var errRefused = errors.New("istiod refused the config directory and exited")
+
 // startIstiod runs istiod on configDir and waits until its debug
 // endpoint answers. It is stopped at cleanup; its log is printed when the
-// test failed.
-func startIstiod(t *testing.T, configDir string) *istiod {
+// test failed. When istiod exits at start because of the config, the error
+// wraps errRefused and carries istiod's own words.
+func startIstiod(t *testing.T, configDir string) (*istiod, error) {
 	t.Helper()
 	bin, err := istiodBinary()
 	if err != nil {
@@ -132,13 +136,22 @@ func startIstiod(t *testing.T, configDir string) *istiod {
 	for {
 		select {
 		case <-d.done:
-			t.Fatalf("istiod exited before it served (%v); log:\n%s", d.err, lastLines(d.Logs.String(), 60))
+			var why []string
+			for _, l := range strings.Split(d.Logs.String(), "\n") {
+				if strings.HasPrefix(l, "Error: ") {
+					why = append(why, strings.TrimPrefix(l, "Error: "))
+				}
+			}
+			if len(why) == 0 {
+				t.Fatalf("istiod exited before it served (%v); log:\n%s", d.err, lastLines(d.Logs.String(), 60))
+			}
+			return nil, fmt.Errorf("%w (%v): %s", errRefused, d.err, strings.Join(why, "; "))
 		case <-time.After(100 * time.Millisecond):
 		}
 		// /ready stays 503 without Kubernetes webhooks; syncz answers once
 		// the xDS server runs.
 		if _, err := d.syncz(); err == nil {
-			return d
+			return d, nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("istiod's %s/debug/syncz did not answer within %v; log:\n%s", d.DebugURL, istiodStartTimeout, lastLines(d.Logs.String(), 60))

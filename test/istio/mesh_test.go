@@ -129,8 +129,9 @@ type mesh struct {
 }
 
 // startMesh starts everything for one set; it fails t only on the
-// harness's own trouble, never on what the set's manifests do.
-func startMesh(t *testing.T, set manifestSet) *mesh {
+// harness's own trouble. When istiod refuses the set's manifests, the
+// error names the set and says what istiod said.
+func startMesh(t *testing.T, set manifestSet) (*mesh, error) {
 	t.Helper()
 	m := &mesh{Set: set, Upstream: envoytest.StartUpstream(t), ConfigDir: t.TempDir()}
 	redis := redistest.Standalone(t)
@@ -255,14 +256,20 @@ func startMesh(t *testing.T, set manifestSet) *mesh {
 	}
 	sort.Strings(names)
 	t.Logf("%s: istiod config directory: %s", set.Name, strings.Join(names, " "))
-	m.Istiod = startIstiod(t, m.ConfigDir)
+	if m.Istiod, err = startIstiod(t, m.ConfigDir); err != nil {
+		var filters []string
+		for _, f := range set.envoyFilters() {
+			filters = append(filters, f.Metadata.Namespace+"/"+f.Metadata.Name)
+		}
+		return nil, fmt.Errorf("%s: EnvoyFilters %v: %w", set.Name, filters, err)
+	}
 	for _, g := range set.Gateways {
 		m.Gateways = append(m.Gateways, startProxy(t, m.Istiod, g))
 	}
 	if set.Sidecar != nil {
 		m.Sidecar = startProxy(t, m.Istiod, *set.Sidecar)
 	}
-	return m
+	return m, nil
 }
 
 func mustAtoi(t *testing.T, s string) int {
@@ -403,7 +410,8 @@ func (m *mesh) waitSynced(p *proxy, cond func(dumpFacts) error) (dumpFacts, erro
 				return f, nil
 			}
 		}
-		if time.Now().After(deadline) {
+		// A rejection (NACK) is the proxy's final word on this push.
+		if time.Now().After(deadline) || strings.Contains(why, "rejected by the proxy") {
 			if !ok {
 				if ack := m.Istiod.ackErrors(); len(ack) > 0 {
 					why += "\nistiod's log: " + strings.Join(ack, "\n")

@@ -217,7 +217,10 @@ func runSet(t *testing.T, set manifestSet) {
 	if len(set.envoyFilters()) == 0 {
 		t.Fatalf("%s renders no EnvoyFilter", set.Name)
 	}
-	m := startMesh(t, set)
+	m, err := startMesh(t, set)
+	if err != nil {
+		t.Fatal(err)
+	}
 	proven, err := m.check()
 	if err != nil {
 		t.Fatal(err)

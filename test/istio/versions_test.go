@@ -60,7 +60,10 @@ func TestProxyVersion(t *testing.T) {
 		return p
 	}
 	set.Gateways = []proxySpec{gw("ingressgateway-1-31", "1.31.0"), gw("ingressgateway-1-30", "1.30.2")}
-	m := startMesh(t, set)
+	m, err := startMesh(t, set)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.check(); err != nil {
 		t.Fatal(err)
 	}
