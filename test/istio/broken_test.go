@@ -19,7 +19,8 @@ const (
 // istiod or Envoy, or land where they do no good. One breakage is not
 // here because the real istiod lets it through: an unknown field in a
 // patch's typed_config (failure_mode_dny) is dropped silently, and the
-// filter works without it; test/envoy/validate's model catches that one.
+// filter works without it; test/meshconfig's strict decoding of each
+// patch into its Envoy type catches that one (mesh_mutation_test.go).
 var brokenCopies = []struct {
 	name string
 	// variant is the kustomize variant ("" is the base), file the shipped

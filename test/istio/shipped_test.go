@@ -150,8 +150,7 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-// componentNeeds lists the components a component only works after (as
-// test/envoy/validate).
+// componentNeeds lists the components a component only works after.
 var componentNeeds = map[string][]string{
 	"components/sidecar-uds": {"components/sidecar"},
 }
