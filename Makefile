@@ -153,7 +153,7 @@ run-envoy: envoy
 test-envoy: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./internal/envoytest/ ./test/envoy/...
 
-## istiod: build the pinned istiod (pilot-discovery) with the multicluster guard into bin/tools, once per version (~11 minutes on 2 cores)
+## istiod: build the pinned istiod (pilot-discovery) with its no-Kubernetes guards into bin/tools, once per version (~11 minutes on 2 cores)
 istiod: $(ISTIOD_STAMP)
 
 # Each step names itself when it fails; nothing is skipped. The copy is made

@@ -1,5 +1,5 @@
 // Package istio has a real istiod (pilot-discovery, built pinned by
-// `make test-deps` into bin/tools/istiod-<version>, with the small guard of
+// `make test-deps` into bin/tools/istiod-<version>, with the two small guards of
 // build/istio/no-kubernetes-guards.patch) apply every EnvoyFilter the
 // repository ships to real Envoys, and proves each by limited traffic:
 // the kustomize base manifests/istio and each of its components, the Helm
@@ -13,7 +13,8 @@
 // envoy-rls process the test runs on Redis, whose rules are the rendered
 // ConfigMap's. The EnvoyFilters are the shipped ones, unchanged, except for
 // the Unix-socket path of components/sidecar-uds, which is moved into a
-// temporary directory. Beside them the test adds what a cluster would
+// temporary directory, and docs/deploying.md's Unix-socket EnvoyFilter,
+// which gets components/sidecar's HTTP_ROUTE patch as the guide says. Beside them the test adds what a cluster would
 // have: a Gateway and a VirtualService that route to a real upstream
 // through the ingress gateway, a Sidecar resource that gives the sidecar
 // an inbound listener on loopback (captureMode NONE, as iptables would
