@@ -48,6 +48,20 @@ GORELEASER_VERSION := v2.15.1
 GORELEASER_STAMP := $(TOOLS)/.goreleaser-$(GORELEASER_VERSION)
 ACTIONLINT_VERSION := v1.7.12
 ACTIONLINT_STAMP := $(TOOLS)/.actionlint-$(ACTIONLINT_VERSION)
+# istiod (pilot-discovery), for test/istio: the real control plane applies
+# our shipped EnvoyFilters to real Envoys. Istio's release tags are refused
+# by the module proxy here; this master snapshot (VERSION 1.31, go 1.26.0)
+# is served. It is built once per version (the stamp) from a copy of the
+# module with build/istio/no-kubernetes-guards.patch applied (the patch says
+# why; check at each bump whether it is still needed); test/istio's
+# IstioVersion names the same snapshot. The build takes ~11 minutes of CPU
+# on 2 cores; the binary is ~190 MB.
+ISTIO_VERSION := v0.0.0-20260827124520-eed52ebb66ad
+ISTIOD_PATCH := build/istio/no-kubernetes-guards.patch
+ISTIOD_BIN := $(TOOLS)/istiod-$(ISTIO_VERSION)/pilot-discovery
+# The stamp names the patch's content too, so a changed patch rebuilds.
+ISTIOD_PATCH_SUM := $(shell sha256sum $(ISTIOD_PATCH) 2>/dev/null | cut -c1-12)
+ISTIOD_STAMP := $(TOOLS)/.istiod-$(ISTIO_VERSION)-$(ISTIOD_PATCH_SUM)
 # envoyproxy/ratelimit, the reference the bench compares with and the
 # Envoy tests run beside envoy-rls (internal/testkit/refproc finds it), installed
 # once per version under test/bench/.bin/REF_VERSION (the path is the stamp).
@@ -56,7 +70,7 @@ REF_BIN := test/bench/.bin/$(REF_VERSION)/service_cmd
 # Extra flags for the phase through Envoy, e.g. "--rounds 2 --duration 3s".
 BENCH_ENVOY_ARGS ?=
 
-.PHONY: run build envoy run-envoy test test-deps test-release test-envoy fuzz bench bench-compare bench-envoy bench-wakeups lint fmt vet staticcheck clean release-tools release-lint release-snapshot
+.PHONY: run build envoy run-envoy test test-deps test-release test-envoy test-istio istiod fuzz bench bench-compare bench-envoy bench-wakeups lint fmt vet staticcheck clean release-tools release-lint release-snapshot
 
 ## run: serve the example rules on the in-process store (gRPC :8081, HTTP :8080)
 run: build
@@ -110,7 +124,7 @@ release-lint: $(GORELEASER_STAMP) $(ACTIONLINT_STAMP)
 ## release-snapshot: the release's binaries and archives, into dist/, without publishing; the images, SBOMs and signatures are skipped (they need docker and syft, which the release workflow installs)
 release-snapshot: $(GORELEASER_STAMP)
 	$(TOOLS)/goreleaser release --snapshot --clean --skip=docker,sbom,sign,publish,announce,validate
-test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) $(REF_BIN)
+test-deps: $(STATSD_EXPORTER_STAMP) $(HELM_STAMP) $(ENVOY_STAMP) $(REF_BIN) $(ISTIOD_STAMP)
 
 # python3 -m venv needs Debian's python3-venv where Python comes from Debian;
 # each step names itself when it fails, and no Envoy test is ever skipped.
@@ -139,6 +153,27 @@ run-envoy: envoy
 ## test-envoy: only the tests that run a real Envoy (validation, end to end through Envoy)
 test-envoy: test-deps
 	$(GO) test -race -count=1 -timeout 20m ./internal/testkit/envoytest/ ./test/envoy/...
+
+## istiod: build the pinned istiod (pilot-discovery) with its no-Kubernetes guards into bin/tools, once per version (~11 minutes on 2 cores)
+istiod: $(ISTIOD_STAMP)
+
+# Each step names itself when it fails; nothing is skipped. The copy is made
+# in a temporary directory outside any git checkout (git apply there patches
+# like patch(1)) and removed afterwards.
+$(ISTIOD_STAMP):
+	@src=$$(GOFLAGS=-mod=mod $(GO) mod download -json istio.io/istio@$(ISTIO_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && [ -d "$$src" ] \
+	  || { echo "istiod: step 1/3 failed: go mod download istio.io/istio@$(ISTIO_VERSION)" >&2; exit 1; }; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cp -r "$$src/." "$$tmp" && chmod -R u+w "$$tmp" \
+	  && (cd "$$tmp" && git apply $(CURDIR)/$(ISTIOD_PATCH)) \
+	  || { echo "istiod: step 2/3 failed: $(ISTIOD_PATCH) does not apply to istio.io/istio@$(ISTIO_VERSION)" >&2; exit 1; }; \
+	echo "istiod: building pilot-discovery $(ISTIO_VERSION) (about 11 minutes on 2 cores)"; \
+	mkdir -p $(dir $(ISTIOD_BIN)) && (cd "$$tmp" && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/$(ISTIOD_BIN) ./pilot/cmd/pilot-discovery) \
+	  || { echo "istiod: step 3/3 failed: go build ./pilot/cmd/pilot-discovery" >&2; exit 1; }
+	@touch $@
+
+## test-istio: only test/istio, a real istiod pushing every shipped EnvoyFilter to real Envoys, proven by limited traffic
+test-istio: test-deps
+	$(GO) test -race -count=1 -timeout 20m ./test/istio/
 
 $(STATSD_EXPORTER_STAMP):
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/statsd_exporter@$(STATSD_EXPORTER_VERSION)

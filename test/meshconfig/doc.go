@@ -5,7 +5,8 @@
 //
 // There is no Docker engine or cluster where the tests run, so every file
 // is parsed into the real types that would consume it (test/envoy/validate
-// then has a real Envoy load the Envoy configs and EnvoyFilters): Envoy's
+// then has a real Envoy load the bootstraps, test/istio a real istiod push
+// the EnvoyFilters to real Envoys): Envoy's
 // bootstrap/v3 protos (every Any unpacked, every message validated with its
 // protoc-gen-validate rules), Istio's EnvoyFilter, the typed Kubernetes API
 // objects after an in-process kustomize build, checked by internal/testkit/kubelint.

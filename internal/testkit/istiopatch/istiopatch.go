@@ -1,7 +1,13 @@
 // Package istiopatch applies the config patches of Istio EnvoyFilters to
 // an Envoy bootstrap, the way istiod applies them to the configuration it
-// generates for a proxy, so that a real Envoy can judge the result
-// (test/envoy/validate runs `envoy --mode validate` on it).
+// generates for a proxy, so that a real Envoy can run the result.
+//
+// It is a model of istiod, kept only where the real one is not used yet:
+// test/envoy/e2e's TestNoPathBypassAtTheGateway builds its gateway with it.
+// The shipped EnvoyFilters themselves are judged by a real istiod
+// (test/istio), which also knows what this model cannot: where a patch's
+// context, vhost name, selector or proxyVersion makes it land. Move that
+// test onto test/istio's harness and delete this package.
 //
 // The bootstrap and the patch values stay JSON-shaped maps (what YAML or a
 // google.protobuf.Struct decodes to): every field a patch writes reaches

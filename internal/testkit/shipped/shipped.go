@@ -3,7 +3,7 @@
 // (in memory, with files overridden), `helm template` of the chart
 // charts/envoy-rls over its values sets, and the fenced YAML blocks of the
 // guides. Each caller then checks the result its own way (test/meshconfig
-// with the Go types, test/envoy/validate with Envoy itself).
+// with the Go types, test/istio with a real istiod and Envoys).
 //
 // It reads the repository and runs helm; it writes nothing outside the
 // directory its callers give helm as its home, and it never touches the
