@@ -295,11 +295,21 @@ func TestReadmeMapsEveryPackage(t *testing.T) {
 	}
 	// And the other way: a line that names a package names one that is
 	// there, so a package that moves (into the test kit, say) cannot leave
-	// its old name behind.
+	// its old name behind. docs/architecture.md's package lists (its
+	// layers and the command line's) are held to the tree the same way.
 	packagePath := regexp.MustCompile(`^(cmd|pkg|internal|test|examples)/[\w./-]+$`)
 	for name := range mapped {
 		if packagePath.MatchString(name) && !packages[name] {
 			t.Errorf("docs/development.md's package map names %s, which is no package of the module", name)
+		}
+	}
+	design, err := os.ReadFile(filepath.Join(dir, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(design)) {
+		if f := strings.Fields(line); len(f) > 1 && packagePath.MatchString(f[0]) && !packages[f[0]] {
+			t.Errorf("docs/architecture.md's line %q names %s, which is no package of the module", strings.TrimSpace(line), f[0])
 		}
 	}
 }
