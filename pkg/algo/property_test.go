@@ -389,6 +389,17 @@ func checkExact(t *testing.T, p Policy, s State, now, hits int64, refund bool) {
 	if d.Remaining > capacity || d.ResetAfter < 0 || d.RetryAfter < Never || (d.Allowed && d.RetryAfter != 0) {
 		fail("out of range")
 	}
+	if p.Limit <= 0 {
+		// A block rule: every consume and check is denied for good, a
+		// refund passes, and the reset is the end of the period's window.
+		if d.Allowed != refund || (!refund && d.RetryAfter != Never) {
+			fail("a limit of 0 decided %+v", d)
+		}
+		if end := windowStart(now, p.Period) + p.Period - now; d.ResetAfter != end {
+			fail("ResetAfter %d, want the window's end %d", d.ResetAfter, end)
+		}
+		return
+	}
 	if never := d.RetryAfter == Never; never != (!d.Allowed && !refund && hits > capacity) {
 		fail("RetryAfter Never for %d hits on capacity %d", hits, capacity)
 	}
@@ -412,8 +423,8 @@ func checkExact(t *testing.T, p Policy, s State, now, hits int64, refund bool) {
 		// The window algorithms report the end of the current window,
 		// whatever it holds.
 		start := windowStart(now, p.Period)
-		if ns.Time > start && (ns.Count > 0 || ns.Prev > 0) {
-			start = ns.Time // the clock went back: the stored window stays current
+		if s.Time > start && (s.Count > 0 || s.Prev > 0) {
+			start = s.Time // the clock went back: the stored window stays current
 		}
 		if end := start + p.Period - now; d.ResetAfter != end {
 			fail("ResetAfter %d, want the window's end %d", d.ResetAfter, end)
