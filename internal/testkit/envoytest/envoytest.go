@@ -274,3 +274,25 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// IngressHead begins a test bootstrap: an admin on a free loopback port
+// and one HTTP listener, "ingress", on another, up to its route
+// configuration's virtual_hosts list, which the caller writes on (at the
+// indentation of "- name:" under virtual_hosts), followed by the
+// listener's http_filters and the clusters.
+const IngressHead = `
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+`

@@ -14,6 +14,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/eventually"
 )
 
@@ -124,22 +125,7 @@ func probeBootstrap(routes map[string]string) []byte {
                     "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
                     rate_limits:%s`, p, routes[p])
 	}
-	return []byte(`
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
+	return []byte(envoytest.IngressHead + `            - name: all
               domains: ["*"]
               routes:` + rs.String() + `
           http_filters:

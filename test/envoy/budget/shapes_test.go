@@ -2,6 +2,8 @@ package budget
 
 import (
 	"fmt"
+
+	"github.com/envoy-rls/envoy-rls/internal/testkit/envoytest"
 )
 
 // The two products' shapes, as they generate them for a cost, on one
@@ -73,22 +75,7 @@ const shapesLua = `
 // shapesBootstrap is the Envoy both shapes run on; its clusters and
 // listener are rewritten by startEnvoy.
 func shapesBootstrap() []byte {
-	return []byte(`
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: llm
+	return []byte(envoytest.IngressHead + `            - name: llm
               domains: ["*"]
               routes:
               # The AI Gateway: a request-time entry without hits_addend

@@ -81,22 +81,7 @@ func (p *probeServer) snapshot() []probeReport {
 func probeBootstrap(rlqsAddr, upstreamAddr string) string {
 	rh, rp, _ := net.SplitHostPort(rlqsAddr)
 	uh, up, _ := net.SplitHostPort(upstreamAddr)
-	return fmt.Sprintf(`
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
+	return fmt.Sprintf(envoytest.IngressHead+`            - name: all
               domains: ["*"]
               routes:
               - match: {prefix: "/"}
