@@ -33,7 +33,7 @@ type State struct {
 // concurrent use.
 //
 //   - hits > 0 consumes them if they fit; a denied step consumes nothing
-//     (Charge counts them anyway).
+//     (a charge, Check.Charge, counts them anyway: charge).
 //   - hits == 0 only checks: nothing is consumed, and the check is allowed
 //     exactly when one hit would be (probe): a spent limit (nothing left)
 //     denies it, as an overdrawn one does. Remaining is what is left.
