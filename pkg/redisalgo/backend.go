@@ -249,6 +249,7 @@ func newBase(client sender, opts Options) (*Backend, error) {
 	}
 	b.bufs.New = func() any { return &scratch{job: newJob()} }
 	b.expiries.init()
+	b.expiries.start()
 	return b, nil
 }
 
@@ -302,7 +303,7 @@ func (b *Backend) LoadScript(ctx context.Context) error {
 // with ErrClosed afterwards. It does not close the client.
 func (b *Backend) Close() {
 	b.topo.close()
-	b.expiries.wait()
+	b.expiries.stop()
 }
 
 // Ping checks that Redis answers: every master of a cluster, else the

@@ -23,9 +23,12 @@ import (
 // hash's expiry once more; NX makes every extra one a no-op.
 //
 // Every plain call asks (need), so the set is a shardmap: calls to
-// different hashes rarely wait for each other, and dropping the windows
-// that ended (sweep) runs on a goroutine of its own, under one shard's
-// lock at a time, never on a request's path.
+// different hashes rarely wait for each other (a single lock made every
+// plain call of every request queue on it), and dropping the windows that
+// ended (sweep) runs on the set's sweeper goroutine, under one shard's
+// lock at a time, never on a request's path: need only queues a shard for
+// it, without waiting. The sweeper parks on its queue between sweeps, so
+// an idle Backend's costs no wake-up; Close stops it.
 
 // resendExpiry is how long after this replica's last PEXPIRE … NX to a
 // hash its next plain call to it in the window carries another: at most
@@ -43,10 +46,25 @@ type expiries struct {
 	// sweepAt[i] is the size at which shard i's next new hash starts a
 	// sweep of its windows that ended; guarded by the shard's lock.
 	sweepAt [shardmap.Count]int
-	// sweeping[i] is set while shard i's sweep runs, so one at a time does.
+	// sweeping[i] is set from when shard i is queued for a sweep until
+	// that sweep ends, so that a shard is queued once at a time and the
+	// queue never fills.
 	sweeping [shardmap.Count]atomic.Bool
-	// sweeps counts the sweeps running, for wait.
-	sweeps sync.WaitGroup
+	// queue carries the shards to sweep, and the time to sweep them at, to
+	// the sweeper (run); it holds every shard at once. It is never
+	// closed: a request still running after Close may queue a shard.
+	queue chan sweepOrder
+	// quit ends the sweeper (stop), once; ran is closed when it has
+	// returned, nil until start.
+	quit     chan struct{}
+	stopOnce sync.Once
+	ran      chan struct{}
+}
+
+// sweepOrder asks the sweeper to drop shard i's windows ended before now.
+type sweepOrder struct {
+	i   int
+	now int64
 }
 
 type expiry struct {
@@ -57,7 +75,41 @@ type expiry struct {
 // minSweep is the size below which a shard never sweeps.
 const minSweep = 64
 
-func (e *expiries) init() { e.m.Init() }
+// init makes the set ready for need; until start, sweeps only queue.
+func (e *expiries) init() {
+	e.m.Init()
+	e.queue = make(chan sweepOrder, shardmap.Count)
+	e.quit = make(chan struct{})
+}
+
+// start starts the sweeper; stop ends it.
+func (e *expiries) start() {
+	e.ran = make(chan struct{})
+	go e.run()
+}
+
+// run sweeps the shards queued until stop.
+func (e *expiries) run() {
+	defer close(e.ran)
+	for {
+		select {
+		case o := <-e.queue:
+			e.sweep(o.i, o.now)
+		case <-e.quit:
+			return
+		}
+	}
+}
+
+// stop ends the sweeper and waits for it. It may be called more than
+// once. Shards queued afterwards are never swept: the set is no longer
+// used.
+func (e *expiries) stop() {
+	e.stopOnce.Do(func() { close(e.quit) })
+	if e.ran != nil {
+		<-e.ran
+	}
+}
 
 // need reports whether this replica's plain call to hash, whose window
 // ends at end, at now, must carry the hash's PEXPIRE … NX. hash may view
@@ -84,8 +136,9 @@ func (e *expiries) need(hash string, end, now int64) bool {
 	}
 	sh.Mu.Unlock()
 	if sweep && e.sweeping[i].CompareAndSwap(false, true) {
-		e.sweeps.Add(1)
-		go e.sweep(i, now)
+		// Never blocks: a shard is queued at most once at a time, and
+		// the queue holds them all.
+		e.queue <- sweepOrder{i, now}
 	}
 	return true
 }
@@ -94,7 +147,6 @@ func (e *expiries) need(hash string, end, now int64) bool {
 // that ended are never written again by this replica's clock; a lagging
 // replica's late hits are its own to expire.
 func (e *expiries) sweep(i int, now int64) {
-	defer e.sweeps.Done()
 	defer e.sweeping[i].Store(false)
 	sh := e.m.Shard(i)
 	sh.Mu.Lock()
@@ -106,9 +158,6 @@ func (e *expiries) sweep(i int, now int64) {
 	}
 	e.sweepAt[i] = 2 * len(sh.M)
 }
-
-// wait waits for the sweeps running (Backend.Close).
-func (e *expiries) wait() { e.sweeps.Wait() }
 
 // forget drops hash, so that the next plain call to it sends its expiry
 // again: the one this replica sent may not have been applied.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/shardmap"
@@ -105,11 +106,10 @@ func TestExpiriesSweep(t *testing.T) {
 		for i := range live {
 			e.need(fmt.Sprintf("live%d", i), now+1000, now-2)
 		}
-		// Sweeps the shards started meanwhile dropped nothing: no window
-		// had ended at their now.
-		e.wait()
+		// Sweeps the shards queued meanwhile drop nothing: no window had
+		// ended at their now.
+		e.sweepQueued()
 		for i := range shardmap.Count {
-			e.sweeps.Add(1)
 			e.sweep(i, now)
 		}
 		if n := e.len(); n != live {
@@ -125,17 +125,93 @@ func TestExpiriesSweep(t *testing.T) {
 	t.Run("a shard at its bound sweeps by itself", func(t *testing.T) {
 		var e expiries
 		e.init()
+		e.start()
 		const total = 4 * shardmap.Count * minSweep
 		for i := range total {
 			e.need(fmt.Sprintf("ended%d", i), now-1, now)
 		}
-		e.wait()
+		e.stop()
 		// Every shard reached minSweep, and its first sweep dropped all
 		// it held.
 		if n := e.len(); n > total-shardmap.Count*minSweep {
 			t.Fatalf("%d of %d ended hashes remembered: the shards did not sweep", n, total)
 		}
 	})
+}
+
+// TestExpiriesNeedNeverSweeps (issue 39, item 7): the call that brings a
+// shard to its bound does not sweep it on the caller's path: the ended
+// windows are all still remembered when it returns, and the shard waits in
+// the sweeper's queue, whose sweep drops them. (Before, need swept under
+// the set's one lock, visiting every hash remembered, on the request's
+// path.)
+func TestExpiriesNeedNeverSweeps(t *testing.T) {
+	const now = 1_000_000
+	var e expiries
+	e.init() // no sweeper: what need queues stays queued
+	shard := e.m.IndexString("ended0")
+	n := 0
+	for i := 0; n < minSweep; i++ {
+		name := fmt.Sprintf("ended%d", i)
+		if e.m.IndexString(name) != shard {
+			continue
+		}
+		e.need(name, now-1, now)
+		n++
+	}
+	if got := e.len(); got != minSweep {
+		t.Fatalf("%d hashes remembered after the call that reached the bound, want all %d: need swept on the caller's path", got, minSweep)
+	}
+	if swept := e.sweepQueued(); swept != 1 {
+		t.Fatalf("%d shards queued for the sweeper, want the 1 that reached its bound", swept)
+	}
+	if got := e.len(); got != 0 {
+		t.Errorf("%d hashes remembered after the queued sweep, want 0 (all their windows ended)", got)
+	}
+}
+
+// TestExpiriesShardsDoNotWait (issue 39, item 7): a plain call to one hash
+// does not wait for a call that holds another shard of the set. (Before,
+// one lock served every hash: this test's call waited until the deadline
+// below.) The deadline only bounds a hung test; nothing is timed.
+func TestExpiriesShardsDoNotWait(t *testing.T) {
+	var e expiries
+	e.init()
+	held := e.m.IndexString("held")
+	other := ""
+	for i := 0; other == ""; i++ {
+		if name := fmt.Sprintf("other%d", i); e.m.IndexString(name) != held {
+			other = name
+		}
+	}
+	sh := e.m.Shard(held)
+	sh.Mu.Lock()
+	defer sh.Mu.Unlock()
+	done := make(chan bool, 1)
+	go func() { done <- e.need(other, 100*algo.Second, algo.Second) }()
+	select {
+	case need := <-done:
+		if !need {
+			t.Error("the first call to a hash did not need its expiry")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("need on one shard waited 30s for another shard's lock")
+	}
+}
+
+// sweepQueued sweeps, on the caller's goroutine, the shards queued and not
+// yet taken by a sweeper, and reports how many it swept.
+func (e *expiries) sweepQueued() int {
+	n := 0
+	for {
+		select {
+		case o := <-e.queue:
+			e.sweep(o.i, o.now)
+			n++
+		default:
+			return n
+		}
+	}
 }
 
 // TestExpiriesCopiesHash: need is given a view of a keyBuf (as

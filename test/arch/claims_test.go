@@ -34,9 +34,10 @@ var goroutineFiles = map[string]string{
 	"pkg/redisalgo/backend.go": "the clock's TIME sample beside a pipeline",
 	// The pipelines of a call's Cluster slots are sent at once and joined.
 	"pkg/redisalgo/shard.go": "one pipeline per Cluster slot, joined",
-	// Dropping ended windows from the expiry set, one shard at a time, so
-	// that no request waits for it.
-	"pkg/redisalgo/expire.go": "the expiry set's sweep",
+	// The expiry set's sweeper, started with the backend and stopped by
+	// its Close: it drops ended windows one shard at a time, so that no
+	// request sweeps or waits for a sweep.
+	"pkg/redisalgo/expire.go": "the expiry set's sweeper",
 	// The per-second Redis and the main one are asked at once and joined.
 	"pkg/stack/persecond.go": "the per-second side beside the main side, joined",
 	// Run's errgroup: the stack's sweepers, started by the composition
