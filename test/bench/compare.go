@@ -49,17 +49,20 @@ type cmpKeys struct {
 	newValue    func() func(rnd *rand.Rand, seq int64) string
 }
 
-// cmpSystem names one of the three servers a round measures.
+// cmpSystem names one of the servers a round measures.
 type cmpSystem int
 
 const (
 	sysFloor cmpSystem = iota
 	sysRef
 	sysRLS
+	// sysFloorRedis is the floor that also sends one Redis command per
+	// call (floor.go): measured by the wake-up runs only.
+	sysFloorRedis
 	numSystems
 )
 
-var systemTitles = [numSystems]string{"floor (no-work gRPC)", "envoyproxy/ratelimit", "envoy-rls"}
+var systemTitles = [numSystems]string{"floor (no-work gRPC)", "envoyproxy/ratelimit", "envoy-rls", "floor + one Redis command"}
 
 // cmpLoads lists the loads, filtered by --compare-only.
 func cmpLoads(o options) []cmpLoad {

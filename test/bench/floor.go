@@ -14,17 +14,32 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 )
 
 // floorServer answers every ShouldRateLimit with OK and does nothing else:
-// what any Go gRPC rate-limit service must spend at least per call.
+// what any Go gRPC rate-limit service must spend at least per call. With
+// a Redis client (--redis-addr) it first sends one INCR of the first
+// descriptor entry's value, with go-redis's default options and nothing
+// else: what any Go gRPC service must spend at least per decision that
+// takes one Redis round trip (the wake-up measurement's second floor).
 type floorServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
+	redis *redis.Client
 }
 
-func (floorServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (f floorServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if f.redis != nil {
+		key := "floor"
+		if ds := req.GetDescriptors(); len(ds) > 0 && len(ds[0].GetEntries()) > 0 {
+			key = "floor:" + ds[0].GetEntries()[0].GetValue()
+		}
+		if err := f.redis.Incr(ctx, key).Err(); err != nil {
+			return nil, err
+		}
+	}
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
 }
 
@@ -37,19 +52,25 @@ func floorMain(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:0", "gRPC listen address")
 	httpAddr := fs.String("http-addr", "127.0.0.1:0", "HTTP listen address (/readyz)")
+	redisAddr := fs.String("redis-addr", "", "when set, one INCR on this Redis per call")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serveFloor(ctx, *grpcAddr, *httpAddr); err != nil {
+	srv := floorServer{}
+	if *redisAddr != "" {
+		srv.redis = redis.NewClient(&redis.Options{Addr: *redisAddr})
+		defer srv.redis.Close()
+	}
+	if err := serveFloor(ctx, srv, *grpcAddr, *httpAddr); err != nil {
 		fmt.Fprintf(stderr, "bench floor: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func serveFloor(ctx context.Context, grpcAddr, httpAddr string) error {
+func serveFloor(ctx context.Context, srv floorServer, grpcAddr, httpAddr string) error {
 	gl, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
 		return fmt.Errorf("bench: floor: %w", err)
@@ -60,7 +81,7 @@ func serveFloor(ctx context.Context, grpcAddr, httpAddr string) error {
 		return fmt.Errorf("bench: floor: %w", err)
 	}
 	gsrv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gsrv, floorServer{})
+	rlsv3.RegisterRateLimitServiceServer(gsrv, srv)
 	reflection.Register(gsrv)
 	mux := http.NewServeMux()
 	// Every path answers 200 "ok": /readyz for the driver, and the rest

@@ -72,6 +72,9 @@ func (b *bench) startServerOn(ctx context.Context, name string, floor bool, rd *
 		if floor {
 			bin = b.self
 			args = []string{"--floor", "--grpc-addr", s.grpcAddr, "--http-addr", s.httpAddr}
+			if rd != nil {
+				args = append(args, "--redis-addr", rd.addr)
+			}
 		} else {
 			bin = b.opts.bin
 			// No debug listener: replicas on one machine would share its

@@ -17,8 +17,9 @@ import (
 
 // The wake-up measurement (--wakeups, issue 42) counts what a decision
 // costs the service in the kernel's and the Go scheduler's terms, for the
-// floor, the reference and envoy-rls side by side (the comparison's
-// systems, each on its own Redis, rounds interleaved): syscalls by kind,
+// floor, the floor with one Redis command per call, the reference and
+// envoy-rls side by side (the comparison's systems, each on its own
+// Redis, rounds interleaved): syscalls by kind,
 // context switches, goroutines woken and created, beside the service's CPU.
 // These are counts, far steadier on a shared machine than times.
 //
@@ -99,15 +100,22 @@ func runWakeups(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 	}
 	targets[sysRLS].srv.debugAddr = rlsDebug
 	targets[sysFloor].srv.debugAddr = targets[sysFloor].srv.httpAddr
+	// The second floor: the no-work server plus one go-redis command per
+	// call, on a Redis of its own.
+	fr, err := b.startFloorRedis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	targets[sysFloorRedis] = fr
 	fmt.Fprintf(stdout, "## Wake-ups per decision: envoy-rls beside envoyproxy/ratelimit, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(stdout, "%s\n\n", wakeMachineLine(opts))
 	cells := map[wakeCellKey]*cell[wakeSample]{}
 	keys := cmpKeySets(options{})[0] // uniform, 100 k users
 	for round := range opts.rounds {
 		b.logf("wake-ups: round %d of %d", round+1, opts.rounds)
-		order := []cmpSystem{sysFloor, sysRef, sysRLS}
+		order := []cmpSystem{sysFloor, sysFloorRedis, sysRef, sysRLS}
 		if round%2 == 1 {
-			order = []cmpSystem{sysFloor, sysRLS, sysRef}
+			order = []cmpSystem{sysFloor, sysFloorRedis, sysRLS, sysRef}
 		}
 		for _, load := range cmpLoads(opts) {
 			for _, sys := range order {
@@ -126,6 +134,26 @@ func runWakeups(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 		return cells, fmt.Errorf("bench: wake-ups: %d interval(s) failed: %w", len(errs), errors.Join(errs...))
 	}
 	return cells, nil
+}
+
+// startFloorRedis starts the floor that sends one Redis command per call,
+// on a redis-server of its own, with its execution trace on its HTTP
+// listener.
+func (b *bench) startFloorRedis(ctx context.Context) (cmpTarget, error) {
+	var t cmpTarget
+	bin, err := findRedisServer(b.opts.redisServer)
+	if err != nil {
+		return t, err
+	}
+	if t.rd, err = startRedisNamed(ctx, bin, b.tmp, "redis-floor"); err != nil {
+		return t, err
+	}
+	b.trackRedis(t.rd)
+	if t.srv, err = b.startServerOn(ctx, "cmp-floor-redis", true, t.rd, ""); err != nil {
+		return t, err
+	}
+	t.srv.debugAddr = t.srv.httpAddr
+	return t, nil
 }
 
 func describeWake(s wakeSample) string {

@@ -158,7 +158,8 @@ func TestEnvoySaturatedRounds(t *testing.T) {
 
 // TestWriteWakeups: the table marks a service that did not hold the
 // offered rate, shows syscalls by kind with their failures, and the
-// targets leave the saturated round out (here the only one at 4000/s).
+// targets leave the saturated round out (here the only one at 4000/s) and
+// set the floor with one Redis command beside them.
 func TestWriteWakeups(t *testing.T) {
 	o := options{rounds: 1, concurrency: 32, cmpOnly: []string{"1000", "4000"}}
 	sample := func(offered, rps, cpu float64) wakeSample {
@@ -167,11 +168,12 @@ func TestWriteWakeups(t *testing.T) {
 			syscalls: map[string]float64{"read": 2, "write": 1}, sysErrors: map[string]float64{"read": 1, "write": 0}}
 	}
 	cells := map[wakeCellKey]*cell[wakeSample]{
-		{"1000", sysFloor}: {samples: []wakeSample{sample(1000, 1000, 50)}},
-		{"1000", sysRef}:   {samples: []wakeSample{sample(1000, 1000, 200)}},
-		{"1000", sysRLS}:   {samples: []wakeSample{sample(1000, 1000, 100)}},
-		{"4000", sysRef}:   {samples: []wakeSample{sample(4000, 4000, 100)}},
-		{"4000", sysRLS}:   {samples: []wakeSample{sample(4000, 3000, 50)}},
+		{"1000", sysFloor}:      {samples: []wakeSample{sample(1000, 1000, 50)}},
+		{"1000", sysFloorRedis}: {samples: []wakeSample{sample(1000, 1000, 80)}},
+		{"1000", sysRef}:        {samples: []wakeSample{sample(1000, 1000, 200)}},
+		{"1000", sysRLS}:        {samples: []wakeSample{sample(1000, 1000, 100)}},
+		{"4000", sysRef}:        {samples: []wakeSample{sample(4000, 4000, 100)}},
+		{"4000", sysRLS}:        {samples: []wakeSample{sample(4000, 3000, 50)}},
 	}
 	var buf bytes.Buffer
 	writeWakeups(&buf, o, cells)
@@ -180,9 +182,10 @@ func TestWriteWakeups(t *testing.T) {
 		"| 100.0 (0.50×) |",                   // envoy-rls's CPU and its ratio
 		"read 2.00 (1.00 failed), write 1.00", // syscalls by kind
 		"3000 **saturated in 1 of 1 rounds**",
-		"| open loop 1000/s | service CPU µs | ≤ 0.6× | 0.50× | 1 | met |",
-		"| open loop 1000/s | context switches (voluntary + involuntary) | ≤ 0.5× | 1.00× | 1 | not met |",
-		"| open loop 4000/s | service CPU µs | ≤ 0.5× | — | 0 | no moderate-load round (saturated or failed) |",
+		"| floor + one Redis command | 1000 | 80.0 (0.40×) |",
+		"| open loop 1000/s | service CPU µs | ≤ 0.6× | 0.50× | 1 | met | 0.40× (1) | 1.25× (1) |",
+		"| open loop 1000/s | context switches (voluntary + involuntary) | ≤ 0.5× | 1.00× | 1 | not met | 1.00× (1) | 1.00× (1) |",
+		"| open loop 4000/s | service CPU µs | ≤ 0.5× | — | 0 | no moderate-load round (saturated or failed) | — | — |",
 		"| open loop 4000/s | floor (no-work gRPC) | no sample (0 failed) |",
 	} {
 		if !strings.Contains(out, want) {
