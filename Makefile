@@ -201,7 +201,7 @@ bench: test-deps build $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --wakeups --ref-bin $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --envoy --ref-bin $(REF_BIN) $(BENCH_ENVOY_ARGS)
 
-## bench-wakeups: only the wake-ups per decision beside envoyproxy/ratelimit: syscalls by kind, context switches, goroutines woken, CPU (~5 minutes)
+## bench-wakeups: only the wake-ups per decision beside envoyproxy/ratelimit and two floors (no-work gRPC, and with one Redis command): syscalls by kind, context switches, goroutines woken, CPU (~7 minutes)
 bench-wakeups: test-deps build $(REF_BIN)
 	$(GO) run ./test/bench --bin $(BIN) --wakeups --ref-bin $(REF_BIN)
 

@@ -91,6 +91,9 @@ func serveFloor(ctx context.Context, srv floorServer, grpcAddr, httpAddr string)
 	// The wake-up measurement (--wakeups) takes its execution trace here,
 	// as it does from the services' debug listeners.
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// A CPU profile, to set beside envoy-rls's when asking where a
+	// decision's CPU above the floor goes.
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- gsrv.Serve(gl) }()
