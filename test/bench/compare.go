@@ -251,6 +251,22 @@ func (b *bench) startSystems(ctx context.Context, withFloor bool) ([numSystems]c
 	return t, nil
 }
 
+// startOnOwnRedis starts a server (the floor, or envoy-rls with rules)
+// named name on a redis-server of its own.
+func (b *bench) startOnOwnRedis(ctx context.Context, name string, floor bool, rules string) (cmpTarget, error) {
+	var t cmpTarget
+	bin, err := findRedisServer(b.opts.redisServer)
+	if err != nil {
+		return t, err
+	}
+	if t.rd, err = startRedisNamed(ctx, bin, b.tmp, "redis-"+name); err != nil {
+		return t, err
+	}
+	b.trackRedis(t.rd)
+	t.srv, err = b.startServerOn(ctx, name, floor, t.rd, rules)
+	return t, err
+}
+
 // startReference starts the reference binary with refproc's environment
 // (the one the reference's tests use, so the two cannot drift) but for its
 // log level, and its rule file under refproc.RulesDir, and waits for its

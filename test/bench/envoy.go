@@ -234,16 +234,8 @@ func (b *bench) startEnvoyStacks(ctx context.Context, shipped []byte) ([numEnvoy
 // startQuotaService starts (d)'s envoy-rls (RLQS is on its gRPC port) on
 // a Redis of its own, with the comparison's rule.
 func (b *bench) startQuotaService(ctx context.Context) (cmpTarget, error) {
-	var t cmpTarget
-	bin, err := findRedisServer(b.opts.redisServer)
+	t, err := b.startOnOwnRedis(ctx, "rlqs-envoy-rls", false, fmt.Sprintf(cmpRule, ""))
 	if err != nil {
-		return t, err
-	}
-	if t.rd, err = startRedisNamed(ctx, bin, b.tmp, "redis-rlqs"); err != nil {
-		return t, err
-	}
-	b.trackRedis(t.rd)
-	if t.srv, err = b.startServerOn(ctx, "rlqs-envoy-rls", false, t.rd, fmt.Sprintf(cmpRule, "")); err != nil {
 		return t, err
 	}
 	b.logf("(d) RLQS: envoy-rls on %s (Redis %s)", t.srv.grpcAddr, t.rd.addr)

@@ -140,16 +140,8 @@ func runWakeups(ctx context.Context, opts options, stdout, stderr io.Writer) (ma
 // on a redis-server of its own, with its execution trace on its HTTP
 // listener.
 func (b *bench) startFloorRedis(ctx context.Context) (cmpTarget, error) {
-	var t cmpTarget
-	bin, err := findRedisServer(b.opts.redisServer)
+	t, err := b.startOnOwnRedis(ctx, "cmp-floor-redis", true, "")
 	if err != nil {
-		return t, err
-	}
-	if t.rd, err = startRedisNamed(ctx, bin, b.tmp, "redis-floor"); err != nil {
-		return t, err
-	}
-	b.trackRedis(t.rd)
-	if t.srv, err = b.startServerOn(ctx, "cmp-floor-redis", true, t.rd, ""); err != nil {
 		return t, err
 	}
 	t.srv.debugAddr = t.srv.httpAddr
