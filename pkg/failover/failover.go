@@ -489,7 +489,7 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		dones = append(dones, done)
 	}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
-	if b.timeout > 0 {
+	if b.timeout > 0 && !endsWithin(ctx, b.timeout) {
 		pctx, cancel = context.WithTimeout(ctx, b.timeout)
 	}
 	out, err := b.primary.Apply(pctx, at, checks)
@@ -534,6 +534,16 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		return nil, fmt.Errorf("failover: %w", err)
 	}
 	return b.fail(ctx, at, checks, shards[0], err)
+}
+
+// endsWithin reports whether ctx's deadline comes within d: then the
+// primary is called under ctx as it is. Envoy's rate-limit filter sends a
+// deadline of 20 ms by default, under any sane Timeout: context.WithTimeout
+// would arm no timer for it either, but would still make, register with
+// the caller's context and cancel a context of its own per request.
+func endsWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }
 
 // openError is what a request touching sh gets while sh's breaker is open.

@@ -601,3 +601,35 @@ func TestNewErrors(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkApplyUnderCallerDeadline is one request through the breaker to
+// a primary that answers at once, under a caller deadline earlier than
+// Timeout's (as Envoy's 20 ms is under the default 100 ms; scaled up here
+// so that it does not pass during the run) and under none.
+func BenchmarkApplyUnderCallerDeadline(b *testing.B) {
+	const timeout = time.Hour
+	for _, bc := range []struct {
+		name     string
+		deadline time.Duration
+	}{{"caller-earlier", timeout / 5}, {"none", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			fb, err := New(&fake{}, Options{Mode: ModeAllow, Timeout: timeout})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if bc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, bc.deadline)
+				defer cancel()
+			}
+			checks := []algo.Check{chk(10, 10, 1, false)}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := fb.Apply(ctx, time.Now(), checks); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
