@@ -667,10 +667,11 @@ func ValidateKeyPrefix(p string) error {
 // keys computes each check's key and slot once per request (the one slot
 // computation: the merged commands group by it too): a fixed window's
 // hash is named for window 0 here, since which window holds the request
-// depends on its master's clock, found by the key (requestNows); group
-// then writes the window's digits in place. A key, and a long part's
-// SHA-256, is so built once per check, not once for the master and once
-// for the window.
+// depends on its master's clock, found by the key (route, requestNows);
+// group then writes the window's digits in place. A key, and a long
+// part's SHA-256, is so built once per check, not once for the master,
+// once for the window and once more for the caller's breaker (route asks
+// the shard gate from these keys' masters).
 func (b *Backend) keys(s *scratch, checks []algo.Check) {
 	for i := range checks {
 		key := s.keys.add(b.keyPrefix, checks[i], 0, b.counterHashes)
