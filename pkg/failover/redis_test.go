@@ -385,7 +385,7 @@ func mustNew(t testing.TB, primary failover.Limiter, opts failover.Options) *fai
 
 // redisFailover builds the Redis backend for url, with timeout as its
 // client's timeouts, and the failure policy around it with opts, whose
-// Ping, Timeout, Shard and ShardName it fills in.
+// Ping, Timeout, Routed and ShardName it fills in.
 func redisFailover(t testing.TB, url string, timeout time.Duration, opts failover.Options) (*redisalgo.Backend, *failover.Backend) {
 	t.Helper()
 	copts, err := redisclient.ParseURL(url)
@@ -403,6 +403,6 @@ func redisFailover(t testing.TB, url string, timeout time.Duration, opts failove
 		t.Fatal(err)
 	}
 	t.Cleanup(rb.Close)
-	opts.Ping, opts.Timeout, opts.Shard, opts.ShardName = rb.Ping, timeout, rb.Shard, rb.ShardName
+	opts.Ping, opts.Timeout, opts.Routed, opts.ShardName = rb.Ping, timeout, true, rb.ShardName
 	return rb, mustNew(t, rb, opts)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// shardOf is the Options.Shard of these tests: a check's shard is its
+// shardOf is the routing of these tests' primary: a check's shard is its
 // entry's value, a number.
 func shardOf(c algo.Check) int {
 	n, err := strconv.Atoi(c.Entries[0].Value)
@@ -45,11 +45,14 @@ func (e *shardError) Error() string       { return fmt.Sprintf("shards %v: %v", 
 func (e *shardError) Unwrap() error       { return e.err }
 func (e *shardError) FailedShards() []int { return e.shards }
 
-// shardFake is a primary with shards: checks on a dead shard fail the
-// request with a shardError naming the dead shards it touched (or with a
-// plain error when plain is set); the others are admitted. A request on
-// the held shard signals entered and waits for gate first. It counts the
-// calls that reached it per shard.
+// shardFake is a routed primary with shards, as pkg/redisalgo is: it asks
+// the shard gate in its context with the distinct shards of a request's
+// checks before anything else, and returns the gate's refusal. Then checks
+// on a dead shard fail the request with a shardError naming the dead
+// shards it touched (or with a plain error when plain is set); the others
+// are admitted. A request on the held shard signals entered and waits for
+// gate first. It counts the calls that reached it per shard, and the gate
+// calls it made with each shard.
 type shardFake struct {
 	mu    sync.Mutex
 	dead  map[int]bool
@@ -59,6 +62,9 @@ type shardFake struct {
 	held    int
 	entered chan struct{}
 	gate    chan struct{}
+
+	// asked counts, per shard, the gate calls that named it.
+	asked map[int]int
 }
 
 func (f *shardFake) setDead(shards ...int) {
@@ -70,7 +76,26 @@ func (f *shardFake) setDead(shards ...int) {
 	}
 }
 
-func (f *shardFake) Apply(_ context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
+func (f *shardFake) Apply(ctx context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	if g := algo.ShardGateOf(ctx); g != nil {
+		var ids []int
+		for _, c := range checks {
+			if id := shardOf(c); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		f.mu.Lock()
+		if f.asked == nil {
+			f.asked = map[int]int{}
+		}
+		for _, id := range ids {
+			f.asked[id]++
+		}
+		f.mu.Unlock()
+		if err := g.AllowShards(ids); err != nil {
+			return nil, fmt.Errorf("fake primary: %w", err)
+		}
+	}
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
@@ -117,7 +142,7 @@ func TestShardBreakers(t *testing.T) {
 	const failures = 3
 	f := &shardFake{}
 	f.setDead(2)
-	b, reg := newTest(t, f, Options{Mode: ModeDeny, Shard: shardOf, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Hour}})
+	b, reg := newTest(t, f, Options{Mode: ModeDeny, Routed: true, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Hour}})
 	ctx := context.Background()
 	for i := range failures {
 		d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2)})
@@ -200,7 +225,7 @@ func TestShardBlame(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &shardFake{plain: tc.plain}
 			f.setDead(2)
-			b, _ := newTest(t, f, Options{Shard: shardOf, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
+			b, _ := newTest(t, f, Options{Routed: true, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
 			for range 2 {
 				if _, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1), onShard(2)}); !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Fatalf("got %v, want the primary's error", err)
@@ -222,7 +247,7 @@ func TestShardBlame(t *testing.T) {
 func TestShardProbeReleased(t *testing.T) {
 	f := &shardFake{}
 	f.setDead(1, 2)
-	b, _ := newTest(t, f, Options{Mode: ModeAllow, Shard: shardOf, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond}})
+	b, _ := newTest(t, f, Options{Mode: ModeAllow, Routed: true, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond}})
 	for _, s := range []int{1, 2} {
 		_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(s)})
 	}
@@ -288,7 +313,7 @@ func TestShardIdleLeavesState(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
 	const cooldown = time.Hour
-	b, _ := newTest(t, f, Options{Shard: shardOf, Now: clock, Breaker: BreakerOptions{Failures: 1, Cooldown: cooldown}})
+	b, _ := newTest(t, f, Options{Routed: true, Now: clock, Breaker: BreakerOptions{Failures: 1, Cooldown: cooldown}})
 	_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(2)})
 	if b.State() != StateOpen {
 		t.Fatalf("State() = %v, want open", b.State())
@@ -308,14 +333,14 @@ func TestShardIdleLeavesState(t *testing.T) {
 	}
 }
 
-// TestShardOutOfRange: a Shard func answering outside 0..MaxShards-1 is a
-// programming error, reported as one, never a panic.
+// TestShardOutOfRange: a primary asking the gate for a shard outside
+// 0..MaxShards-1 is a programming error, reported as one, never a panic.
 func TestShardOutOfRange(t *testing.T) {
-	b, _ := newTest(t, &shardFake{}, Options{Shard: shardOf})
+	b, _ := newTest(t, &shardFake{}, Options{Routed: true})
 	for _, n := range []int{-1, MaxShards} {
 		_, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(n)})
-		if err == nil || !strings.Contains(err.Error(), "Options.Shard returned") {
-			t.Errorf("shard %d: %v, want an error naming Options.Shard", n, err)
+		if err == nil || !strings.Contains(err.Error(), "asked the shard gate for shard") {
+			t.Errorf("shard %d: %v, want an error naming the shard gate", n, err)
 		}
 	}
 }
