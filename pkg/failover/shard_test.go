@@ -47,12 +47,12 @@ func (e *shardError) FailedShards() []int { return e.shards }
 
 // shardFake is a routed primary with shards, as pkg/redisalgo is: it asks
 // the shard gate in its context with the distinct shards of a request's
-// checks before anything else, and returns the gate's refusal. Then checks
+// checks before anything else (but for a request all on local shards,
+// which it admits without asking), and returns the gate's refusal. Then checks
 // on a dead shard fail the request with a shardError naming the dead
 // shards it touched (or with a plain error when plain is set); the others
 // are admitted. A request on the held shard signals entered and waits for
-// gate first. It counts the calls that reached it per shard, and the gate
-// calls it made with each shard.
+// gate first. It counts the calls that reached it per shard.
 type shardFake struct {
 	mu    sync.Mutex
 	dead  map[int]bool
@@ -63,8 +63,11 @@ type shardFake struct {
 	entered chan struct{}
 	gate    chan struct{}
 
-	// asked counts, per shard, the gate calls that named it.
-	asked map[int]int
+	// local answers a request whose checks are all on its shards without
+	// asking the gate, as a lease in hand does.
+	local map[int]bool
+	// twice asks the gate a second time with every shard repeated.
+	twice bool
 }
 
 func (f *shardFake) setDead(shards ...int) {
@@ -77,6 +80,13 @@ func (f *shardFake) setDead(shards ...int) {
 }
 
 func (f *shardFake) Apply(ctx context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	f.mu.Lock()
+	local := !slices.ContainsFunc(checks, func(c algo.Check) bool { return !f.local[shardOf(c)] })
+	twice := f.twice
+	f.mu.Unlock()
+	if local {
+		return admitAll(len(checks)), nil
+	}
 	if g := algo.ShardGateOf(ctx); g != nil {
 		var ids []int
 		for _, c := range checks {
@@ -84,16 +94,13 @@ func (f *shardFake) Apply(ctx context.Context, _ time.Time, checks []algo.Check)
 				ids = append(ids, id)
 			}
 		}
-		f.mu.Lock()
-		if f.asked == nil {
-			f.asked = map[int]int{}
-		}
-		for _, id := range ids {
-			f.asked[id]++
-		}
-		f.mu.Unlock()
 		if err := g.AllowShards(ids); err != nil {
 			return nil, fmt.Errorf("fake primary: %w", err)
+		}
+		if twice {
+			if err := g.AllowShards(append(ids, ids...)); err != nil {
+				return nil, fmt.Errorf("fake primary, second ask: %w", err)
+			}
 		}
 	}
 	f.mu.Lock()
@@ -122,11 +129,16 @@ func (f *shardFake) Apply(ctx context.Context, _ time.Time, checks []algo.Check)
 		}
 		return nil, &shardError{shards: failed, err: errRefused}
 	}
-	out := make([]algo.Decision, len(checks))
+	return admitAll(len(checks)), nil
+}
+
+// admitAll is the fake primary's answer: n admitted checks with 7 left.
+func admitAll(n int) []algo.Decision {
+	out := make([]algo.Decision, n)
 	for i := range out {
 		out[i] = algo.Decision{Allowed: true, Remaining: 7}
 	}
-	return out, nil
+	return out
 }
 
 func (f *shardFake) reached(shard int) int {
@@ -288,6 +300,71 @@ func TestShardProbeReleased(t *testing.T) {
 	}
 	if b.ShardState(2) != StateClosed {
 		t.Errorf("shard 2 after a successful probe: %v, want closed", b.ShardState(2))
+	}
+}
+
+// TestShardGateUnasked: a request the primary answers without asking the
+// gate (a lease in hand, a known denial) is answered while the breaker of
+// its checks' shard is open, and tells no breaker anything; a request that
+// asks the gate for that shard gets the failure mode.
+func TestShardGateUnasked(t *testing.T) {
+	f := &shardFake{}
+	f.setDead(2)
+	b, _ := newTest(t, f, Options{Mode: ModeDeny, Routed: true, Breaker: BreakerOptions{Failures: 1, Cooldown: time.Hour}})
+	ctx := context.Background()
+	if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2)}); err != nil || d[0].Allowed {
+		t.Fatalf("dead shard: %+v, %v; want the deny mode's answer", d, err)
+	}
+	if b.ShardState(2) != StateOpen {
+		t.Fatalf("shard 2 after its failure: %v, want open", b.ShardState(2))
+	}
+	f.mu.Lock()
+	f.local = map[int]bool{2: true}
+	f.mu.Unlock()
+	for i := range 3 {
+		if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2), onShard(2)}); err != nil || d[0].Remaining != 7 {
+			t.Fatalf("request %d answered without the gate: %+v, %v; want the primary's answer", i, d, err)
+		}
+		if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(1), onShard(2)}); err != nil || d[1].Allowed {
+			t.Fatalf("request %d asking for shards 1 and 2: %+v, %v; want the deny mode's answer", i, d, err)
+		}
+	}
+	if got := testutil.ToFloat64(b.errors.WithLabelValues(kindOpen)); got != 3 {
+		t.Errorf("%v requests refused by the open breaker, want 3 (those that asked for it)", got)
+	}
+	if got := testutil.ToFloat64(b.failures.WithLabelValues(ModeDeny.String())); got != 4 {
+		t.Errorf("%v requests answered with the failure mode, want 4", got)
+	}
+	if b.ShardState(2) != StateOpen || b.ShardState(1) != StateClosed {
+		t.Errorf("shards 1 and 2: %v, %v; want closed, open", b.ShardState(1), b.ShardState(2))
+	}
+}
+
+// TestShardGateOnce: each breaker is asked once per request, however often
+// the primary names its shard: a half-open breaker with one probe lets the
+// request through as that probe, and its success closes the breaker.
+func TestShardGateOnce(t *testing.T) {
+	f := &shardFake{}
+	f.setDead(1, 2)
+	b, _ := newTest(t, f, Options{Routed: true, Breaker: BreakerOptions{Failures: 1, Probes: 1, Cooldown: 10 * time.Millisecond}})
+	ctx := context.Background()
+	if _, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(1), onShard(2)}); err == nil {
+		t.Fatal("dead shards: no error")
+	}
+	waitState(t, b, 1, StateHalfOpen)
+	waitState(t, b, 2, StateHalfOpen)
+	f.setDead()
+	f.mu.Lock()
+	f.twice = true
+	f.mu.Unlock()
+	checks := []algo.Check{onShard(1), onShard(2), onShard(1), onShard(2)}
+	if d, err := b.Apply(ctx, time.Now(), checks); err != nil || d[0].Remaining != 7 {
+		t.Fatalf("probe of shards 1 and 2, asked twice: %+v, %v; want the primary's answer", d, err)
+	}
+	for _, id := range []int{1, 2} {
+		if b.ShardState(id) != StateClosed {
+			t.Errorf("shard %d after its probe succeeded: %v, want closed", id, b.ShardState(id))
+		}
 	}
 }
 
