@@ -7,7 +7,8 @@
 // pkg/algo; calls of plain fixed windows go to lua/lean.lua instead, which
 // takes the same arguments and writes the same state at less Redis CPU
 // (lean.go). On Redis Cluster it numbers the masters as shards, so that a
-// caller can keep a circuit breaker per master, and batches per master
+// caller can keep a circuit breaker per master, which it asks through the
+// request's algo.ShardGate before sending, and batches per master
 // (shard.go).
 //
 // It takes its Redis client through the small interfaces Client and
@@ -464,6 +465,10 @@ var _ algo.Applier = (*Backend)(nil)
 // call, so a denied request consumes nothing; while the refund is in flight
 // other requests may be under-admitted, never over-admitted. The refunded
 // checks report the check-only decision of their restored state.
+//
+// When ctx carries an algo.ShardGate, Apply asks it once, with the
+// request's distinct shards, after routing and before anything is sent
+// (route); a refusal is returned, wrapped, with nothing sent.
 //
 // An error means no decision could be made; what other groups consumed is
 // refunded as far as Redis answers.
