@@ -66,11 +66,13 @@ func clusterStack(t testing.TB) (*countingCluster, *failover.Backend) {
 }
 
 // TestClusterRoutesOnce (issue 39, item 8): on a Cluster, a request through
-// the failure policy builds each check's key once and looks its master up
-// once per hash slot: the keys the backend sends are the ones it routes
-// and asks the breakers with. Before, the failure policy had every check's
-// key built and looked up once more to ask its master's breaker, and a
-// fixed window's key was looked up again for its master's clock.
+// the failure policy looks its checks' masters up once per hash slot, from
+// the keys the backend builds to send: the breakers are asked with the
+// masters those keys were routed to. Before, the failure policy had every
+// check's key built a second time and looked up to ask its master's
+// breaker (2 lookups per single-check request, 10 for five checks in five
+// slots), and a fixed window's key was looked up again for its master's
+// clock.
 func TestClusterRoutesOnce(t *testing.T) {
 	ctx := context.Background()
 	cc, fb := clusterStack(t)
