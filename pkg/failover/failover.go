@@ -8,8 +8,11 @@
 // among the replicas.
 //
 // The breaker is kept per shard when the primary has shards (the masters of
-// a Redis Cluster; Options.Shard), so that one failed shard answers its own
-// keys' requests with the Mode and leaves every other shard's alone.
+// a Redis Cluster; Options.Routed), so that one failed shard answers its
+// own keys' requests with the Mode and leaves every other shard's alone.
+// Such a primary asks the breakers itself, through algo's shard gate, once
+// it has routed a request and before it sends it; a request it answers
+// without its shards (from a lease, from the deny cache) asks none.
 //
 // The circuit breaker is github.com/sony/gobreaker/v2. failover must not
 // import any backend (pkg/memstore, pkg/redisalgo), pkg/rls or anything that
@@ -23,6 +26,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -166,15 +170,20 @@ type Options struct {
 	Timeout time.Duration
 	// Breaker configures the circuit breaker of each shard.
 	Breaker BreakerOptions
-	// Shard, when set, names the shard that serves a check: a number in
-	// 0..MaxShards-1 that the primary chooses (pkg/redisalgo numbers a
-	// cluster's masters). Each shard has a breaker of its own; a request
-	// goes to the primary only when the breakers of all its checks' shards
-	// let it, and a primary error that names the shards that failed (a
-	// FailedShards() []int method anywhere in its chain) counts against
-	// those alone. It must be cheap and safe for concurrent use. Nil puts
-	// every check in shard 0: one breaker for the whole primary.
-	Shard func(algo.Check) int
+	// Routed says that the primary routes each request to its shards
+	// itself and asks their breakers right before it sends anything,
+	// through the algo.ShardGate that Apply puts in the primary's context
+	// (pkg/redisalgo does, numbering a cluster's masters from 1 and
+	// anything else 0). Each shard, a number in 0..MaxShards-1, has a
+	// breaker of its own; a request is sent only when the breakers of all
+	// its shards let it, and a primary error that names the shards that
+	// failed (a FailedShards() []int method anywhere in its chain) counts
+	// against those alone. A request the primary answers without asking
+	// the gate (a lease or the deny cache answered it) is answered whatever
+	// the breakers' states, and counts towards none. False puts every
+	// request in shard 0, asked before the primary is called: one breaker
+	// for the whole primary.
+	Routed bool
 	// ShardName, when set, names a shard in the logs (a node's address).
 	ShardName func(int) string
 	// Logger receives breaker transitions (Warn when it opens, Info when it
@@ -242,9 +251,12 @@ type Backend struct {
 	now      func() time.Time
 	log      *zap.Logger
 
-	// shardOf is Options.Shard; nil for one shard.
-	shardOf   func(algo.Check) int
+	// routed is Options.Routed: the primary asks the shards' breakers
+	// through the gate.
+	routed    bool
 	shardName func(int) string
+	// gates pools the per-request gates (gate).
+	gates sync.Pool
 	// settings is every shard breaker's configuration but OnStateChange.
 	settings gobreaker.Settings
 	shards   shardSet
@@ -277,9 +289,10 @@ func New(primary Limiter, opts Options) (*Backend, error) {
 		cooldown:  cmp.Or(opts.Breaker.Cooldown, DefaultCooldown),
 		now:       opts.Now,
 		log:       opts.Logger,
-		shardOf:   opts.Shard,
+		routed:    opts.Routed,
 		shardName: opts.ShardName,
 	}
+	b.gates.New = func() any { return &gate{b: b} }
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -376,7 +389,7 @@ func (b *Backend) newShard(id int) *shard {
 func (b *Backend) onStateChange(sh *shard, from, to gobreaker.State) {
 	b.transitions.WithLabelValues(convState(to).String()).Inc()
 	log := b.log
-	if b.shardOf != nil {
+	if b.routed {
 		log = log.With(zap.String("shard", b.nameOf(sh.id)))
 	}
 	switch to {
@@ -448,13 +461,16 @@ func (b *Backend) Mode() Mode { return b.mode }
 // Every backend layer implements the one contract.
 var _ algo.Applier = (*Backend)(nil)
 
-// Apply implements algo.Applier. When the breakers of every shard the checks
-// map to are closed (or this call is a half-open probe of theirs), it calls
-// the primary with a deadline of Timeout; when the primary fails, or one of
-// those breakers is open, it answers the whole request with the Mode. When
-// the caller's own context ends first it returns an error whatever the
-// mode: a cancelled caller does not count against the primary, an expired
-// caller deadline does (the primary was too slow for it).
+// Apply implements algo.Applier. It calls the primary with a deadline of
+// Timeout when the breakers of every shard the request goes to are closed
+// (or this call is a half-open probe of theirs): with Options.Routed the
+// primary asks them through the gate it finds in its context, right before
+// it sends the request; otherwise shard 0's breaker is asked before the
+// primary is called. When the primary fails, or one of those breakers is
+// open, it answers the whole request with the Mode. When the caller's own
+// context ends first it returns an error whatever the mode: a cancelled
+// caller does not count against the primary, an expired caller deadline
+// does (the primary was too slow for it).
 func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
 	if len(checks) == 0 {
 		// Nothing to ask the primary; a no-op success must not close a
@@ -464,36 +480,32 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var shardBuf [4]*shard
-	shards, err := b.shardsOf(checks, shardBuf[:0])
-	if err != nil {
-		return nil, err
+	g := b.gates.Get().(*gate)
+	defer g.release()
+	pctx := ctx
+	if b.routed {
+		pctx = algo.WithShardGate(ctx, g)
+	} else if g.allow(0) != nil {
+		return b.refused(ctx, at, checks, g)
 	}
-	var doneBuf [4]func(error)
-	dones := doneBuf[:0]
-	// The breakers keep their own time (gobreaker reads the wall clock);
-	// at is only passed on, to the primary or the local fallback.
-	now := b.now().UnixMicro()
-	for _, sh := range shards {
-		sh.use(now)
-		done, err := sh.cb.Allow()
-		if err != nil {
-			// Open, or every half-open probe is already in flight. The
-			// shards already let through learn nothing from this request.
-			for _, d := range dones {
-				d(errNotThisShard)
-			}
-			b.errors.WithLabelValues(kindOpen).Inc()
-			return b.fail(ctx, at, checks, sh, b.openError(sh))
-		}
-		dones = append(dones, done)
-	}
-	pctx, cancel := ctx, context.CancelFunc(func() {})
+	cancel := context.CancelFunc(func() {})
 	if b.timeout > 0 && !endsWithin(ctx, b.timeout) {
-		pctx, cancel = context.WithTimeout(ctx, b.timeout)
+		pctx, cancel = context.WithTimeout(pctx, b.timeout)
 	}
 	out, err := b.primary.Apply(pctx, at, checks)
 	cancel()
+	if g.bad != nil {
+		// The primary named a shard out of range: a programming error,
+		// not the primary's failure.
+		return nil, g.bad
+	}
+	if g.open != nil {
+		// The primary sent nothing (algo.ShardGate): a breaker refused.
+		return b.refused(ctx, at, checks, g)
+	}
+	// The shards the request reached; none when the primary answered it
+	// without them.
+	shards, dones := g.shards, g.dones
 	if err == nil {
 		for _, d := range dones {
 			d(nil)
@@ -512,10 +524,10 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	// A caller deadline that expired first does count: Envoy's deadline is
 	// often shorter than Timeout (its rate-limit filter waits 20 ms by
 	// default), and a hung primary must still open the breaker then.
-	blamed := b.blame(err, shards)
+	g.blamed = b.blame(err, shards, g.blamed[:0])
 	b.lastErr.Store(&err)
 	for i, sh := range shards {
-		if blamed[i] {
+		if g.blamed[i] {
 			// Store before done: done may open the breaker, which logs
 			// lastErr.
 			sh.lastErr.Store(&err)
@@ -533,7 +545,18 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		// The caller gets no answer whatever the mode; it stopped waiting.
 		return nil, fmt.Errorf("failover: %w", err)
 	}
-	return b.fail(ctx, at, checks, shards[0], err)
+	var first *shard
+	if len(shards) > 0 {
+		first = shards[0]
+	}
+	return b.fail(ctx, at, checks, first, err)
+}
+
+// refused answers a request that g's open breaker refused, before the
+// primary sent it, with the failure mode.
+func (b *Backend) refused(ctx context.Context, at time.Time, checks []algo.Check, g *gate) ([]algo.Decision, error) {
+	b.errors.WithLabelValues(kindOpen).Inc()
+	return b.fail(ctx, at, checks, g.open, g.openErr)
 }
 
 // endsWithin reports whether ctx's deadline comes within d: then the
@@ -548,14 +571,15 @@ func endsWithin(ctx context.Context, d time.Duration) bool {
 
 // openError is what a request touching sh gets while sh's breaker is open.
 func (b *Backend) openError(sh *shard) error {
-	if b.shardOf == nil {
+	if !b.routed {
 		return fmt.Errorf("%w (last error: %v)", ErrOpen, sh.lastError())
 	}
 	return fmt.Errorf("%w (shard %s; last error: %v)", ErrOpen, b.nameOf(sh.id), sh.lastError())
 }
 
 // fail answers checks with the failure mode; cause is why the primary did
-// not decide and sh the shard whose breaker is open or that failed.
+// not decide and sh the shard whose breaker is open or that failed (nil
+// when the primary failed before it reached a shard).
 func (b *Backend) fail(ctx context.Context, at time.Time, checks []algo.Check, sh *shard, cause error) ([]algo.Decision, error) {
 	b.failures.WithLabelValues(b.mode.String()).Inc()
 	switch b.mode {
@@ -605,9 +629,13 @@ func denyAll(checks []algo.Check, retryAfter int64) []algo.Decision {
 
 // retryAfter is the deny mode's Retry-After in µs: the rest of sh's
 // cool-down, when a probe may find the shard back, or a whole cool-down
-// when its breaker is not open (yet) or the cool-down has passed.
+// when its breaker is not open (yet), the cool-down has passed or there is
+// no shard to blame.
 func (b *Backend) retryAfter(sh *shard) int64 {
 	cd := b.cooldown.Microseconds()
+	if sh == nil {
+		return cd
+	}
 	if opened := sh.openedAt.Load(); opened != 0 {
 		if rest := opened + cd - b.now().UnixMicro(); rest > 0 && rest <= cd {
 			return rest

@@ -385,7 +385,7 @@ func mustNew(t testing.TB, primary failover.Limiter, opts failover.Options) *fai
 
 // redisFailover builds the Redis backend for url, with timeout as its
 // client's timeouts, and the failure policy around it with opts, whose
-// Ping, Timeout, Shard and ShardName it fills in.
+// Ping and Timeout it fills in, and the shards (sharded).
 func redisFailover(t testing.TB, url string, timeout time.Duration, opts failover.Options) (*redisalgo.Backend, *failover.Backend) {
 	t.Helper()
 	copts, err := redisclient.ParseURL(url)
@@ -403,6 +403,13 @@ func redisFailover(t testing.TB, url string, timeout time.Duration, opts failove
 		t.Fatal(err)
 	}
 	t.Cleanup(rb.Close)
-	opts.Ping, opts.Timeout, opts.Shard, opts.ShardName = rb.Ping, timeout, rb.Shard, rb.ShardName
-	return rb, mustNew(t, rb, opts)
+	opts.Ping, opts.Timeout = rb.Ping, timeout
+	return rb, mustNew(t, rb, sharded(rb, opts))
+}
+
+// sharded returns opts with a breaker per master of rb, as pkg/stack sets
+// them: rb asks the breakers itself (Routed) and names the shards.
+func sharded(rb *redisalgo.Backend, opts failover.Options) failover.Options {
+	opts.Routed, opts.ShardName = true, rb.ShardName
+	return opts
 }

@@ -3,9 +3,16 @@ package failover
 // Shards. On Redis Cluster each master serves its own keys, and a dead
 // master must not cost the others' keys anything: a single breaker opened
 // by one master's timeouts answered every request with the failure mode.
-// So the breaker is kept per shard, a number the primary gives each check
-// (Options.Shard), and a primary error counts against the shards it names
-// (FailedShards) rather than against every shard of the request.
+// So the breaker is kept per shard, a number the primary gives each of its
+// masters (Options.Routed), and a primary error counts against the shards
+// it names (FailedShards) rather than against every shard of the request.
+//
+// The primary asks the breakers itself, through the request's gate
+// (algo.ShardGate): it knows a request's shards only once it has built its
+// keys, and asking then spares it building them a second time beforehand.
+// It asks right before it sends, after the layers between (lease, deny
+// cache) have answered what they could: a request they answer whole never
+// asks, and is answered while its shards' breakers are open.
 //
 // A request whose checks span shards asks each of their breakers: all must
 // let it through, since the primary decides all or nothing. A shard that
@@ -28,12 +35,10 @@ import (
 	"sync/atomic"
 
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// MaxShards bounds the shard numbers Options.Shard may return, and so the
-// breakers a Backend keeps.
+// MaxShards bounds the shard numbers a routed primary may ask the gate
+// for, and so the breakers a Backend keeps.
 const MaxShards = 1 << 12
 
 // errNotThisShard marks, for one shard's breaker, a request outcome that
@@ -134,47 +139,104 @@ func (s *shardSet) all() []*shard {
 	return out
 }
 
-// shardsOf appends to dst the distinct shards of checks, in order of first
-// appearance.
-func (b *Backend) shardsOf(checks []algo.Check, dst []*shard) ([]*shard, error) {
-	if b.shardOf == nil {
-		return append(dst, b.shards.get(0)), nil
-	}
-next:
-	for _, c := range checks {
-		id := b.shardOf(c)
-		if id < 0 || id >= MaxShards {
-			return nil, fmt.Errorf("failover: Options.Shard returned %d (want 0..%d)", id, MaxShards-1)
-		}
-		for _, sh := range dst {
-			if sh.id == id {
-				continue next
-			}
-		}
-		dst = append(dst, b.shards.get(id))
-	}
-	return dst, nil
+// gate is one request's algo.ShardGate: the shards whose breakers let it
+// through, with their done funcs, or the shard whose breaker refused it.
+// Apply takes one from Backend.gates per request and releases it when it
+// returns; the primary must not call it after that (algo.ShardGate).
+type gate struct {
+	b      *Backend
+	shards []*shard
+	dones  []func(error)
+	// open is the shard whose breaker refused the request and openErr
+	// what the request is told; bad, a shard number out of range.
+	open    *shard
+	openErr error
+	bad     error
+	// blamed is Apply's scratch for blame.
+	blamed []bool
 }
 
-// blame reports, for each of a failed request's shards, whether err counts
-// against it: the shards err names when the primary knows its shards,
-// every shard otherwise. A request whose shards err does not name (the
-// slot map changed between Shard and the call) blames none: the shard
-// that failed did not let this request through.
-func (b *Backend) blame(err error, shards []*shard) []bool {
-	out := make([]bool, len(shards))
-	var sf shardFailure
-	if b.shardOf == nil || !errors.As(err, &sf) {
-		for i := range out {
-			out[i] = true
+// AllowShards implements algo.ShardGate: it asks the breaker of each shard
+// not asked yet for this request. When one refuses, the shards already let
+// through learn nothing from the request, and it returns openErr.
+func (g *gate) AllowShards(ids []int) error {
+	for _, id := range ids {
+		if err := g.allow(id); err != nil {
+			return err
 		}
-		return out
+	}
+	return nil
+}
+
+// allow asks shard id's breaker, unless the request has it already.
+func (g *gate) allow(id int) error {
+	if g.open != nil {
+		return g.openErr
+	}
+	if g.bad != nil {
+		return g.bad
+	}
+	if id < 0 || id >= MaxShards {
+		g.bad = fmt.Errorf("failover: the primary asked the shard gate for shard %d (want 0..%d)", id, MaxShards-1)
+		g.forget()
+		return g.bad
+	}
+	for _, sh := range g.shards {
+		if sh.id == id {
+			return nil
+		}
+	}
+	sh := g.b.shards.get(id)
+	// The breakers keep their own time (gobreaker reads the wall clock).
+	sh.use(g.b.now().UnixMicro())
+	done, err := sh.cb.Allow()
+	if err != nil {
+		// Open, or every half-open probe is already in flight.
+		g.open, g.openErr = sh, g.b.openError(sh)
+		g.forget()
+		return g.openErr
+	}
+	g.shards, g.dones = append(g.shards, sh), append(g.dones, done)
+	return nil
+}
+
+// forget tells the shards already let through that the request's outcome
+// is not theirs (it never reached them), and drops them.
+func (g *gate) forget() {
+	for _, d := range g.dones {
+		d(errNotThisShard)
+	}
+	clear(g.shards)
+	clear(g.dones)
+	g.shards, g.dones = g.shards[:0], g.dones[:0]
+}
+
+// release returns g to its pool, holding nothing of the request.
+func (g *gate) release() {
+	clear(g.shards)
+	clear(g.dones)
+	g.shards, g.dones, g.blamed = g.shards[:0], g.dones[:0], g.blamed[:0]
+	g.open, g.openErr, g.bad = nil, nil, nil
+	g.b.gates.Put(g)
+}
+
+// blame appends to dst, for each of a failed request's shards, whether err
+// counts against it: the shards err names when the primary is routed and
+// knows its shards, every shard otherwise. The gate asked for exactly the
+// shards the primary sent to, so a shard err does not name did not fail.
+func (b *Backend) blame(err error, shards []*shard, dst []bool) []bool {
+	var sf shardFailure
+	if !b.routed || !errors.As(err, &sf) {
+		for range shards {
+			dst = append(dst, true)
+		}
+		return dst
 	}
 	failed := sf.FailedShards()
-	for i, sh := range shards {
-		out[i] = slices.Contains(failed, sh.id)
+	for _, sh := range shards {
+		dst = append(dst, slices.Contains(failed, sh.id))
 	}
-	return out
+	return dst
 }
 
 // active returns the shards that State, Ping and the metrics describe:
@@ -182,7 +244,7 @@ func (b *Backend) blame(err error, shards []*shard) []bool {
 // idleCooldowns cool-downs.
 func (b *Backend) active() []*shard {
 	all := b.shards.all()
-	if b.shardOf == nil {
+	if !b.routed {
 		return all
 	}
 	since := b.now().UnixMicro() - idleCooldowns*b.cooldown.Microseconds()

@@ -18,7 +18,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
-// shardOf is the Options.Shard of these tests: a check's shard is its
+// shardOf is the routing of these tests' primary: a check's shard is its
 // entry's value, a number.
 func shardOf(c algo.Check) int {
 	n, err := strconv.Atoi(c.Entries[0].Value)
@@ -45,11 +45,14 @@ func (e *shardError) Error() string       { return fmt.Sprintf("shards %v: %v", 
 func (e *shardError) Unwrap() error       { return e.err }
 func (e *shardError) FailedShards() []int { return e.shards }
 
-// shardFake is a primary with shards: checks on a dead shard fail the
-// request with a shardError naming the dead shards it touched (or with a
-// plain error when plain is set); the others are admitted. A request on
-// the held shard signals entered and waits for gate first. It counts the
-// calls that reached it per shard.
+// shardFake is a routed primary with shards, as pkg/redisalgo is: it asks
+// the shard gate in its context with the distinct shards of a request's
+// checks before anything else (but for a request all on local shards,
+// which it admits without asking), and returns the gate's refusal. Then checks
+// on a dead shard fail the request with a shardError naming the dead
+// shards it touched (or with a plain error when plain is set); the others
+// are admitted. A request on the held shard signals entered and waits for
+// gate first. It counts the calls that reached it per shard.
 type shardFake struct {
 	mu    sync.Mutex
 	dead  map[int]bool
@@ -59,6 +62,12 @@ type shardFake struct {
 	held    int
 	entered chan struct{}
 	gate    chan struct{}
+
+	// local answers a request whose checks are all on its shards without
+	// asking the gate, as a lease in hand does.
+	local map[int]bool
+	// twice asks the gate a second time with every shard repeated.
+	twice bool
 }
 
 func (f *shardFake) setDead(shards ...int) {
@@ -70,7 +79,30 @@ func (f *shardFake) setDead(shards ...int) {
 	}
 }
 
-func (f *shardFake) Apply(_ context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
+func (f *shardFake) Apply(ctx context.Context, _ time.Time, checks []algo.Check) ([]algo.Decision, error) {
+	f.mu.Lock()
+	local := !slices.ContainsFunc(checks, func(c algo.Check) bool { return !f.local[shardOf(c)] })
+	twice := f.twice
+	f.mu.Unlock()
+	if local {
+		return admitAll(len(checks)), nil
+	}
+	if g := algo.ShardGateOf(ctx); g != nil {
+		var ids []int
+		for _, c := range checks {
+			if id := shardOf(c); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		if err := g.AllowShards(ids); err != nil {
+			return nil, fmt.Errorf("fake primary: %w", err)
+		}
+		if twice {
+			if err := g.AllowShards(append(ids, ids...)); err != nil {
+				return nil, fmt.Errorf("fake primary, second ask: %w", err)
+			}
+		}
+	}
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
@@ -97,11 +129,16 @@ func (f *shardFake) Apply(_ context.Context, _ time.Time, checks []algo.Check) (
 		}
 		return nil, &shardError{shards: failed, err: errRefused}
 	}
-	out := make([]algo.Decision, len(checks))
+	return admitAll(len(checks)), nil
+}
+
+// admitAll is the fake primary's answer: n admitted checks with 7 left.
+func admitAll(n int) []algo.Decision {
+	out := make([]algo.Decision, n)
 	for i := range out {
 		out[i] = algo.Decision{Allowed: true, Remaining: 7}
 	}
-	return out, nil
+	return out
 }
 
 func (f *shardFake) reached(shard int) int {
@@ -117,7 +154,7 @@ func TestShardBreakers(t *testing.T) {
 	const failures = 3
 	f := &shardFake{}
 	f.setDead(2)
-	b, reg := newTest(t, f, Options{Mode: ModeDeny, Shard: shardOf, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Hour}})
+	b, reg := newTest(t, f, Options{Mode: ModeDeny, Routed: true, Breaker: BreakerOptions{Failures: failures, Cooldown: time.Hour}})
 	ctx := context.Background()
 	for i := range failures {
 		d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2)})
@@ -200,7 +237,7 @@ func TestShardBlame(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &shardFake{plain: tc.plain}
 			f.setDead(2)
-			b, _ := newTest(t, f, Options{Shard: shardOf, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
+			b, _ := newTest(t, f, Options{Routed: true, Breaker: BreakerOptions{Failures: 2, Cooldown: time.Hour}})
 			for range 2 {
 				if _, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(1), onShard(2)}); !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Fatalf("got %v, want the primary's error", err)
@@ -222,7 +259,7 @@ func TestShardBlame(t *testing.T) {
 func TestShardProbeReleased(t *testing.T) {
 	f := &shardFake{}
 	f.setDead(1, 2)
-	b, _ := newTest(t, f, Options{Mode: ModeAllow, Shard: shardOf, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond}})
+	b, _ := newTest(t, f, Options{Mode: ModeAllow, Routed: true, Breaker: BreakerOptions{Failures: 1, Cooldown: 10 * time.Millisecond}})
 	for _, s := range []int{1, 2} {
 		_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(s)})
 	}
@@ -266,6 +303,71 @@ func TestShardProbeReleased(t *testing.T) {
 	}
 }
 
+// TestShardGateUnasked: a request the primary answers without asking the
+// gate (a lease in hand, a known denial) is answered while the breaker of
+// its checks' shard is open, and tells no breaker anything; a request that
+// asks the gate for that shard gets the failure mode.
+func TestShardGateUnasked(t *testing.T) {
+	f := &shardFake{}
+	f.setDead(2)
+	b, _ := newTest(t, f, Options{Mode: ModeDeny, Routed: true, Breaker: BreakerOptions{Failures: 1, Cooldown: time.Hour}})
+	ctx := context.Background()
+	if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2)}); err != nil || d[0].Allowed {
+		t.Fatalf("dead shard: %+v, %v; want the deny mode's answer", d, err)
+	}
+	if b.ShardState(2) != StateOpen {
+		t.Fatalf("shard 2 after its failure: %v, want open", b.ShardState(2))
+	}
+	f.mu.Lock()
+	f.local = map[int]bool{2: true}
+	f.mu.Unlock()
+	for i := range 3 {
+		if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(2), onShard(2)}); err != nil || d[0].Remaining != 7 {
+			t.Fatalf("request %d answered without the gate: %+v, %v; want the primary's answer", i, d, err)
+		}
+		if d, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(1), onShard(2)}); err != nil || d[1].Allowed {
+			t.Fatalf("request %d asking for shards 1 and 2: %+v, %v; want the deny mode's answer", i, d, err)
+		}
+	}
+	if got := testutil.ToFloat64(b.errors.WithLabelValues(kindOpen)); got != 3 {
+		t.Errorf("%v requests refused by the open breaker, want 3 (those that asked for it)", got)
+	}
+	if got := testutil.ToFloat64(b.failures.WithLabelValues(ModeDeny.String())); got != 4 {
+		t.Errorf("%v requests answered with the failure mode, want 4", got)
+	}
+	if b.ShardState(2) != StateOpen || b.ShardState(1) != StateClosed {
+		t.Errorf("shards 1 and 2: %v, %v; want closed, open", b.ShardState(1), b.ShardState(2))
+	}
+}
+
+// TestShardGateOnce: each breaker is asked once per request, however often
+// the primary names its shard: a half-open breaker with one probe lets the
+// request through as that probe, and its success closes the breaker.
+func TestShardGateOnce(t *testing.T) {
+	f := &shardFake{}
+	f.setDead(1, 2)
+	b, _ := newTest(t, f, Options{Routed: true, Breaker: BreakerOptions{Failures: 1, Probes: 1, Cooldown: 10 * time.Millisecond}})
+	ctx := context.Background()
+	if _, err := b.Apply(ctx, time.Now(), []algo.Check{onShard(1), onShard(2)}); err == nil {
+		t.Fatal("dead shards: no error")
+	}
+	waitState(t, b, 1, StateHalfOpen)
+	waitState(t, b, 2, StateHalfOpen)
+	f.setDead()
+	f.mu.Lock()
+	f.twice = true
+	f.mu.Unlock()
+	checks := []algo.Check{onShard(1), onShard(2), onShard(1), onShard(2)}
+	if d, err := b.Apply(ctx, time.Now(), checks); err != nil || d[0].Remaining != 7 {
+		t.Fatalf("probe of shards 1 and 2, asked twice: %+v, %v; want the primary's answer", d, err)
+	}
+	for _, id := range []int{1, 2} {
+		if b.ShardState(id) != StateClosed {
+			t.Errorf("shard %d after its probe succeeded: %v, want closed", id, b.ShardState(id))
+		}
+	}
+}
+
 // waitState waits until shard id's breaker is in state want. The breakers
 // run on the wall clock; eventually's bound only stops a broken breaker
 // from hanging the test.
@@ -288,7 +390,7 @@ func TestShardIdleLeavesState(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
 	const cooldown = time.Hour
-	b, _ := newTest(t, f, Options{Shard: shardOf, Now: clock, Breaker: BreakerOptions{Failures: 1, Cooldown: cooldown}})
+	b, _ := newTest(t, f, Options{Routed: true, Now: clock, Breaker: BreakerOptions{Failures: 1, Cooldown: cooldown}})
 	_, _ = b.Apply(context.Background(), time.Now(), []algo.Check{onShard(2)})
 	if b.State() != StateOpen {
 		t.Fatalf("State() = %v, want open", b.State())
@@ -308,14 +410,14 @@ func TestShardIdleLeavesState(t *testing.T) {
 	}
 }
 
-// TestShardOutOfRange: a Shard func answering outside 0..MaxShards-1 is a
-// programming error, reported as one, never a panic.
+// TestShardOutOfRange: a primary asking the gate for a shard outside
+// 0..MaxShards-1 is a programming error, reported as one, never a panic.
 func TestShardOutOfRange(t *testing.T) {
-	b, _ := newTest(t, &shardFake{}, Options{Shard: shardOf})
+	b, _ := newTest(t, &shardFake{}, Options{Routed: true})
 	for _, n := range []int{-1, MaxShards} {
 		_, err := b.Apply(context.Background(), time.Now(), []algo.Check{onShard(n)})
-		if err == nil || !strings.Contains(err.Error(), "Options.Shard returned") {
-			t.Errorf("shard %d: %v, want an error naming Options.Shard", n, err)
+		if err == nil || !strings.Contains(err.Error(), "asked the shard gate for shard") {
+			t.Errorf("shard %d: %v, want an error naming the shard gate", n, err)
 		}
 	}
 }

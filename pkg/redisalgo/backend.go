@@ -7,7 +7,8 @@
 // pkg/algo; calls of plain fixed windows go to lua/lean.lua instead, which
 // takes the same arguments and writes the same state at less Redis CPU
 // (lean.go). On Redis Cluster it numbers the masters as shards, so that a
-// caller can keep a circuit breaker per master, and batches per master
+// caller can keep a circuit breaker per master, which it asks through the
+// request's algo.ShardGate before sending, and batches per master
 // (shard.go).
 //
 // It takes its Redis client through the small interfaces Client and
@@ -398,11 +399,13 @@ type scratch struct {
 	slots  []int  // slots[i]: slot of check i
 	sorted []algo.Check
 	// nows[i]: the time check i is applied at (requestNows), 0 for the
-	// script's TIME; nodes[i], when requestNows placed check i on its
-	// master's clock on a cluster, that master's node (else empty);
-	// clocks pairs each master clock a request used with its time.
+	// script's TIME; nodes[i], on a cluster, the master check i goes to
+	// (route; else empty); shards the distinct shards of nodes, for the
+	// shard gate; clocks pairs each master clock a request used with its
+	// time.
 	nows   []int64
 	nodes  []*node
+	shards []int
 	clocks []clockNow
 	out    []algo.Decision
 	calls  []call
@@ -464,6 +467,10 @@ var _ algo.Applier = (*Backend)(nil)
 // other requests may be under-admitted, never over-admitted. The refunded
 // checks report the check-only decision of their restored state.
 //
+// When ctx carries an algo.ShardGate, Apply asks it once, with the
+// request's distinct shards, after routing and before anything is sent
+// (route); a refusal is returned, wrapped, with nothing sent.
+//
 // An error means no decision could be made; what other groups consumed is
 // refunded as far as Redis answers.
 func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) ([]algo.Decision, error) {
@@ -492,11 +499,13 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 	s.reset(len(checks))
 
 	b.keys(s, checks)
+	if err := b.route(ctx, s); err != nil {
+		return nil, err
+	}
 	if err := b.requestNows(ctx, s, at, checks); err != nil {
 		return nil, err
 	}
 	b.group(s, checks)
-	b.topo.route(s.calls)
 	b.eval(ctx, s, s.calls)
 	if err := b.outcome(ctx, s); err != nil {
 		return nil, err
@@ -506,6 +515,35 @@ func (b *Backend) Apply(ctx context.Context, at time.Time, checks []algo.Check) 
 		out[i] = s.out[j]
 	}
 	return out, nil
+}
+
+// route sets each check's master on a cluster (s.nodes), once per
+// request: the node its slot group's call goes to, the clock its window is
+// placed on, and the shard a caller's breaker is asked for are that one.
+// Then, when ctx carries a shard gate (algo.ShardGate; pkg/failover puts
+// its breakers there), it asks the gate with the request's distinct shards
+// (0 off a cluster) before anything is sent, the master's clock included:
+// a refused request sends and consumes nothing. Refunds and give-backs of
+// the request do not come through here, so they are not asked again.
+func (b *Backend) route(ctx context.Context, s *scratch) error {
+	b.topo.route(s)
+	g := algo.ShardGateOf(ctx)
+	if g == nil {
+		return nil
+	}
+	s.shards = s.shards[:0]
+	if len(s.nodes) == 0 {
+		s.shards = append(s.shards, 0)
+	}
+	for _, n := range s.nodes {
+		if !slices.Contains(s.shards, n.id) {
+			s.shards = append(s.shards, n.id)
+		}
+	}
+	if err := g.AllowShards(s.shards); err != nil {
+		return fmt.Errorf("redisalgo: shard gate: %w", err)
+	}
+	return nil
 }
 
 // clockNow is a master clock and the time a request is applied at on it.
@@ -544,8 +582,7 @@ func (b *Backend) requestNows(ctx context.Context, s *scratch, at time.Time, che
 	b.useClocks()
 	sent := time.Now()
 	for i := range checks {
-		mc, n := b.topo.clockOf(s.keys.view(i))
-		s.nodes = append(s.nodes, n)
+		mc := b.topo.checkClock(s, i)
 		k := slices.IndexFunc(s.clocks, func(c clockNow) bool { return c.clock == mc })
 		if k < 0 {
 			now, err := checks[i].At, error(nil)
@@ -580,9 +617,12 @@ func (b *Backend) requestNow(ctx context.Context, at time.Time, checks []algo.Ch
 	buf.reset()
 	// Any window's hash has the counter's slot (AppendCounterHash).
 	buf.add(b.keyPrefix, checks[k], 0, b.counterHashes)
-	mc, _ := b.topo.clockOf(buf.view(0))
+	mc := b.topo.clockOf(buf.view(0))
 	return mc.at(ctx, at, time.Now(), period)
 }
+
+// keyBufs holds the key buffers of reads outside Apply (requestNow).
+var keyBufs = sync.Pool{New: func() any { return new(keyBuf) }}
 
 // useClocks records that requests need the masters' clocks, from when
 // pipelines keep them measured.
@@ -633,10 +673,11 @@ func ValidateKeyPrefix(p string) error {
 // keys computes each check's key and slot once per request (the one slot
 // computation: the merged commands group by it too): a fixed window's
 // hash is named for window 0 here, since which window holds the request
-// depends on its master's clock, found by the key (requestNows); group
-// then writes the window's digits in place. A key, and a long part's
-// SHA-256, is so built once per check, not once for the master and once
-// for the window.
+// depends on its master's clock, found by the key (route, requestNows);
+// group then writes the window's digits in place. A key, and a long
+// part's SHA-256, is so built once per check, not once for the master,
+// once for the window and once more for the caller's breaker (route asks
+// the shard gate from these keys' masters).
 func (b *Backend) keys(s *scratch, checks []algo.Check) {
 	for i := range checks {
 		key := s.keys.add(b.keyPrefix, checks[i], 0, b.counterHashes)

@@ -2,11 +2,14 @@ package redisalgo
 
 // Shards (docs/architecture.md#failure-model: one breaker per master). On Redis
 // Cluster every master serves its own slots, and a dead master must cost
-// only its own keys. So the backend numbers the masters: Shard tells the
-// caller (pkg/failover) which master a check goes to, Apply reports the
-// masters whose calls failed (ShardError), and every master has its own
-// batcher, so that a pipeline stuck on a dead master never delays a
-// request for another one. Standalone Redis and Sentinel are one shard, 0.
+// only its own keys. So the backend numbers the masters: Apply routes each
+// request's checks to their masters once, from the keys it builds for the
+// script calls, and asks the caller's shard gate (algo.ShardGate;
+// pkg/failover's breakers) with those masters' numbers before it sends
+// anything (Backend.route); it reports the masters whose calls failed
+// (ShardError); and every master has its own batcher, so that a pipeline
+// stuck on a dead master never delays a request for another one.
+// Standalone Redis and Sentinel are one shard, 0.
 //
 // Why masters and not slot ranges: a breaker opens from failures, and a
 // master's failures are all of its keys' failures, so its breaker opens as
@@ -25,9 +28,9 @@ package redisalgo
 // without reaching Redis, so no error would tell go-redis to reload the
 // map when the replica is promoted, and its periodic reload comes once a
 // minute. So a master is marked failing when a call to it fails (cleared
-// when one succeeds), and a check mapped to a failing master asks for a
-// reload, at most every reloadEvery; go-redis coalesces those further
-// (one reload at a time, 200 ms apart). The promoted replica is a new
+// when one succeeds), and a check routed to a failing master (before the
+// shard gate refuses it) asks for a reload, at most every reloadEvery;
+// go-redis coalesces those further (one reload at a time, 200 ms apart). The promoted replica is a new
 // address with a closed breaker, so its keys pass as soon as the map
 // names it.
 
@@ -40,8 +43,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 const (
@@ -53,8 +54,8 @@ const (
 )
 
 // ShardError is Apply's error on Redis Cluster: Err is the first failed
-// slot group's error and Shards the shards (see Backend.Shard) whose calls
-// failed. pkg/failover reads them through FailedShards to open only those
+// slot group's error and Shards the shards (the numbers the shard gate was
+// asked with) whose calls failed. pkg/failover reads them through FailedShards to open only those
 // shards' breakers.
 type ShardError struct {
 	Shards []int
@@ -207,16 +208,6 @@ func (n *node) closeBatchers() {
 		n.backs.close()
 	}
 }
-
-var keyBufs = sync.Pool{New: func() any { return new(keyBuf) }}
-
-// Shard returns the shard of c: on Redis Cluster a number naming the
-// master that serves c's key (0 until the client has loaded the slot map),
-// otherwise 0. It is pkg/failover's Options.Shard. A check mapped to a
-// master whose last call failed asks for a slot map reload, so that a
-// promoted replica is found while the failed master's breaker keeps its
-// requests away from Redis.
-func (b *Backend) Shard(c algo.Check) int { return b.topo.shard(b.keyPrefix, c) }
 
 // ShardName returns the address of the master that shard id names on
 // Redis Cluster, or "" (shard 0, and every shard elsewhere).

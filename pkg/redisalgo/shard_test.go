@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,46 +37,117 @@ func onEachMaster(t *testing.T, cl *redistest.ClusterSet, dom string, pol algo.P
 	return out
 }
 
-// TestShards: on a cluster, Shard numbers the master that serves a check's
-// key (ShardName is its address), and a failed call's ShardError names the
-// shard of its master alone. Standalone Redis is one shard, 0.
+// recGate is an algo.ShardGate that records the shards of each call and
+// refuses those in refuse.
+type recGate struct {
+	calls  [][]int
+	refuse []int
+}
+
+var errGateRefused = errors.New("test gate refused")
+
+func (g *recGate) AllowShards(shards []int) error {
+	g.calls = append(g.calls, slices.Clone(shards))
+	for _, id := range shards {
+		if slices.Contains(g.refuse, id) {
+			return errGateRefused
+		}
+	}
+	return nil
+}
+
+// gated applies checks under a fresh gate refusing refuse, and returns
+// the shards of each of the gate's calls.
+func gated(t *testing.T, b *Backend, checks []algo.Check, refuse ...int) ([][]int, []algo.Decision, error) {
+	t.Helper()
+	g := &recGate{refuse: refuse}
+	d, err := b.Apply(algo.WithShardGate(context.Background(), g), t0, checks)
+	return g.calls, d, err
+}
+
+// shardOf returns the one shard a request of c alone asks the gate for.
+func shardOf(t *testing.T, b *Backend, c algo.Check) int {
+	t.Helper()
+	calls, _, err := gated(t, b, []algo.Check{c})
+	if err != nil || len(calls) != 1 || len(calls[0]) != 1 {
+		t.Fatalf("one check: gate calls %v, %v; want one call with one shard", calls, err)
+	}
+	return calls[0][0]
+}
+
+// TestShards: on a cluster, Apply asks the shard gate once per request,
+// before sending, with each distinct number of the masters its checks go
+// to (ShardName is its address); a refusal sends nothing; a failed call's
+// ShardError names the shard of its master alone. Standalone Redis is one
+// shard, 0.
 func TestShards(t *testing.T) {
 	ctx := context.Background()
 	cl := redistest.SharedCluster(t)
 	client := cl.ClusterClient(t)
 	b := newBackend(t, client, newClock().opts())
 	dom := redistest.KeyPrefix(t)
-	checks := onEachMaster(t, cl, dom, backendtest.PerMinute(algo.TokenBucket, 3))
-	ids := map[int]bool{}
+	pol := backendtest.PerMinute(algo.TokenBucket, 3)
+	checks := onEachMaster(t, cl, dom, pol)
+	ids := make([]int, len(checks))
 	for i, c := range checks {
-		id := b.Shard(c)
-		if id == 0 || ids[id] {
+		id := shardOf(t, b, c)
+		if id == 0 || slices.Contains(ids, id) {
 			t.Fatalf("master %d: shard %d, want a nonzero number of its own (so far %v)", i, id, ids)
 		}
-		ids[id] = true
+		ids[i] = id
 		want := cl.MasterForSlot(t, keySlot(keyOf(c))).Addr
 		if got := b.ShardName(id); got != want {
 			t.Errorf("ShardName(%d) = %q, want the master's address %q", id, got, want)
 		}
 	}
 
+	// Two more checks on master 0 (another key, and the same key merged):
+	// still one call, each master once.
+	other := onEachMaster(t, cl, dom+"-other", pol)[0]
+	calls, _, err := gated(t, b, append(slices.Clone(checks), other, checks[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || !slices.Equal(slices.Sorted(slices.Values(calls[0])), slices.Sorted(slices.Values(ids))) {
+		t.Errorf("gate calls %v, want one call with each of %v once", calls, ids)
+	}
+
+	// Refused on master 1: nothing is sent, so nothing is consumed on any
+	// master. Each check has 3 hits left of its 3 minus the two calls above
+	// (master 0's: the three of them); a consumed refused request would
+	// leave fewer.
+	fresh := onEachMaster(t, cl, dom+"-refused", pol)
+	for range 5 {
+		if _, _, err := gated(t, b, fresh, ids[1]); !errors.Is(err, errGateRefused) {
+			t.Fatalf("gate refusing shard %d: %v, want its error", ids[1], err)
+		}
+	}
+	for i, c := range fresh {
+		if got := remaining(t, b, c); got != 3 {
+			t.Errorf("master %d after refused requests: %d remaining, want 3 (nothing consumed)", i, got)
+		}
+	}
+
 	// A key of the wrong type makes the script fail on one master only.
 	bad := checks[1]
+	if err := client.Del(ctx, string(keyOf(bad))).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := client.LPush(ctx, string(keyOf(bad)), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.Apply(ctx, t0, checks)
+	_, err = b.Apply(ctx, t0, checks)
 	var se *ShardError
-	if !errors.As(err, &se) || len(se.FailedShards()) != 1 || se.FailedShards()[0] != b.Shard(bad) {
-		t.Fatalf("Apply with one failing master: %v, want a ShardError naming shard %d alone", err, b.Shard(bad))
+	if !errors.As(err, &se) || !slices.Equal(se.FailedShards(), []int{ids[1]}) {
+		t.Fatalf("Apply with one failing master: %v, want a ShardError naming shard %d alone", err, ids[1])
 	}
 	if _, err := b.Apply(ctx, t0, []algo.Check{checks[0], checks[2]}); err != nil {
 		t.Errorf("Apply on the other masters: %v", err)
 	}
 
 	sb := newBackend(t, redistest.SharedStandalone(t).Client(t), newClock().opts())
-	if id := sb.Shard(checks[0]); id != 0 {
-		t.Errorf("standalone Shard = %d, want 0", id)
+	if calls, _, err := gated(t, sb, checks); err != nil || len(calls) != 1 || !slices.Equal(calls[0], []int{0}) {
+		t.Errorf("standalone: gate calls %v, %v; want one call with shard 0", calls, err)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"slices"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
 
 // topology is what differs between the two kinds of deployment a Backend
@@ -28,21 +26,22 @@ type topology interface {
 	forEachMaster(ctx context.Context, fn func(ctx context.Context, m master) error) error
 	// loaded records that a call to every master succeeded.
 	loaded()
-	// route sets the node each call goes to.
-	route(calls []call)
+	// route sets s.nodes, the master of each check of s (nil unless
+	// cluster), from the keys and slots s holds (Backend.route).
+	route(s *scratch)
 	// roundTrip sends calls in one round trip (see Backend.roundTrip).
 	roundTrip(ctx context.Context, s *scratch, calls []*call) error
 	// settle notes calls' outcomes and returns the error Apply reports
 	// for failed, the first failed call's error (nil when none failed).
 	settle(calls []call, failed error) error
-	// shard returns the shard of c's key, prefix first (Backend.Shard).
-	shard(prefix string, c algo.Check) int
 	// shardName returns the address shard id names, or "".
 	shardName(id int) string
+	// checkClock returns the clock of check i's master, once route has
+	// run on s.
+	checkClock(s *scratch, i int) *masterClock
 	// clockOf returns the clock of the master of key (a check's, prefix
-	// first, as the request built it), and that master's node (nil unless
-	// cluster), which route keeps.
-	clockOf(key string) (*masterClock, *node)
+	// first, as AppendKey builds it), for a read outside Apply (Peek).
+	clockOf(key string) *masterClock
 	// poster returns the batcher that carries give-backs to the master of
 	// a call routed to n (nil unless cluster): its request batcher, or
 	// one for give-backs alone under Options.NoBatch.
@@ -73,7 +72,7 @@ type oneMaster struct {
 func (t *oneMaster) slot([]byte) int       { return 0 }
 func (t *oneMaster) sortBySlot(_, _ []int) {}
 func (t *oneMaster) loaded()               {}
-func (t *oneMaster) route([]call)          {}
+func (t *oneMaster) route(*scratch)        {}
 
 func (t *oneMaster) forEachMaster(ctx context.Context, fn func(context.Context, master) error) error {
 	return fn(ctx, t.client)
@@ -83,11 +82,10 @@ func (t *oneMaster) roundTrip(ctx context.Context, s *scratch, calls []*call) er
 	return t.b.roundTripVia(ctx, s, calls, t.batch, t.clock)
 }
 
-func (t *oneMaster) clockOf(string) (*masterClock, *node) { return t.clock, nil }
-
-func (t *oneMaster) settle(_ []call, failed error) error { return failed }
-func (t *oneMaster) shard(string, algo.Check) int        { return 0 }
-func (t *oneMaster) shardName(int) string                { return "" }
+func (t *oneMaster) clockOf(string) *masterClock           { return t.clock }
+func (t *oneMaster) checkClock(*scratch, int) *masterClock { return t.clock }
+func (t *oneMaster) settle(_ []call, failed error) error   { return failed }
+func (t *oneMaster) shardName(int) string                  { return "" }
 
 func (t *oneMaster) poster(*node) *batcher { return t.backs }
 
@@ -120,13 +118,25 @@ func (t *cluster) forEachMaster(ctx context.Context, fn func(context.Context, ma
 
 func (t *cluster) loaded() { t.nodes.mapped.Store(true) }
 
-// route sets each call's node, unless requestNows found it already (with
-// the clock it placed the call on): a slot group's checks share a master.
-func (t *cluster) route(calls []call) {
-	for i := range calls {
-		if calls[i].node == nil {
-			calls[i].node = t.nodes.forKey(calls[i].script.keys[0])
+// route looks up the master of each slot the request's checks have, once
+// per slot: the checks of a slot share a master. A check mapped to a
+// master whose last call failed asks for a slot map reload, so that a
+// promoted replica is found while the failed master's breaker keeps its
+// requests away from Redis.
+func (t *cluster) route(s *scratch) {
+	for i, slot := range s.slots {
+		var n *node
+		if j := slices.Index(s.slots[:i], slot); j >= 0 {
+			n = s.nodes[j]
+		} else {
+			// Any window's hash has the counter's slot
+			// (AppendCounterHash): the key of window 0 finds the master.
+			n = t.nodes.forKey(s.keys.view(i))
+			if n.failing.Load() {
+				t.nodes.reload()
+			}
 		}
+		s.nodes = append(s.nodes, n)
 	}
 }
 
@@ -138,10 +148,9 @@ func (t *cluster) roundTrip(ctx context.Context, s *scratch, calls []*call) erro
 	return roundTripNodes(ctx, s, calls)
 }
 
-func (t *cluster) clockOf(key string) (*masterClock, *node) {
-	n := t.nodes.forKey(key)
-	return n.clock, n
-}
+func (t *cluster) clockOf(key string) *masterClock { return t.nodes.forKey(key).clock }
+
+func (t *cluster) checkClock(s *scratch, i int) *masterClock { return s.nodes[i].clock }
 
 func (t *cluster) settle(calls []call, failed error) error {
 	shards := t.nodes.noteResults(calls)
@@ -152,26 +161,6 @@ func (t *cluster) settle(calls []call, failed error) error {
 	// refreshed; ask for that now instead of at the next periodic reload.
 	t.nodes.reload()
 	return &ShardError{Shards: shards, Err: failed}
-}
-
-// nodeOf returns the node that serves c's key, prefix first.
-func (t *cluster) nodeOf(prefix string, c *algo.Check) *node {
-	buf := keyBufs.Get().(*keyBuf)
-	buf.reset()
-	// Any window's hash has the counter's slot (AppendCounterHash).
-	buf.add(prefix, *c, 0, t.b.counterHashes)
-	// The view is read only until forKey returns; buf is reset after.
-	n := t.nodes.forKey(buf.view(0))
-	keyBufs.Put(buf)
-	return n
-}
-
-func (t *cluster) shard(prefix string, c algo.Check) int {
-	n := t.nodeOf(prefix, &c)
-	if n.failing.Load() {
-		t.nodes.reload()
-	}
-	return n.id
 }
 
 func (t *cluster) shardName(id int) string { return t.nodes.name(id) }

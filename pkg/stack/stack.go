@@ -248,8 +248,10 @@ func newRedisSide(ctx context.Context, cfg Config, client *redisclient.Client) (
 		Breaker:          cfg.Breaker,
 		// One breaker per Redis Cluster master (one in all for standalone
 		// and Sentinel): a dead master's keys get the failure mode, the
-		// others' keep being decided by Redis.
-		Shard:      b.Shard,
+		// others' keep being decided by Redis. redisalgo asks them once it
+		// has built and routed a request's keys, so they are built once;
+		// a request a lease or the deny cache answers asks none.
+		Routed:     true,
 		ShardName:  b.ShardName,
 		Logger:     log,
 		Registerer: cfg.Registerer,

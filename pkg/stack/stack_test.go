@@ -114,6 +114,63 @@ func TestLeaseLayer(t *testing.T) {
 	}
 }
 
+// TestAnsweredWhileBreakerOpen (issue 39, item 8): the breakers are asked
+// by the Redis backend when a request reaches it, so while Redis's
+// breaker is open a request that the lease layer (a hot counter's lease in
+// hand) or the deny cache (a denial it knows) answers without Redis is
+// still answered by them; a request that needs Redis gets the failure mode
+// (here the error mode's ErrOpen), a request mixing both included.
+func TestAnsweredWhileBreakerOpen(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	st := newStack(t, Config{
+		Redis: &redisclient.Client{Single: srv.Client(t)}, Timeout: time.Second, CallerTime: true,
+		FailureMode: failover.ModeError, Breaker: failover.BreakerOptions{Failures: 1, Cooldown: time.Hour},
+		DenyCacheEntries: 1000, Lease: lease.Options{TTL: time.Hour, HotRPS: 1, MaxFraction: 0.5},
+	})
+	hot := backendtest.UserCheck("d", "hot", algo.Policy{Algorithm: algo.TokenBucket, Limit: 1, Period: algo.Hour, Burst: 100_000}, 1)
+	hot.Lease = true
+	denied := backendtest.UserCheck("d", "denied", backendtest.PerMinute(algo.FixedWindow, 1), 1)
+	cold := backendtest.UserCheck("d", "cold", backendtest.PerMinute(algo.GCRA, 100), 1)
+	now := backendtest.Start
+	apply := func(checks ...algo.Check) ([]algo.Decision, error) {
+		t.Helper()
+		return st.Apply(ctx, time.UnixMicro(now), checks)
+	}
+	// An hour's TTL makes 3600 hits in one window hot at 1 rps: the hot
+	// counter holds a lease.
+	for range 4000 {
+		backendtest.Apply(t, st, now, hot)
+	}
+	// The second hit is denied by Redis, and the deny cache keeps it.
+	for i, want := range []bool{true, false} {
+		if d, err := apply(denied); err != nil || d[0].Allowed != want {
+			t.Fatalf("denied counter, hit %d with Redis up: %+v, %v; want allowed %v", i, d, err, want)
+		}
+	}
+
+	srv.Stop(t)
+	// The first request that needs Redis fails and opens the breaker; the
+	// next gets ErrOpen without a call.
+	if _, err := apply(cold); err == nil || errors.Is(err, failover.ErrOpen) {
+		t.Fatalf("cold counter, Redis down: %v; want the call's error", err)
+	}
+	if _, err := apply(cold); !errors.Is(err, failover.ErrOpen) {
+		t.Fatalf("cold counter, breaker open: %v; want ErrOpen", err)
+	}
+	for i := range 3 {
+		if d, err := apply(hot); err != nil || !d[0].Allowed {
+			t.Fatalf("hot counter %d, breaker open: %+v, %v; want answered from the lease", i, d, err)
+		}
+		if d, err := apply(denied); err != nil || d[0].Allowed || d[0].RetryAfter <= 0 {
+			t.Fatalf("denied counter %d, breaker open: %+v, %v; want the deny cache's denial", i, d, err)
+		}
+		if _, err := apply(hot, cold); !errors.Is(err, failover.ErrOpen) {
+			t.Fatalf("hot and cold counters %d, breaker open: %v; want ErrOpen (cold needs Redis)", i, err)
+		}
+	}
+}
+
 // counterValue returns the value of the unlabelled counter name in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
