@@ -4,30 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 	"github.com/envoy-rls/envoy-rls/pkg/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 )
-
-// countingCluster is a real cluster client that counts the keys the
-// backend looks up the master of (MasterForKey): each lookup is of a key
-// the backend built for it.
-type countingCluster struct {
-	*redis.ClusterClient
-	lookups atomic.Int64
-}
-
-func (c *countingCluster) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
-	c.lookups.Add(1)
-	return c.ClusterClient.MasterForKey(ctx, key)
-}
 
 // longValue makes a key part long enough to be replaced by its SHA-256
 // (pkg/redisalgo/key.go).
@@ -53,10 +37,10 @@ func routeChecks(dom string) map[string][]algo.Check {
 // clusterStack returns the Redis Cluster backend over a counting client
 // of the shared cluster and the failure policy around it with a breaker
 // per master, as pkg/stack builds them.
-func clusterStack(t testing.TB) (*countingCluster, *failover.Backend) {
+func clusterStack(t testing.TB) (*redistest.LookupCounter, *failover.Backend) {
 	t.Helper()
 	cl := redistest.SharedCluster(t)
-	cc := &countingCluster{ClusterClient: cl.ClusterClient(t)}
+	cc := &redistest.LookupCounter{ClusterClient: cl.ClusterClient(t)}
 	rb, err := redisalgo.NewCluster(cc, redisalgo.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +72,11 @@ func TestClusterRoutesOnce(t *testing.T) {
 				slots[slot] = true
 			}
 			for i := range 3 {
-				before := cc.lookups.Load()
+				before := cc.Lookups.Load()
 				if _, err := fb.Apply(ctx, time.Now(), checks); err != nil {
 					t.Fatalf("request %d: %v", i, err)
 				}
-				if got := cc.lookups.Load() - before; got != int64(len(slots)) {
+				if got := cc.Lookups.Load() - before; got != int64(len(slots)) {
 					t.Errorf("request %d of %d checks in %d slots: %d master lookups, want one per slot", i, len(checks), len(slots), got)
 				}
 			}

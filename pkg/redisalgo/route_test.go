@@ -1,29 +1,14 @@
 package redisalgo
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/testkit/backendtest"
 	"github.com/envoy-rls/envoy-rls/internal/testkit/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/algo"
 )
-
-// masterLookups counts a cluster client's MasterForKey calls.
-type masterLookups struct {
-	*redis.ClusterClient
-	n atomic.Int64
-}
-
-func (c *masterLookups) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
-	c.n.Add(1)
-	return c.ClusterClient.MasterForKey(ctx, key)
-}
 
 // TestClockClusterOneMasterLookupPerCheck: on a Cluster, at Redis's time, a
 // request looks each check's master up once: the master whose clock placed
@@ -32,7 +17,7 @@ func (c *masterLookups) MasterForKey(ctx context.Context, key string) (*redis.Cl
 // group's master up once, as it is routed.
 func TestClockClusterOneMasterLookupPerCheck(t *testing.T) {
 	cl := redistest.SharedCluster(t)
-	mc := &masterLookups{ClusterClient: cl.ClusterClient(t)}
+	mc := &redistest.LookupCounter{ClusterClient: cl.ClusterClient(t)}
 	b, err := NewCluster(mc, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -51,13 +36,13 @@ func TestClockClusterOneMasterLookupPerCheck(t *testing.T) {
 			if len(slots) != len(checks) {
 				t.Fatalf("the checks span %d slots; want %d", len(slots), len(checks))
 			}
-			before := mc.n.Load()
+			before := mc.Lookups.Load()
 			for i, d := range backendtest.Apply(t, b, time.Now().UnixMicro(), checks...) {
 				if !d.Allowed {
 					t.Fatalf("check %d: %+v, want allowed", i, d)
 				}
 			}
-			if n := mc.n.Load() - before; n != int64(len(checks)) {
+			if n := mc.Lookups.Load() - before; n != int64(len(checks)) {
 				t.Fatalf("%d MasterForKey calls for %d checks in %d slot groups; want one per check", n, len(checks), len(checks))
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,4 +490,19 @@ func do(addr string, args ...any) (any, error) {
 		return nil, fmt.Errorf("redistest: %s: %v: %w", addr, args, err)
 	}
 	return v, nil
+}
+
+// LookupCounter is a real cluster client that counts the keys a backend
+// looks the master of up (MasterForKey): each lookup is of a key the
+// backend built for it, so tests count key builds and routings by it.
+type LookupCounter struct {
+	*redis.ClusterClient
+	// Lookups is the number of MasterForKey calls so far.
+	Lookups atomic.Int64
+}
+
+// MasterForKey counts the lookup and asks the cluster client.
+func (c *LookupCounter) MasterForKey(ctx context.Context, key string) (*redis.Client, error) {
+	c.Lookups.Add(1)
+	return c.ClusterClient.MasterForKey(ctx, key)
 }
