@@ -154,9 +154,6 @@ type Backend struct {
 	// giveBacks counts the give-backs posted and not yet done (plain.go),
 	// so that tests can wait for them.
 	giveBacks sync.WaitGroup
-	// onRoundTrip, when set (by tests), is called for every round trip a
-	// request waits for.
-	onRoundTrip func()
 }
 
 // New returns a Backend over a client of standalone Redis or of a Sentinel
@@ -809,9 +806,6 @@ func (b *Backend) eval(ctx context.Context, s *scratch, calls []call) {
 // before they arrived (s is then lost when the calls may still be in
 // flight) or the backend is closed.
 func (b *Backend) roundTrip(ctx context.Context, s *scratch, calls []*call) error {
-	if b.onRoundTrip != nil {
-		b.onRoundTrip()
-	}
 	return b.topo.roundTrip(ctx, s, calls)
 }
 

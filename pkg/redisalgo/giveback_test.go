@@ -3,6 +3,7 @@ package redisalgo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,10 +44,22 @@ func holdGiveBacks(t *testing.T, b *Backend) (held <-chan struct{}, release func
 	return entered, release
 }
 
-// countTrips counts the round trips b's requests wait for.
+// countTrips counts the round trips b's requests wait for: the pipelines
+// its batchers send that carry a request's own calls, not only
+// give-backs. Batching must be on, and the requests one at a time (each
+// pipeline then carries one request's calls). Install it before b sends
+// anything.
 func countTrips(b *Backend) *atomic.Int64 {
 	var n atomic.Int64
-	b.onRoundTrip = func() { n.Add(1) }
+	wrapBatchers(b, func(bt *batcher) {
+		send := bt.send
+		bt.send = func(ctx context.Context, calls []*scriptCall) {
+			if slices.ContainsFunc(calls, func(c *scriptCall) bool { return !c.giveBack }) {
+				n.Add(1)
+			}
+			send(ctx, calls)
+		}
+	})
 	return &n
 }
 
