@@ -15,20 +15,28 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/redisclient"
 )
 
+// standaloneClient is a client of the standalone Redis at addr, closed
+// when t ends.
+func standaloneClient(t *testing.T, addr string) *redisclient.Client {
+	t.Helper()
+	opts, err := redisclient.ParseURL("redis://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := redisclient.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestPingShards: the health panel pings every Cluster master, and the one
 // master of a standalone client, with a round trip and no error.
 func TestPingShards(t *testing.T) {
 	cluster := redistest.SharedCluster(t)
 	standalone := redistest.SharedStandalone(t)
-	opts, err := redisclient.ParseURL("redis://" + standalone.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	single, err := redisclient.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	single := standaloneClient(t, standalone.Addr)
 	var masters []string
 	for _, m := range cluster.Masters(t) {
 		masters = append(masters, m.Addr)
@@ -72,15 +80,7 @@ func TestPingShards(t *testing.T) {
 func TestHealthPingsOncePerPoll(t *testing.T) {
 	standalone := redistest.Standalone(t)
 	cluster := redistest.SharedCluster(t)
-	opts, err := redisclient.ParseURL("redis://" + standalone.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	single, err := redisclient.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	single := standaloneClient(t, standalone.Addr)
 	tests := []struct {
 		name    string
 		client  *redisclient.Client

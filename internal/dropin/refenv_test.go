@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/internal/dropin"
+	"github.com/envoy-rls/envoy-rls/internal/flagenv"
 	"github.com/envoy-rls/envoy-rls/internal/serveconfig"
 )
 
@@ -17,7 +18,7 @@ func refEnvRun(t *testing.T, env map[string]string, args ...string) (func(string
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	notes, err := dropin.ApplyRefEnv(fs, mapEnv(env, "envoy-rls"))
+	notes, err := dropin.ApplyRefEnv(fs, flagenv.MapEnv(env, "envoy-rls"))
 	return func(name string) string {
 		f := fs.Lookup(name)
 		if f == nil {

@@ -153,7 +153,7 @@ func TestEverySettingAccountedFor(t *testing.T) {
 			if err := fs.Parse(nil); err != nil {
 				t.Fatal(err)
 			}
-			env := mapEnv(map[string]string{s.name: s.value}, "envoy-rls")
+			env := flagenv.MapEnv(map[string]string{s.name: s.value}, "envoy-rls")
 			_, notes, err := dropin.Apply(fs, env)
 			if err != nil {
 				t.Fatalf("%s=%q: %v", s.name, s.value, err)
@@ -188,25 +188,12 @@ func TestEverySettingAccountedFor(t *testing.T) {
 func TestIssueNamedSettingsWarned(t *testing.T) {
 	for _, name := range []string{"DESCRIPTOR_KEY_CONFIG", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"} {
 		_, fs := serveconfig.New("serve")
-		_, notes, err := dropin.Apply(fs, mapEnv(map[string]string{name: "x"}, "envoy-rls"))
+		_, notes, err := dropin.Apply(fs, flagenv.MapEnv(map[string]string{name: "x"}, "envoy-rls"))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if i := slices.IndexFunc(notes, func(n dropin.Note) bool { return n.Warn && slices.Contains(n.Vars, name) }); i < 0 {
 			t.Errorf("%s: no warning; notes %+v", name, notes)
 		}
-	}
-}
-
-// mapEnv is an environment holding only env, started as name.
-func mapEnv(env map[string]string, name string) flagenv.Env {
-	var list []string
-	for k, v := range env {
-		list = append(list, k+"="+v)
-	}
-	return flagenv.Env{
-		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		List:   list,
-		Name:   name,
 	}
 }

@@ -32,6 +32,20 @@ func ProcessEnv(name string) Env {
 	return Env{Lookup: os.LookupEnv, List: os.Environ(), Name: filepath.Base(name)}
 }
 
+// MapEnv is an environment holding only env, started as name: what tests
+// run a command in, apart from the process's own.
+func MapEnv(env map[string]string, name string) Env {
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	return Env{
+		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		List:   list,
+		Name:   name,
+	}
+}
+
 // prefix names the environment twin of every flag.
 const prefix = "ENVOY_RLS_"
 

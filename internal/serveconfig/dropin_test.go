@@ -35,7 +35,7 @@ func parseEnv(t *testing.T, name string, env map[string]string, args ...string) 
 			}
 		}
 	})
-	return cfg, cfg.applyEnv(fs, mapEnv(env, name))
+	return cfg, cfg.applyEnv(fs, flagenv.MapEnv(env, name))
 }
 
 func TestDropInMode(t *testing.T) {
@@ -267,18 +267,5 @@ func TestDebugAddrBeyondLoopback(t *testing.T) {
 				t.Errorf("warning %+v, want a warning whose detail holds %q", got[0], tt.want)
 			}
 		})
-	}
-}
-
-// mapEnv is an environment holding only env, started as name.
-func mapEnv(env map[string]string, name string) flagenv.Env {
-	var list []string
-	for k, v := range env {
-		list = append(list, k+"="+v)
-	}
-	return flagenv.Env{
-		Lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
-		List:   list,
-		Name:   name,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/internal/dropin"
+	"github.com/envoy-rls/envoy-rls/internal/flagenv"
 )
 
 func TestObservabilityFlagErrors(t *testing.T) {
@@ -26,7 +27,7 @@ func TestObservabilityFlagErrors(t *testing.T) {
 		c, fs := New("serve")
 		err := fs.Parse(tc.args)
 		if err == nil {
-			_, _, err = dropin.Apply(fs, mapEnv(tc.env, "envoy-rls"))
+			_, _, err = dropin.Apply(fs, flagenv.MapEnv(tc.env, "envoy-rls"))
 		}
 		if err == nil {
 			_, err = c.check()

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -119,25 +117,23 @@ func holdCalls(ctx context.Context, target string) (wait func(), err error) {
 
 // scrapeGauge reads one unlabelled series from the server's /metrics.
 func scrapeGauge(ctx context.Context, httpAddr, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("bench: scrape: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("bench: scrape: %w", err)
-	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+	v, found := 0.0, false
+	err := fetchMetrics(ctx, "http://"+httpAddr+"/metrics", func(series, value string) error {
+		if series != name {
+			return nil
 		}
+		var err error
+		v, err = strconv.ParseFloat(value, 64)
+		found = true
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: scrape: %w", err)
 	}
-	return 0, fmt.Errorf("bench: scrape: no %s", name)
+	if !found {
+		return 0, fmt.Errorf("bench: scrape: no %s", name)
+	}
+	return v, nil
 }
 
 // waitGauge polls name until it reaches at least want, for at most limit.

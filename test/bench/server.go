@@ -259,18 +259,29 @@ func scrapeBatch(ctx context.Context, url string) (metricSums, error) {
 // fetchMetrics GETs a Prometheus text endpoint and calls each for every
 // sample line (eachSample).
 func fetchMetrics(ctx context.Context, url string, each func(series, value string) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	return get(ctx, url, 2*time.Second, func(r io.Reader) error { return eachSample(r, each) })
+}
+
+// get GETs url within timeout and hands the body of a 200 to read.
+func get(ctx context.Context, url string, timeout time.Duration, read func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("bench: metrics: %w", err)
+		return fmt.Errorf("bench: GET %s: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("bench: metrics: %w", err)
+		return fmt.Errorf("bench: GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	return eachSample(resp.Body, each)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: GET %s: %s", url, resp.Status)
+	}
+	if err := read(resp.Body); err != nil {
+		return fmt.Errorf("bench: GET %s: %w", url, err)
+	}
+	return nil
 }
 
 // eachSample calls each with the series (name and labels) and the value

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -320,30 +319,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // fetchTrace saves the execution trace url serves into path.
 func fetchTrace(ctx context.Context, url, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, wakeTraceWindow+10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return fmt.Errorf("bench: trace: %w", err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("bench: trace: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: trace: %s answered %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: trace: %w", err)
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("bench: trace: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("bench: trace: %w", err)
-	}
-	return nil
+	return get(ctx, url, wakeTraceWindow+10*time.Second, func(r io.Reader) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
 }

@@ -25,7 +25,7 @@ var binPath string
 
 func TestMain(m *testing.M) {
 	rlsproc.Main(m, &binPath,
-		func() error { _, err := envoytest.Binary(); return err },
+		envoytest.Installed,
 		func() error { _, err := istiodBinary(); return err })
 }
 

@@ -87,6 +87,13 @@ const (
 // descriptor must reach.
 func edgeSamples() []sample {
 	perIP := wantDescriptor{d("remote_address", clientIP), "edge.remote_address"}
+	// login is what every spelling of the login path sends: the route's
+	// descriptor first, then the virtual host's.
+	login := []wantDescriptor{
+		{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
+		perIP,
+		{d("route", "login"), "edge.route_login"},
+	}
 	return []sample{
 		{
 			name: "anonymous request: per-IP only; a path outside the routes sends no route",
@@ -136,29 +143,17 @@ func edgeSamples() []sample {
 		{
 			name: "login: the route's descriptor first, then the virtual host's",
 			req:  sampleRequest{remote: clientIP, method: "POST", path: "/api/login"},
-			want: []wantDescriptor{
-				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
-				perIP,
-				{d("route", "login"), "edge.route_login"},
-			},
+			want: login,
 		},
 		{
 			name: "login with a query: the same route and the same login rules",
 			req:  sampleRequest{remote: clientIP, method: "POST", path: "/api/login?next=/home"},
-			want: []wantDescriptor{
-				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
-				perIP,
-				{d("route", "login"), "edge.route_login"},
-			},
+			want: login,
 		},
 		{
 			name: "login with a trailing slash: the same login rules",
 			req:  sampleRequest{remote: clientIP, method: "POST", path: "/api/login/"},
-			want: []wantDescriptor{
-				{d("generic_key", "login", "remote_address", clientIP), "edge.generic_key_login.remote_address"},
-				perIP,
-				{d("route", "login"), "edge.route_login"},
-			},
+			want: login,
 		},
 		{
 			name: "/api itself with a query is an API path",

@@ -55,6 +55,13 @@ func Binary() (string, error) {
 	}.Find()
 }
 
+// Installed reports whether Envoy is there to start: nil, or what Binary
+// says is missing (a TestMain's check before it runs any test).
+func Installed() error {
+	_, err := Binary()
+	return err
+}
+
 func mustBinary(t TB) string {
 	t.Helper()
 	p, err := Binary()

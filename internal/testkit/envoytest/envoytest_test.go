@@ -8,22 +8,7 @@ import (
 )
 
 // direct is a bootstrap whose one listener answers every request itself.
-const direct = `
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: http
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          route_config:
-            virtual_hosts:
-            - name: all
+const direct = IngressHead + `            - name: all
               domains: ["*"]
               routes:
               - match: {prefix: /}
@@ -41,7 +26,7 @@ func TestValidate(t *testing.T) {
 		wantErr   string
 	}{
 		{"accepted", direct, ""},
-		{"unknown field", strings.Replace(direct, "stat_prefix: http", "stat_prefix: http\n          no_such_field: 1", 1), "no_such_field"},
+		{"unknown field", strings.Replace(direct, "stat_prefix: ingress", "stat_prefix: ingress\n          no_such_field: 1", 1), "no_such_field"},
 		{"route to a missing cluster", strings.Replace(direct, "direct_response: {status: 200, body: {inline_string: hello}}", "route: {cluster: nowhere}", 1), "nowhere"},
 	}
 	for _, tc := range tests {
@@ -61,7 +46,7 @@ func TestValidate(t *testing.T) {
 
 func TestStartServes(t *testing.T) {
 	e := Start(t, []byte(direct), Options{Name: "direct"})
-	addr, err := e.ListenerAddr("http")
+	addr, err := e.ListenerAddr("ingress")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +59,11 @@ func TestStartServes(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "hello" {
 		t.Fatalf("got %d %q, want 200 hello", resp.StatusCode, body)
 	}
-	stats, err := e.Stats("http.http.downstream_rq_2xx")
+	stats, err := e.Stats("http.ingress.downstream_rq_2xx")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats["http.http.downstream_rq_2xx"] != 1 {
+	if stats["http.ingress.downstream_rq_2xx"] != 1 {
 		t.Fatalf("downstream_rq_2xx = %v, want 1", stats)
 	}
 }

@@ -26,7 +26,7 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
+	rlsproc.Main(m, &binPath, envoytest.Installed)
 }
 
 // Request and response headers of the fake LLM upstream.

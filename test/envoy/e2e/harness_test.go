@@ -29,7 +29,7 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
+	rlsproc.Main(m, &binPath, envoytest.Installed)
 }
 
 // repoPath is a path inside the repository.

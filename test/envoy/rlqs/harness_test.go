@@ -33,7 +33,7 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
-	rlsproc.Main(m, &binPath, func() error { _, err := envoytest.Binary(); return err })
+	rlsproc.Main(m, &binPath, envoytest.Installed)
 }
 
 // reportInterval is Envoy 1.40's fixed RLQS reporting interval.
