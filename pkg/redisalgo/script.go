@@ -51,6 +51,12 @@ func withConstants(src string) string {
 	return strings.ReplaceAll(src, constMaxWindowMargin, strconv.FormatInt(maxWindowMargin, 10))
 }
 
+// LoadedScripts returns apply.lua and lean.lua as the backend loads them,
+// shared helpers and constants written in: for measuring what a script
+// call costs Redis (test/bench's --script-cost) without a copy of
+// withConstants that could drift.
+func LoadedScripts() (apply, lean string) { return applyLua, leanLua }
+
 // applyScript runs apply.lua by EVALSHA (go-redis falls back to EVAL on
 // NOSCRIPT when run through Script.Run).
 var applyScript = redis.NewScript(applyLua)

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/envoy-rls/envoy-rls/internal/testkit/childproc"
 )
 
 // TestMain lets the test binary serve as the floor, as the driver binary
@@ -214,7 +212,6 @@ func TestSmokeEnvoyRLS(t *testing.T) {
 // and the commands it ran.
 func TestSmokeScriptCost(t *testing.T) {
 	opts := smokeOptions("")
-	opts.scriptsDir = childproc.RepoPath("pkg/redisalgo/lua")
 	ctx, cancel := context.WithTimeout(context.Background(), opts.timeout)
 	defer cancel()
 	var out, log strings.Builder

@@ -58,10 +58,8 @@ type options struct {
 	refBin   string
 	rounds   int
 	cmpLease bool
-	// scriptCost runs only the script-cost measurement (scriptcost.go),
-	// with envoy-rls's scripts read from scriptsDir.
+	// scriptCost runs only the script-cost measurement (scriptcost.go).
 	scriptCost bool
-	scriptsDir string
 	cmpOnly    []string // loads and key sets to run; empty: all
 	// envoy runs only the phase through Envoy (envoy.go), on the
 	// bootstrap envoyConfig.
@@ -147,7 +145,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.refBin, "ref-bin", "test/bench/.bin/"+refproc.Version+"/service_cmd", "envoyproxy/ratelimit binary for --compare (make bench installs it)")
 	fs.IntVar(&o.rounds, "rounds", 4, "interleaved rounds of --compare")
 	fs.BoolVar(&o.cmpLease, "compare-lease", false, "--compare with lease: auto on envoy-rls's rule")
-	fs.StringVar(&o.scriptsDir, "scripts-dir", "pkg/redisalgo/lua", "envoy-rls's Lua scripts, for --script-cost")
 	fs.BoolVar(&o.scriptCost, "script-cost", false, "run only the script-cost measurement: Redis CPU per call of plain commands and of scripts, at 1000/s and in a closed loop, on a redis-server of its own")
 	fs.BoolVar(&o.envoy, "envoy", false, "run only the phase through Envoy: HTTP through a real Envoy (--concurrency 1) with no rate-limit filter, "+
 		"with the filter on envoy-rls, with it on the reference (--ref-bin), and with the rate_limit_quota filter (RLQS) on envoy-rls, each service on its own Redis; --rounds interleaved rounds, medians; "+

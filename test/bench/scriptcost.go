@@ -14,15 +14,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/redisalgo"
 )
 
 // scriptCostOp is one kind of call: plain commands or a script.
@@ -34,38 +33,15 @@ type scriptCostOp struct {
 	setup func(ctx context.Context, c *redis.Client) error
 }
 
-// scriptCostOps returns the calls measured; envoy-rls's scripts are read
-// from dir (the driver runs from the repository's root and imports none of
-// its packages).
-func scriptCostOps(dir string) ([]scriptCostOp, error) {
+// scriptCostOps returns the calls measured; envoy-rls's scripts are the
+// backend's own, as it loads them (redisalgo.LoadedScripts).
+func scriptCostOps() []scriptCostOp {
 	tiny := redis.NewScript(`return 1`)
 	minimal := redis.NewScript(`local c = redis.call('INCRBY', KEYS[1], 1)
 if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return c`)
-	shared, err := os.ReadFile(filepath.Join(dir, "shared.lua"))
-	if err != nil {
-		return nil, fmt.Errorf("bench: script cost: %w (run from the repository's root)", err)
-	}
-	read := func(name string) (*redis.Script, error) {
-		src, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("bench: script cost: %w (run from the repository's root)", err)
-		}
-		// The backend writes lua/shared.lua and its constants into the
-		// scripts before it loads them (pkg/redisalgo/script.go,
-		// withConstants); the constant's value does not change what a
-		// call costs.
-		s := strings.Replace(string(src), "-- __SHARED__", string(shared)+"-- end of lua/shared.lua;", 1)
-		return redis.NewScript(strings.ReplaceAll(s, "__MAX_WINDOW_MARGIN__", "5000000")), nil
-	}
-	lean, err := read("lean.lua")
-	if err != nil {
-		return nil, err
-	}
-	apply, err := read("apply.lua")
-	if err != nil {
-		return nil, err
-	}
+	applySrc, leanSrc := redisalgo.LoadedScripts()
+	apply, lean := redis.NewScript(applySrc), redis.NewScript(leanSrc)
 	// One fixed window of 10⁹ per second at the server's TIME, one hit:
 	// the common call's four integers and its field in its window's hash.
 	args := []any{1, 1, 1_000_000_000, 1_000_000, "key:user-1"}
@@ -88,7 +64,7 @@ return c`)
 		hashIncr("HINCRBY into ~100-field listpack hashes (envoy-rls's plain call)", 1000),
 		hashIncr("HINCRBY into ~1600-field hashtable hashes", 64),
 		hashWindow("envoy-rls's plain call whole: HINCRBY into per-second hashes, PEXPIRE … NX once per hash and second (64 hashes)", 64),
-	}, nil
+	}
 }
 
 // hashWindow is the plain call (pkg/redisalgo/plain.go) whole, for one
@@ -211,10 +187,7 @@ func runScriptCost(ctx context.Context, opts options, stdout, stderr io.Writer) 
 	b.trackRedis(rd)
 	c := redis.NewClient(&redis.Options{Addr: rd.addr, PoolSize: 8})
 	defer c.Close()
-	ops, err := scriptCostOps(opts.scriptsDir)
-	if err != nil {
-		return err
-	}
+	ops := scriptCostOps()
 	var rows []scriptCostRow
 	for _, load := range []struct {
 		name  string
