@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 )
 
@@ -29,15 +27,7 @@ func TestValidateMaxDelay(t *testing.T) {
 			if tc.env != "" {
 				t.Setenv("ENVOY_RLS_MAX_DELAY", tc.env)
 			}
-			var stdout, stderr bytes.Buffer
-			code := runValidate(append(tc.args, oneLimitDir(t, rl)), &stdout, &stderr)
-			out := stderr.String()
-			if tc.code == 0 {
-				out = stdout.String()
-			}
-			if code != tc.code || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
-			}
+			expectValidate(t, append(tc.args, oneLimitDir(t, rl)), tc.code, tc.want)
 		})
 	}
 }

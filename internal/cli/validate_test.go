@@ -51,15 +51,7 @@ func TestValidateSlidingLogCap(t *testing.T) {
 			if tc.env != "" {
 				t.Setenv("ENVOY_RLS_SLIDING_LOG_CAP", tc.env)
 			}
-			var stdout, stderr bytes.Buffer
-			code := runValidate(append(tc.args, logRulesDir(t)), &stdout, &stderr)
-			out := stderr.String()
-			if tc.code == 0 {
-				out = stdout.String()
-			}
-			if code != tc.code || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
-			}
+			expectValidate(t, append(tc.args, logRulesDir(t)), tc.code, tc.want)
 		})
 	}
 }
@@ -130,15 +122,7 @@ func TestValidateMergeDomainConfig(t *testing.T) {
 			if tc.env != "" {
 				t.Setenv("ENVOY_RLS_MERGE_DOMAIN_CONFIG", tc.env)
 			}
-			var stdout, stderr bytes.Buffer
-			code := runValidate(append(tc.args, dir), &stdout, &stderr)
-			out := stderr.String()
-			if tc.code == 0 {
-				out = stdout.String()
-			}
-			if code != tc.code || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
-			}
+			expectValidate(t, append(tc.args, dir), tc.code, tc.want)
 		})
 	}
 }
@@ -158,16 +142,24 @@ func TestValidateWarmup(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := oneLimitDir(t, "{unit: second, requests_per_unit: 8, warmup: "+tc.warmup+"}")
-			var stdout, stderr bytes.Buffer
-			code := runValidate([]string{dir}, &stdout, &stderr)
-			out := stderr.String()
-			if tc.code == 0 {
-				out = stdout.String()
-			}
-			if code != tc.code || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
-			}
+			expectValidate(t, []string{dir}, tc.code, tc.want)
 		})
+	}
+}
+
+// expectValidate runs `envoy-rls validate args` and fails t unless it
+// exits with code and prints want: on stdout when code is 0, else on
+// stderr.
+func expectValidate(t *testing.T, args []string, code int, want string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	got := runValidate(args, &stdout, &stderr)
+	out := stderr.String()
+	if code == 0 {
+		out = stdout.String()
+	}
+	if got != code || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", got, code, want, &stdout, &stderr)
 	}
 }
 
@@ -207,15 +199,7 @@ func TestValidatePaths(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			var stdout, stderr bytes.Buffer
-			code := runValidate(tc.args, &stdout, &stderr)
-			out := stderr.String()
-			if tc.code == 0 {
-				out = stdout.String()
-			}
-			if code != tc.code || !strings.Contains(out, tc.want) {
-				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", code, tc.code, tc.want, &stdout, &stderr)
-			}
+			expectValidate(t, tc.args, tc.code, tc.want)
 		})
 	}
 }
