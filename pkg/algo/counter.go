@@ -104,14 +104,14 @@ func Merge(checks []Check) (merged []Check, owner []int) {
 	}
 	owner = make([]int, len(checks))
 	net := make([]int64, 0, len(checks))
-	charged := make([]bool, 0, len(checks))
 	for i := range checks {
 		c := &checks[i]
 		j := slices.IndexFunc(merged, func(m Check) bool { return SameCounter(&m, c) })
 		if j < 0 {
 			merged = append(merged, *c)
+			// Charge is or-ed in from the consuming checks below.
+			merged[len(merged)-1].Charge = false
 			net = append(net, 0)
-			charged = append(charged, false)
 			j = len(merged) - 1
 		} else {
 			if stricter(c.Policy, merged[j].Policy) {
@@ -125,11 +125,11 @@ func Merge(checks []Check) (merged []Check, owner []int) {
 			net[j] -= max(c.Hits, 0)
 		} else {
 			net[j] += max(c.Hits, 0)
-			charged[j] = charged[j] || c.Charge
+			merged[j].Charge = merged[j].Charge || c.Charge
 		}
 	}
 	for j := range merged {
-		merged[j].Hits, merged[j].Refund, merged[j].Charge = net[j], false, charged[j] && net[j] > 0
+		merged[j].Hits, merged[j].Refund, merged[j].Charge = net[j], false, merged[j].Charge && net[j] > 0
 		if net[j] < 0 {
 			merged[j].Hits, merged[j].Refund = -net[j], true
 		}

@@ -103,6 +103,17 @@ func probe(p Policy, s State, now int64) Decision {
 	return d
 }
 
+// left is the check-only Remaining of s at now: probe's first step
+// alone, without the one-hit step that only its Allowed needs (take reads
+// no more). apply.lua's left mirrors it.
+func left(p Policy, s State, now int64) int64 {
+	if p.Limit <= 0 || p.Period <= 0 {
+		return 0
+	}
+	_, d := stepAlgorithm(p, s, now, 0, false, false)
+	return d.Remaining
+}
+
 // charge applies hits > 0 that are counted whatever the limit says
 // (Check.Charge, a rule's `cost: charge`): when they fit it is Step;
 // when they do not, they are counted all the same (overdraw) and the
@@ -296,8 +307,7 @@ func applyDistinct(checks []Check, states []State, now int64, out []Decision) (a
 // take is denied too, which under-admits and never over-admits. apply.lua's
 // take mirrors it.
 func take(p Policy, s State, now, hits int64, build bool) (State, Decision) {
-	_, d := step(p, s, now, 0, false, false)
-	g := min(hits, d.Remaining)
+	g := min(hits, left(p, s, now))
 	if g >= 1 {
 		ns, d := step(p, s, now, g, false, build)
 		if d.Allowed {

@@ -49,15 +49,12 @@ var leanCodes = [...]int64{int64(algo.FixedWindow), int64(algo.FixedWindow) + co
 // hit that is not consumed (algo.probe), which lean.lua does not make.
 func leanCheck(c *algo.Check) bool {
 	code, _, _ := applyCode(c)
-	return (code == leanCodes[0] || code == leanCodes[1]) && c.Hits >= 1 && c.Policy.Limit > 0 && c.Policy.Period > 0
+	return leanShaped(code, c)
 }
 
-// plainCharge reports whether c is a charge (algo.Check.Charge) that a
-// plain call can count: but for the charge, a check lean.lua takes, of at
-// least one hit. Its HINCRBY counts the hits whatever they find, which is
-// what a charge is.
-func plainCharge(c *algo.Check) bool {
-	code, _, _ := applyCode(c)
-	code -= codeCharge
-	return (code == leanCodes[0] || code == leanCodes[1]) && c.Charge && c.Hits >= 1 && c.Policy.Limit > 0 && c.Policy.Period > 0
+// leanShaped reports whether a check c encoded as code is one lean.lua
+// takes: a code of leanCodes, at least one hit, a positive limit and
+// period.
+func leanShaped(code int64, c *algo.Check) bool {
+	return (code == leanCodes[0] || code == leanCodes[1]) && c.Hits >= 1 && c.Policy.Limit > 0 && c.Policy.Period > 0
 }

@@ -61,10 +61,14 @@ import (
 
 // plainCheck reports whether c can be a plain call: a check lean.lua
 // takes (a consuming fixed_window with a positive limit and period and no
-// burst) of one hit, or such a check's charge of any hits (plainCharge):
-// HINCRBY counts a charge's hits whatever they find, and a denied charge
-// is not given back.
-func plainCheck(c *algo.Check) bool { return (c.Hits == 1 && leanCheck(c)) || plainCharge(c) }
+// burst) of one hit, or, but for its charge bit, such a check's charge
+// (algo.Check.Charge) of any hits: HINCRBY counts a charge's hits whatever
+// they find, which is what a charge is, and a denied charge is not given
+// back.
+func plainCheck(c *algo.Check) bool {
+	code, _, _ := applyCode(c)
+	return leanShaped(code&^codeCharge, c) && (c.Hits == 1 || c.Charge)
+}
 
 // windowTTL is the PEXPIRE, in ms, of a fixed window's hash at now: to its
 // window's end and windowMargin beyond, rounded up (apply.lua's ttlMs of

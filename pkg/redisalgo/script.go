@@ -28,6 +28,10 @@ var applyLua = withConstants(applyLuaSource)
 // constants written in fails loudly instead of using another value.
 const constMaxWindowMargin = "__MAX_WINDOW_MARGIN__"
 
+// constMaxLimit is the placeholder of algo.MaxLimit in apply.lua: how far
+// past its limit a charge may overdraw a window or a log.
+const constMaxLimit = "__MAX_LIMIT__"
+
 // sharedLuaSource holds the Lua helpers apply.lua and lean.lua both need
 // (divmod, ceilDiv, windowMargin, ttlMs), written into each where its
 // sharedMarker line stands: a script cannot call another's functions.
@@ -48,7 +52,10 @@ func withConstants(src string) string {
 		panic("redisalgo: a script lacks " + sharedMarker + " or " + constMaxWindowMargin)
 	}
 	src = strings.Replace(src, sharedMarker, sharedLuaSource+"-- end of lua/shared.lua;", 1)
-	return strings.ReplaceAll(src, constMaxWindowMargin, strconv.FormatInt(maxWindowMargin, 10))
+	return strings.NewReplacer(
+		constMaxWindowMargin, strconv.FormatInt(maxWindowMargin, 10),
+		constMaxLimit, strconv.FormatInt(algo.MaxLimit, 10),
+	).Replace(src)
 }
 
 // LoadedScripts returns apply.lua and lean.lua as the backend loads them,

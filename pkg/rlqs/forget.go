@@ -74,27 +74,6 @@ func (s *Server) forgetLocked(ss *streamState, key, reason string) {
 	s.cfg.Metrics.forgotten.WithLabelValues(reason).Inc()
 }
 
-// forgetUnreported forgets, on every stream, the buckets Envoy has not
-// named in a report for an assignment TTL.
-func (s *Server) forgetUnreported(now time.Time) {
-	s.mu.Lock()
-	streams := make([]*streamState, 0, len(s.streams))
-	for ss := range s.streams {
-		streams = append(streams, ss)
-	}
-	s.mu.Unlock()
-	ttl := s.ttl()
-	for _, ss := range streams {
-		ss.mu.Lock()
-		for key, a := range ss.sent {
-			if now.Sub(a.reported) > ttl {
-				s.forgetLocked(ss, key, forgotUnreported)
-			}
-		}
-		ss.mu.Unlock()
-	}
-}
-
 // abandonAction tells Envoy to drop bucket and stop reporting it.
 func abandonAction(bucket map[string]string) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	return &rlqspb.RateLimitQuotaResponse_BucketAction{

@@ -556,17 +556,27 @@ type held struct {
 }
 
 // held returns a copy of every bucket's last assignment on every stream.
-func (s *Server) held() []held {
+func (s *Server) held() []held { return s.liveBuckets(time.Time{}) }
+
+// liveBuckets returns held's copy; with a non-zero now it first forgets,
+// under the same stream lock, the buckets Envoy has not named in a report
+// for an assignment TTL before now, so refresh walks the streams once.
+func (s *Server) liveBuckets(now time.Time) []held {
 	s.mu.Lock()
 	streams := make([]*streamState, 0, len(s.streams))
 	for ss := range s.streams {
 		streams = append(streams, ss)
 	}
 	s.mu.Unlock()
+	ttl := s.ttl()
 	var hs []held
 	for _, ss := range streams {
 		ss.mu.Lock()
 		for key, a := range ss.sent {
+			if !now.IsZero() && now.Sub(a.reported) > ttl {
+				s.forgetLocked(ss, key, forgotUnreported)
+				continue
+			}
 			hs = append(hs, held{ss: ss, last: *a, key: key})
 		}
 		ss.mu.Unlock()
@@ -579,8 +589,7 @@ func (s *Server) held() []held {
 func (s *Server) refresh(ctx context.Context) {
 	now := s.cfg.Now()
 	snap := s.cfg.Rules()
-	s.forgetUnreported(now)
-	hs := s.held()
+	hs := s.liveBuckets(now)
 	if len(hs) == 0 {
 		return
 	}

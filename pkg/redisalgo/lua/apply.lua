@@ -794,6 +794,15 @@ local function probe(l, now)
   return allowed, rem, reset, retry
 end
 
+-- algo.left: probe's Remaining alone
+local function left(l, now)
+  if l.limit <= 0 or l.period <= 0 then
+    return 0
+  end
+  local _, _, rem = stepAlgorithm(l, now, 0, false)
+  return rem
+end
+
 -- algo.step
 local function step(l, now, hits, refund)
   if hits < 0 then
@@ -810,7 +819,7 @@ end
 
 -- MAX_LIMIT is algo.MaxLimit: how far past its limit a window or log may
 -- be overdrawn.
-local MAX_LIMIT = 4294967295
+local MAX_LIMIT = __MAX_LIMIT__
 
 -- algo.overdraw: the state with hits counted past the limit (a step under
 -- a limit raised by MAX_LIMIT; a bucket goes into debt). nil: count
@@ -832,8 +841,7 @@ end
 -- algo.take: consume min(hits, the check-only remaining), at least one
 -- hit; returns what step returns, then granted.
 local function take(l, now, hits)
-  local _, _, remaining = step(l, now, 0, false)
-  local g = math.min(hits, remaining)
+  local g = math.min(hits, left(l, now))
   if g >= 1 then
     local ns, allowed, rem, reset, retry = step(l, now, g, false)
     if allowed then
@@ -882,11 +890,7 @@ local function cancel(l, now)
     return nil, allowed, rem, reset, retry, 0
   end
   local ns, allowed, rem, reset, retry = step(l, now, l.hits, true)
-  local burst = l.limit
-  if l.burst > 0 then
-    burst = l.burst
-  end
-  return ns, allowed, rem, reset, retry, math.min(l.hits, burst)
+  return ns, allowed, rem, reset, retry, math.min(l.hits, capacity(l))
 end
 
 -- End of queue mode. --
