@@ -301,7 +301,9 @@ type measurement struct {
 // the measurement is in flight (masterClock.flight). The request that
 // starts it sends the TIME on its own ctx; one that waits stops waiting
 // when its ctx ends, and measures itself when the one it waited for ended
-// with its sender's ctx, not with an answer of Redis.
+// with its sender's ctx, not with an answer of Redis. (singleflight's Do
+// keeps a waiter whose ctx ended, and its DoChan starts a goroutine per
+// flight on the request's path: neither fits.)
 func (m *masterClock) measureShared(ctx context.Context) error {
 	for {
 		m.flightMu.Lock()
